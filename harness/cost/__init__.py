@@ -1,0 +1,1 @@
+"""Cost views over a PortablePlanIR."""

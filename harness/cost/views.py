@@ -1,0 +1,156 @@
+"""The two cost views, and any view between them.
+
+A view reads only the PortablePlanIR and an evidence profile. It prices:
+
+- compute: ``operations / (peak x efficiency(operations))`` on the task's
+  engine (the optimizer step always runs on the vector engine);
+- memory: ``bytes / (bandwidth x efficiency(bytes))`` on memory tier 1;
+- a task: compute + memory (``no_overlap``) or their max (``roofline``);
+- a message: ``adjusted = bytes x multiplier``, ``adjusted += adjusted /
+  participants x offset``, ``time = latency + adjusted / (bandwidth x
+  efficiency)``.
+
+A view names the *curve families* whose evidence it applies: ``matrix``,
+``vector`` (operation-size curves), ``memory`` (transfer-size curves) and
+``network`` (bandwidth efficiency). A family not applied has efficiency 1.0;
+peaks, latencies and collective volume models are always applied.
+``peak_only`` applies none, ``system_evidence`` all four. There is no other
+input: no model name, no per-case factor, no reference total, no overlap ratio.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterable
+
+from harness.errors import EvidenceError
+from harness.evidence.profile import ComputeEngine, EvidenceProfile
+from harness.ir.portable import PASSES, Message, PlanTask, PortablePlanIR, Work
+
+CURVE_FAMILIES = ("matrix", "vector", "memory", "network")
+
+
+@dataclasses.dataclass(frozen=True)
+class CostView:
+    """Which evidence curve families a view applies."""
+
+    name: str
+    curves: frozenset[str]
+
+    @classmethod
+    def with_curves(cls, families: Iterable[str]) -> "CostView":
+        families = frozenset(families)
+        unknown = families - set(CURVE_FAMILIES)
+        if unknown:
+            raise ValueError(f"unknown curve families {sorted(unknown)}")
+        name = {frozenset(): "peak_only", frozenset(CURVE_FAMILIES): "system_evidence"}.get(
+            families, "curves:" + "+".join(f for f in CURVE_FAMILIES if f in families))
+        return cls(name, families)
+
+
+PEAK_ONLY = CostView.with_curves(())
+SYSTEM_EVIDENCE = CostView.with_curves(CURVE_FAMILIES)
+VIEWS = {v.name: v for v in (PEAK_ONLY, SYSTEM_EVIDENCE)}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PassCost:
+    """Time of one task in one pass."""
+
+    compute_s: float
+    memory_s: float
+    processing_s: float
+    network_base_s: float = 0.0
+    network_edge_s: float = 0.0
+
+
+ZERO = PassCost(0.0, 0.0, 0.0)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TaskCost:
+    """Times of one plan task in every pass."""
+
+    name: str
+    phase: str
+    primitive: str
+    passes: dict[str, PassCost]
+
+    def __getitem__(self, pass_name: str) -> PassCost:
+        return self.passes[pass_name]
+
+
+class Pricer:
+    """Prices work and messages for one profile, datatype and view."""
+
+    def __init__(self, profile: EvidenceProfile, view: CostView, datatype: str) -> None:
+        self.profile = profile
+        self.view = view
+        self.matrix = self._engine(profile.matrix, "matrix", datatype)
+        self.vector = self._engine(profile.vector, "vector", datatype)
+        self.roofline = profile.processing_mode == "roofline"
+
+    def _engine(self, engines: dict[str, ComputeEngine], family: str, datatype: str) -> ComputeEngine:
+        if datatype not in engines:
+            raise EvidenceError(f"evidence profile {self.profile.name}: {family}: no {datatype} engine "
+                                f"(has {sorted(engines)})")
+        return engines[datatype]
+
+    def compute_s(self, operations: float, engine: str) -> float:
+        if operations == 0:
+            return 0.0
+        spec = self.matrix if engine == "matrix" else self.vector
+        eff = 1.0
+        if engine in self.view.curves:
+            eff = spec.operation_size_efficiency.efficiency(
+                operations, f"evidence profile {self.profile.name}: {engine} operation-size curve")
+        return operations / (spec.peak_flops_per_s * eff)
+
+    def memory_s(self, size_bytes: float) -> float:
+        if size_bytes == 0:
+            return 0.0
+        tier = self.profile.memory_tier1
+        eff = 1.0
+        if "memory" in self.view.curves:
+            eff = tier.transfer_size_efficiency.efficiency(
+                size_bytes, f"evidence profile {self.profile.name}: memory transfer-size curve")
+        return size_bytes / (tier.bandwidth_bytes_per_s * eff)
+
+    def work(self, work: Work, optimizer: bool = False) -> PassCost:
+        if work.operations == 0 and work.bytes_read == 0 and work.bytes_written == 0:
+            return ZERO
+        compute = self.compute_s(work.operations, "vector" if optimizer else work.engine)
+        memory = self.memory_s(work.bytes_read + work.bytes_written)
+        return PassCost(compute, memory, max(compute, memory) if self.roofline else compute + memory)
+
+    def message_s(self, message: Message | None) -> float:
+        """Network time of one message; the identity (None) costs nothing."""
+        if message is None:
+            return 0.0
+        try:
+            net = self.profile.networks[message.network_tier]
+        except IndexError:
+            raise EvidenceError(f"evidence profile {self.profile.name}: no network tier {message.network_tier} "
+                                f"(has {len(self.profile.networks)})") from None
+        model = net.collectives[message.collective]
+        adjusted = message.message_bytes * model.volume_multiplier
+        adjusted += adjusted / message.participants * model.participant_offset
+        eff = net.efficiency if "network" in self.view.curves else 1.0
+        return net.latency_s + adjusted / (net.bandwidth_bytes_per_s * eff)
+
+    def task(self, task: PlanTask) -> TaskCost:
+        passes = {name: self.work(getattr(task, name), optimizer=name == "optimizer") for name in PASSES}
+        msgs = task.messages
+        if msgs is not None:
+            fw, bw = passes["forward"], passes["activation_grad"]
+            passes["forward"] = dataclasses.replace(
+                fw, network_base_s=self.message_s(msgs.forward_base), network_edge_s=self.message_s(msgs.forward_edge))
+            passes["activation_grad"] = dataclasses.replace(
+                bw, network_base_s=self.message_s(msgs.backward_base), network_edge_s=self.message_s(msgs.backward_edge))
+        return TaskCost(task.name, task.phase, task.primitive, passes)
+
+
+def cost_tasks(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView) -> tuple[TaskCost, ...]:
+    """Price every task of the plan under ``view``."""
+    pricer = Pricer(profile, view, plan.datatype)
+    return tuple(pricer.task(t) for t in plan.tasks)

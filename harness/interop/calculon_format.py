@@ -1,0 +1,70 @@
+"""Calculon-format interop: Calculon model/execution JSON <-> our inputs.
+
+Only field names are translated; every value is validated by the case schema.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError
+
+from harness.cases import EstimateInput, validate_input
+from harness.errors import InputError
+
+MODEL_FIELDS = {"hidden": "hidden", "feedforward": "feedforward", "seq_size": "sequence_length",
+                "attn_heads": "attention_heads", "attn_size": "head_size", "num_blocks": "blocks"}
+EXECUTION_FIELDS = {
+    "tensor_par": "tensor_parallel", "pipeline_par": "pipeline_parallel", "data_par": "data_parallel",
+    "batch_size": "global_batch", "microbatch_size": "microbatch", "pipeline_interleaving": "pipeline_interleaving",
+    "datatype": "datatype", "activation_recompute": "recompute", "tensor_par_comm_type": "tp_communication",
+    "seq_par_ag_redo": "seq_par_ag_redo", "optimizer_sharding": "optimizer_sharding",
+    "fused_activation": "fused_activation", "attention_type": "attention", "training": "training",
+    "tensor_par_overlap": "tp_overlap", "data_par_overlap": "dp_overlap",
+}
+TIER_FIELDS = {"tensor_par_net": "tensor", "pipeline_par_net": "pipeline", "data_par_net": "data"}
+OFFLOAD_FIELDS = {"weight_offload": "weights", "activations_offload": "activations", "optimizer_offload": "optimizer"}
+
+
+def _translate(data: Any, fields: dict[str, str], source: str, part: str) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise InputError(source, part, "must be a JSON object")
+    known = set(fields) | (set(TIER_FIELDS) | set(OFFLOAD_FIELDS) | {"num_procs"} if part == "execution" else set())
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise InputError(source, f"{part}.{unknown[0]}", "unknown Calculon field")
+    missing = sorted(set(fields) - set(data))
+    if missing:
+        raise InputError(source, f"{part}.{missing[0]}", "required Calculon field is missing")
+    return {ours: data[theirs] for theirs, ours in fields.items()}
+
+
+def input_from_calculon(model: Any, execution: Any, system: str, source: str = "<calculon>") -> EstimateInput:
+    """Translate Calculon's model and execution JSON into an EstimateInput."""
+    shape = _translate(model, MODEL_FIELDS, source, "model")
+    layout = _translate(execution, EXECUTION_FIELDS, source, "execution")
+    layout["network_tiers"] = {ours: execution.get(theirs) for theirs, ours in TIER_FIELDS.items()}
+    layout["offload"] = {ours: execution.get(theirs, False) for theirs, ours in OFFLOAD_FIELDS.items()}
+    procs = execution.get("num_procs")
+    try:
+        data = EstimateInput.model_validate({"model": shape, "execution": layout, "system": system})
+    except ValidationError as error:
+        first = error.errors()[0]
+        raise InputError(source, ".".join(str(p) for p in first["loc"]), first["msg"]) from None
+    if procs is not None and procs != data.execution.processors:
+        raise InputError(source, "execution.num_procs", f"{procs} != TP x PP x DP = {data.execution.processors}")
+    validate_input(source, data)
+    return data
+
+
+def calculon_from_input(data: EstimateInput) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The inverse translation: (model JSON, execution JSON) in Calculon's names."""
+    shape = data.model.model_dump()
+    e = data.execution
+    layout = e.model_dump()
+    model = {theirs: shape[ours] for theirs, ours in MODEL_FIELDS.items()}
+    execution = {theirs: layout[ours] for theirs, ours in EXECUTION_FIELDS.items()}
+    execution.update({theirs: getattr(e.network_tiers, ours) for theirs, ours in TIER_FIELDS.items()})
+    execution.update({theirs: getattr(e.offload, ours) for theirs, ours in OFFLOAD_FIELDS.items()})
+    execution["num_procs"] = e.processors
+    return model, execution

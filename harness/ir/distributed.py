@@ -1,0 +1,138 @@
+"""DistributedTaskIR: the local tensor-parallel block as a task DAG.
+
+One Transformer block as seen by one processor of a TP group: primitives with
+their local shapes, explicit TP collectives (with base- and edge-block
+variants), recompute clones and recommunication tasks. No bytes, no
+operation counts, no hardware: those are derived by ``transformer-plan-work``.
+
+Invariants (checked between passes):
+- task names are unique; every dependency names an earlier task (a DAG in
+  topological order);
+- a ``recompute`` task is a clone of a ``forward`` task with the same shape;
+- a ``recommunication`` task is a clone of a forward ``tp_collective`` whose
+  forward collective is not the identity.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, ClassVar, Literal, Union
+
+from pydantic import Field
+
+from harness.ir.base import Artifact, Frozen
+from harness.ir.model import ExecutionLayout, TransformerShape
+
+CollectiveOp = Literal["all_reduce", "reduce_scatter", "all_gather", "p2p"]
+Phase = Literal["forward", "recompute", "recommunication"]
+
+
+class LinearShape(Frozen):
+    """Y[m,k] = X[m,n] x W[n,k]."""
+
+    kind: Literal["linear"] = "linear"
+    m: int = Field(gt=0, description="Rows of X and Y (local tokens).")
+    n: int = Field(gt=0, description="Contraction width (input features).")
+    k: int = Field(gt=0, description="Output features.")
+
+
+class BatchMatmulShape(Frozen):
+    """batch x (C[m,k] = A[m,n] x B[n,k]); both inputs are activations."""
+
+    kind: Literal["batch_matmul"] = "batch_matmul"
+    batch: int = Field(gt=0, description="Independent matrix products (local heads x samples).")
+    m: int = Field(gt=0, description="Rows of A and C.")
+    n: int = Field(gt=0, description="Contraction size.")
+    k: int = Field(gt=0, description="Columns of B and C.")
+
+
+class NormShape(Frozen):
+    """Layer norm over ``elements`` activations with 2 x hidden parameters."""
+
+    kind: Literal["layer_norm"] = "layer_norm"
+    elements: int = Field(gt=0, description="Activation elements normalized.")
+    hidden: int = Field(gt=0, description="Normalized width (gain and bias sizes).")
+
+
+class PointwiseShape(Frozen):
+    """Element-wise primitive over ``elements`` activations."""
+
+    kind: Literal["softmax", "dropout", "gelu"]
+    elements: int = Field(gt=0, description="Activation elements processed.")
+    fused: bool = Field(False, description="gelu only: fused into the preceding linear, keeps no activation.")
+
+
+class ResidualShape(Frozen):
+    """Element-wise sum of two operands."""
+
+    kind: Literal["residual"] = "residual"
+    elements_a: int = Field(gt=0, description="Elements of the first operand.")
+    elements_b: int = Field(gt=0, description="Elements of the second operand.")
+
+
+class ForkShape(Frozen):
+    """Fan-out of one activation to ``users`` consumers (gradients summed)."""
+
+    kind: Literal["fork"] = "fork"
+    elements: int = Field(gt=0, description="Activation elements forked.")
+    users: int = Field(gt=1, description="Number of consumers.")
+
+
+class CollectiveShape(Frozen):
+    """An explicit TP collective and its conjugate in the backward pass.
+
+    Role ``f`` is identity (or all-gather) forward and all-reduce (or
+    reduce-scatter) backward; role ``g`` is its conjugate. ``None`` means the
+    identity: no message at all.
+    """
+
+    kind: Literal["tp_collective"] = "tp_collective"
+    role: Literal["f", "g"] = Field(description="f: enters a TP region; g: leaves it (conjugate).")
+    elements: int = Field(gt=0, description="Elements of the full (unsharded) activation exchanged.")
+    participants: int = Field(gt=1, description="Processors in the TP group.")
+    sequence_sharded: bool = Field(description="The activation outside the TP region is sequence-sharded (rs_ag).")
+    base_forward: CollectiveOp | None = Field(description="Forward collective in a base block.")
+    base_backward: CollectiveOp | None = Field(description="Backward collective in a base block.")
+    edge_forward: CollectiveOp | None = Field(description="Forward collective in a chunk's edge block.")
+    edge_backward: CollectiveOp | None = Field(description="Backward collective in a chunk's edge block.")
+
+
+TaskShape = Annotated[
+    Union[LinearShape, BatchMatmulShape, NormShape, PointwiseShape, ResidualShape, ForkShape, CollectiveShape],
+    Field(discriminator="kind"),
+]
+
+
+class Retention(Frozen):
+    """What the task keeps for the backward pass (memory semantics)."""
+
+    activation_stored: bool = Field(True, description="Its input activation is kept until backward.")
+    output_stored: bool = Field(True, description="Its output is kept (false: recomputed instead).")
+    activation_reused: bool = Field(False, description="Its input is another task's stored activation (no new working space).")
+
+
+class Task(Frozen):
+    """One node of the block DAG."""
+
+    name: str = Field(description="Unique task name, e.g. attn.qk_matmul or recompute/attn.softmax.")
+    phase: Phase = Field(description="forward, recompute (clone) or recommunication (collective redo).")
+    clone_of: str | None = Field(None, description="For clones: the forward task they repeat.")
+    depends_on: tuple[str, ...] = Field((), description="Names of the tasks this one consumes.")
+    shape: TaskShape = Field(description="Primitive and local shape.")
+    retention: Retention = Field(default_factory=Retention, description="Memory semantics.")
+
+
+class DistributedTaskIR(Artifact):
+    """The local TP block DAG plus the layout it was lowered for."""
+
+    SCHEMA_NAME: ClassVar[str] = "blueprinting.distributed-task-ir"
+    SCHEMA_VERSION: ClassVar[int] = 0
+
+    shape: TransformerShape = Field(description="Model shape (from the ModelIR).")
+    execution: ExecutionLayout = Field(description="Layout (from the ModelIR).")
+    tasks: tuple[Task, ...] = Field(description="Block tasks in topological order.")
+
+    def task(self, name: str) -> Task:
+        for task in self.tasks:
+            if task.name == name:
+                return task
+        raise KeyError(name)

@@ -1,0 +1,102 @@
+"""ModelIR: the anonymous semantic import of one Transformer training step.
+
+Dialect ``transformer.decoder_training``. It holds the model shape and the
+execution layout, nothing else: no name, no case id, no comparison data, no
+hardware. Two cases that differ only in name have the same ModelIR digest.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import Field
+
+from harness.ir.base import Artifact, Frozen
+
+Datatype = Literal["float8", "float16", "bfloat16", "float32"]
+RecomputeMode = Literal["full", "attn_only", "none"]
+TPCommunication = Literal["ar", "p2p_rs_ag", "rs_ag"]
+AttentionKind = Literal["multihead", "multiquery"]
+
+BYTES_PER_ELEMENT: dict[str, int] = {"float8": 1, "float16": 2, "bfloat16": 2, "float32": 4}
+
+
+class TransformerShape(Frozen):
+    """Decoder-only Transformer shape (identical blocks)."""
+
+    hidden: int = Field(gt=0, description="Model (embedding) width, elements.")
+    feedforward: int = Field(gt=0, description="MLP inner width, elements.")
+    sequence_length: int = Field(gt=0, description="Tokens per sample.")
+    attention_heads: int = Field(gt=0, description="Number of attention heads.")
+    head_size: int = Field(gt=0, description="Width of one attention head, elements.")
+    blocks: int = Field(gt=0, description="Number of Transformer blocks.")
+
+
+class NetworkTiers(Frozen):
+    """Network tier index used by each parallel dimension."""
+
+    tensor: int = Field(ge=0, description="Network tier of the tensor-parallel group.")
+    pipeline: int = Field(ge=0, description="Network tier of the pipeline-parallel peers.")
+    data: int = Field(ge=0, description="Network tier of the data-parallel group.")
+
+
+class Offload(Frozen):
+    """Offload switches; any true value is rejected by the portable plan."""
+
+    weights: bool = Field(False, description="Offload weights to memory tier 2.")
+    activations: bool = Field(False, description="Offload activations to memory tier 2.")
+    optimizer: bool = Field(False, description="Offload optimizer state to memory tier 2.")
+
+
+class ExecutionLayout(Frozen):
+    """Parallel layout and training options of one iteration."""
+
+    tensor_parallel: int = Field(gt=0, description="Tensor-parallel degree (TP).")
+    pipeline_parallel: int = Field(gt=0, description="Pipeline-parallel degree (PP).")
+    data_parallel: int = Field(gt=0, description="Data-parallel degree (DP).")
+    global_batch: int = Field(gt=0, description="Samples per iteration over all DP replicas.")
+    microbatch: int = Field(gt=0, description="Samples per microbatch.")
+    pipeline_interleaving: int = Field(1, gt=0, description="Model chunks per pipeline stage (virtual stages).")
+    datatype: Datatype = Field("float16", description="Element datatype of weights and activations.")
+    recompute: RecomputeMode = Field("none", description="Activation recomputation: full, attn_only or none.")
+    tp_communication: TPCommunication = Field(
+        "ar", description="TP collectives: ar (all-reduce), rs_ag (sequence parallel), p2p_rs_ag (RS/AG at chunk edges)."
+    )
+    seq_par_ag_redo: bool = Field(False, description="Redo the sequence-parallel all-gather in backward instead of storing.")
+    optimizer_sharding: bool = Field(False, description="Shard optimizer state and gradients over DP (needs DP > 1).")
+    fused_activation: bool = Field(False, description="GeLU fused into the preceding linear (no stored activation).")
+    attention: AttentionKind = Field("multihead", description="multihead or multiquery attention.")
+    network_tiers: NetworkTiers = Field(description="Network tier per parallel dimension.")
+    training: bool = Field(True, description="Training (forward, backward, optimizer) or inference (forward only).")
+    tp_overlap: Literal["none", "ring", "pipe"] = Field("none", description="TP compute/communication overlap; only none is supported.")
+    dp_overlap: bool = Field(False, description="DP communication overlap; only false is supported.")
+    offload: Offload = Field(default_factory=Offload, description="Offload switches; only all-false is supported.")
+
+    @property
+    def processors(self) -> int:
+        return self.tensor_parallel * self.pipeline_parallel * self.data_parallel
+
+    @property
+    def bytes_per_element(self) -> int:
+        return BYTES_PER_ELEMENT[self.datatype]
+
+    @property
+    def microbatches(self) -> int:
+        return self.global_batch // self.data_parallel // self.microbatch
+
+    @property
+    def sequence_parallel(self) -> bool:
+        return self.tp_communication == "rs_ag"
+
+
+class ModelIR(Artifact):
+    """Anonymous, validated Transformer training (or inference) step."""
+
+    SCHEMA_NAME: ClassVar[str] = "blueprinting.model-ir"
+    SCHEMA_VERSION: ClassVar[int] = 0
+
+    dialect: Literal["transformer.decoder_training"] = Field(
+        "transformer.decoder_training", description="IR dialect."
+    )
+    shape: TransformerShape = Field(description="Model shape.")
+    execution: ExecutionLayout = Field(description="Parallel layout and options.")

@@ -1,0 +1,151 @@
+"""PortablePlanIR: exact workload facts, no hardware, no durations.
+
+Every task carries the operations and bytes read/written of each pass
+(forward, activation gradient, weight gradient, optimizer step), the TP
+messages it sends in a base and in an edge block, and the capacity it holds.
+Plan-level facts give the pipeline boundary messages, the data-parallel
+gradient messages, the schedule shape and the network groups.
+
+Both cost views consume this IR unchanged; nothing here depends on a system
+profile except the network tier *indices* chosen by the layout.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import Field
+
+from harness.ir.base import Artifact, Frozen
+from harness.ir.distributed import CollectiveOp, Phase, Retention
+from harness.ir.model import Datatype, RecomputeMode
+
+Engine = Literal["matrix", "vector"]
+PASSES = ("forward", "activation_grad", "weight_grad", "optimizer")
+
+
+class Work(Frozen):
+    """Work of one task in one pass."""
+
+    operations: float = Field(ge=0, description="Arithmetic operations (FLOPs) of the pass.")
+    bytes_read: float = Field(ge=0, description="Bytes read from memory tier 1.")
+    bytes_written: float = Field(ge=0, description="Bytes written to memory tier 1.")
+    engine: Engine = Field(description="Processing engine the operations need (matrix or vector).")
+
+    @property
+    def bytes_accessed(self) -> float:
+        return self.bytes_read + self.bytes_written
+
+
+NO_WORK = Work(operations=0, bytes_read=0, bytes_written=0, engine="vector")
+
+
+class Message(Frozen):
+    """One logical message; a network profile applies its volume model."""
+
+    collective: CollectiveOp = Field(description="Collective or point-to-point operation.")
+    message_bytes: float = Field(ge=0, description="Logical message size from the activation shape, bytes.")
+    participants: int = Field(ge=2, description="Processors taking part.")
+    network_tier: int = Field(ge=0, description="Network tier index it travels on.")
+
+
+class TaskMessages(Frozen):
+    """TP messages of a collective task; None is the identity (nothing sent)."""
+
+    forward_base: Message | None = Field(description="Forward message in a base block.")
+    forward_edge: Message | None = Field(description="Forward message in a chunk's edge block.")
+    backward_base: Message | None = Field(description="Backward message in a base block.")
+    backward_edge: Message | None = Field(description="Backward message in a chunk's edge block.")
+
+
+class Capacity(Frozen):
+    """Bytes a task holds, per microbatch (activations) or per block (state)."""
+
+    weight_bytes: float = Field(ge=0, description="Weights.")
+    activation_bytes: float = Field(ge=0, description="Input activation kept for backward.")
+    output_bytes: float = Field(ge=0, description="Output activation.")
+    weight_grad_bytes: float = Field(ge=0, description="Weight gradient in the element datatype, after optimizer sharding.")
+    weight_grad_unsharded_bytes: float = Field(ge=0, description="Weight gradient accumulated in fp32 before reduction.")
+    activation_grad_bytes: float = Field(ge=0, description="Gradient w.r.t. the output.")
+    optimizer_bytes: float = Field(ge=0, description="fp32 master weights and Adam moments, after sharding.")
+
+
+NO_CAPACITY = Capacity(weight_bytes=0, activation_bytes=0, output_bytes=0, weight_grad_bytes=0,
+                       weight_grad_unsharded_bytes=0, activation_grad_bytes=0, optimizer_bytes=0)
+
+
+class PlanTask(Frozen):
+    """A DistributedTaskIR task with its workload facts."""
+
+    name: str = Field(description="Task name (as in the DistributedTaskIR).")
+    primitive: str = Field(description="Primitive kind.")
+    phase: Phase = Field(description="forward, recompute or recommunication.")
+    clone_of: str | None = Field(None, description="Forward task a clone repeats.")
+    forward: Work = Field(description="Forward pass (for clones: the repeated forward work).")
+    activation_grad: Work = Field(description="Activation-gradient (dgrad) pass.")
+    weight_grad: Work = Field(description="Weight-gradient (wgrad) pass.")
+    optimizer: Work = Field(description="Optimizer step (per block, not per microbatch).")
+    messages: TaskMessages | None = Field(None, description="TP messages (collectives only).")
+    capacity: Capacity = Field(description="Bytes held (zero for clones).")
+    retention: Retention = Field(description="Memory semantics.")
+
+
+class Schedule(Frozen):
+    """Shape of the 1F1B / interleaved schedule (no durations)."""
+
+    training: bool = Field(description="Training (forward + backward + optimizer) or inference.")
+    recompute: RecomputeMode = Field(description="Recomputation mode.")
+    global_batch: int = Field(gt=0, description="Samples per iteration.")
+    microbatches: int = Field(gt=0, description="Microbatches per pipeline per iteration.")
+    blocks: int = Field(gt=0, description="Blocks of the model.")
+    pipeline_parallel: int = Field(gt=0, description="Pipeline stages.")
+    blocks_per_stage: int = Field(gt=0, description="Blocks on the first (fullest) stage.")
+    bubble_reduction_blocks: int = Field(ge=0, description="Stages holding one block fewer when PP does not divide the blocks.")
+    chunks_per_stage: int = Field(gt=0, description="Model chunks per stage (pipeline interleaving).")
+    blocks_per_chunk: int = Field(gt=0, description="Blocks in one chunk.")
+    base_blocks_per_chunk: int = Field(ge=0, description="Blocks of a chunk that are not its edge block.")
+    edge_blocks_per_chunk: int = Field(ge=0, description="Edge blocks per chunk (the one that sends the boundary activation).")
+    activation_checkpoint_bytes: float = Field(ge=0, description="Block input kept per microbatch under full recomputation.")
+
+
+class PipelineTraffic(Frozen):
+    """Boundary-activation messages sent by a chunk's edge block."""
+
+    forward: Message | None = Field(description="Forward boundary message (None without PP).")
+    backward: Message | None = Field(description="Backward boundary message (None without PP).")
+    forward_transfers_per_microbatch: int = Field(ge=0, description="Forward p2p transfers per microbatch per stage.")
+    backward_transfers_per_microbatch: int = Field(ge=0, description="Backward p2p transfers per microbatch per stage.")
+
+
+class DataParallelTraffic(Frozen):
+    """Gradient synchronization per block (training with DP > 1)."""
+
+    gradient_bytes: float = Field(ge=0, description="Logical gradient message of one block.")
+    messages: tuple[Message, ...] = Field(description="all_reduce, or reduce_scatter + all_gather with optimizer sharding.")
+
+
+class NetworkUse(Frozen):
+    """A parallel group placed on a network tier."""
+
+    dimension: Literal["tensor", "pipeline", "data"] = Field(description="Parallel dimension.")
+    network_tier: int = Field(ge=0, description="Tier index.")
+    group_size: int = Field(gt=1, description="Processors in the group.")
+
+
+class PortablePlanIR(Artifact):
+    """Exact, hardware-free workload facts of one iteration."""
+
+    SCHEMA_NAME: ClassVar[str] = "blueprinting.portable-plan-ir"
+    SCHEMA_VERSION: ClassVar[int] = 0
+
+    datatype: Datatype = Field(description="Element datatype (selects the profile's peak and curves).")
+    bytes_per_element: int = Field(gt=0, description="Bytes per element of the datatype.")
+    processors: int = Field(gt=0, description="TP x PP x DP.")
+    tasks: tuple[PlanTask, ...] = Field(description="Block tasks with workload facts, in DAG order.")
+    schedule: Schedule = Field(description="Schedule shape.")
+    pipeline: PipelineTraffic = Field(description="Pipeline boundary traffic.")
+    data_parallel: DataParallelTraffic | None = Field(description="DP gradient traffic (None without it).")
+    network_use: tuple[NetworkUse, ...] = Field(description="Parallel groups per network tier.")
+
+    def phase_tasks(self, phase: str) -> tuple[PlanTask, ...]:
+        return tuple(t for t in self.tasks if t.phase == phase)

@@ -1,0 +1,178 @@
+"""Pass ``transformer-plan-work``: DistributedTaskIR -> PortablePlanIR.
+
+Derives exact workload facts per task from the rules in
+:mod:`harness.passes.rules` and the plan-level traffic:
+
+- recompute clones repeat their original's forward work and hold nothing;
+- a recommunication task sends its original's forward message again;
+- the pipeline boundary message is one block activation, sequence-sharded when
+  the TP collectives are split (rs_ag, p2p_rs_ag); training sends it back in
+  the backward pass;
+- the data-parallel message of a block is its weight bytes: one all-reduce, or
+  a reduce-scatter plus an all-gather with optimizer sharding.
+
+No processor, memory or network property is consulted and no duration is
+produced: only network tier indices from the layout appear.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from harness.ir.checks import blocks_per_stage
+from harness.ir.distributed import CollectiveShape, DistributedTaskIR, Task
+from harness.ir.portable import (
+    NO_CAPACITY,
+    NO_WORK,
+    DataParallelTraffic,
+    Message,
+    NetworkUse,
+    PipelineTraffic,
+    PlanTask,
+    PortablePlanIR,
+    Schedule,
+    TaskMessages,
+)
+from harness.passes.base import ModulePass
+from harness.passes.rules import derive
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerPlanWork(ModulePass[DistributedTaskIR, PortablePlanIR]):
+    """Attach workload facts; bind no hardware."""
+
+    name = "transformer-plan-work"
+
+    def requires(self, ir: DistributedTaskIR) -> None:
+        if not ir.tasks:
+            raise self.fail("the DistributedTaskIR has no tasks")
+        if not any(t.phase == "forward" for t in ir.tasks):
+            raise self.fail("the DistributedTaskIR has no forward task")
+
+    def apply(self, ir: DistributedTaskIR) -> PortablePlanIR:
+        e = ir.execution
+        b = e.bytes_per_element
+        shards = e.data_parallel if e.optimizer_sharding else 1
+        tasks = tuple(self._plan_task(t, b, shards, e.network_tiers.tensor, e.training)
+                      for t in ir.tasks)
+        return PortablePlanIR.model_construct(
+            datatype=e.datatype,
+            bytes_per_element=b,
+            processors=e.processors,
+            tasks=tasks,
+            schedule=self._schedule(ir),
+            pipeline=self._pipeline(ir),
+            data_parallel=self._data_parallel(ir, tasks),
+            network_use=self._network_use(ir),
+        )
+
+    @staticmethod
+    def _plan_task(task: Task, b: int, shards: int, tier: int, training: bool) -> PlanTask:
+        facts = derive(task.shape, b, shards)
+        messages = None
+        if isinstance(task.shape, CollectiveShape):
+            s = task.shape
+
+            def message(op):
+                return None if op is None else Message.model_construct(
+                    collective=op, message_bytes=s.elements * b, participants=s.participants, network_tier=tier)
+
+            if not training:
+                messages = TaskMessages.model_construct(forward_base=message(s.base_forward),
+                                                        forward_edge=message(s.edge_forward),
+                                                        backward_base=None, backward_edge=None)
+            elif task.phase == "recommunication":
+                messages = TaskMessages.model_construct(forward_base=message(s.base_forward),
+                                                        forward_edge=message(s.edge_forward),
+                                                        backward_base=None, backward_edge=None)
+            else:
+                messages = TaskMessages.model_construct(
+                    forward_base=message(s.base_forward), forward_edge=message(s.edge_forward),
+                    backward_base=message(s.base_backward), backward_edge=message(s.edge_backward))
+        if task.phase == "forward" and training:
+            passes = dict(forward=facts.forward, activation_grad=facts.activation_grad,
+                          weight_grad=facts.weight_grad, optimizer=facts.optimizer)
+            capacity = facts.capacity
+        elif task.phase == "forward":
+            # Inference: no backward pass, no optimizer, no gradient state.
+            passes = dict(forward=facts.forward, activation_grad=NO_WORK, weight_grad=NO_WORK, optimizer=NO_WORK)
+            capacity = facts.capacity.model_copy(update=dict(
+                weight_grad_bytes=0, weight_grad_unsharded_bytes=0, activation_grad_bytes=0, optimizer_bytes=0))
+        else:
+            repeated = facts.forward if task.phase == "recompute" else NO_WORK
+            passes = dict(forward=repeated, activation_grad=NO_WORK, weight_grad=NO_WORK, optimizer=NO_WORK)
+            capacity = NO_CAPACITY
+        return PlanTask.model_construct(name=task.name, primitive=task.shape.kind, phase=task.phase,
+                                        clone_of=task.clone_of, messages=messages, capacity=capacity,
+                                        retention=task.retention, **passes)
+
+    @staticmethod
+    def _schedule(ir: DistributedTaskIR) -> Schedule:
+        s, e = ir.shape, ir.execution
+        per_stage = blocks_per_stage(s.blocks, e.pipeline_parallel)
+        remainder = s.blocks % e.pipeline_parallel
+        per_chunk = per_stage // e.pipeline_interleaving
+        checkpoint = (e.microbatch * s.sequence_length * s.hidden * e.bytes_per_element
+                      if e.training and e.recompute == "full" else 0)
+        return Schedule.model_construct(
+            training=e.training, recompute=e.recompute, global_batch=e.global_batch, microbatches=e.microbatches,
+            blocks=s.blocks, pipeline_parallel=e.pipeline_parallel, blocks_per_stage=per_stage,
+            bubble_reduction_blocks=e.pipeline_parallel - remainder if remainder else 0,
+            chunks_per_stage=e.pipeline_interleaving, blocks_per_chunk=per_chunk,
+            base_blocks_per_chunk=per_chunk - 1, edge_blocks_per_chunk=1,
+            activation_checkpoint_bytes=checkpoint,
+        )
+
+    @staticmethod
+    def _pipeline(ir: DistributedTaskIR) -> PipelineTraffic:
+        s, e = ir.shape, ir.execution
+        if e.pipeline_parallel == 1:
+            return PipelineTraffic.model_construct(forward=None, backward=None, forward_transfers_per_microbatch=0,
+                                                   backward_transfers_per_microbatch=0)
+        tokens = e.microbatch * s.sequence_length
+        sharded = e.tp_communication in ("rs_ag", "p2p_rs_ag")
+        boundary = (tokens // e.tensor_parallel if sharded else tokens) * s.hidden * e.bytes_per_element
+        tier = e.network_tiers.pipeline
+        # Inference keeps a zero-byte backward slot: the schedule's edge block
+        # still pays the p2p latency there (Calculon 0.1.0 semantics).
+        backward_bytes = boundary if e.training else 0
+        return PipelineTraffic.model_construct(
+            forward=Message.model_construct(collective="p2p", message_bytes=boundary, participants=2, network_tier=tier),
+            backward=Message.model_construct(collective="p2p", message_bytes=backward_bytes, participants=2,
+                                             network_tier=tier),
+            forward_transfers_per_microbatch=e.pipeline_interleaving,
+            backward_transfers_per_microbatch=e.pipeline_interleaving if e.training else 0,
+        )
+
+    @staticmethod
+    def _data_parallel(ir: DistributedTaskIR, tasks: tuple[PlanTask, ...]) -> DataParallelTraffic | None:
+        e = ir.execution
+        if e.data_parallel == 1 or not e.training:
+            return None
+        gradient = sum(t.capacity.weight_bytes for t in tasks)
+        ops = ("reduce_scatter", "all_gather") if e.optimizer_sharding else ("all_reduce",)
+        return DataParallelTraffic.model_construct(
+            gradient_bytes=gradient,
+            messages=tuple(Message.model_construct(collective=op, message_bytes=gradient, participants=e.data_parallel,
+                                                   network_tier=e.network_tiers.data) for op in ops),
+        )
+
+    @staticmethod
+    def _network_use(ir: DistributedTaskIR) -> tuple[NetworkUse, ...]:
+        e = ir.execution
+        groups = (("tensor", e.network_tiers.tensor, e.tensor_parallel),
+                  ("pipeline", e.network_tiers.pipeline, e.pipeline_parallel),
+                  ("data", e.network_tiers.data, e.data_parallel))
+        return tuple(NetworkUse.model_construct(dimension=d, network_tier=t, group_size=n) for d, t, n in groups if n > 1)
+
+    def ensures(self, ir: PortablePlanIR) -> None:
+        for task in ir.tasks:
+            if task.phase != "forward" and task.capacity != NO_CAPACITY:
+                raise self.fail(f"clone {task.name} holds capacity")
+            if task.primitive == "tp_collective" and task.messages is None:
+                raise self.fail(f"collective {task.name} has no messages")
+            if task.primitive != "tp_collective" and task.messages is not None:
+                raise self.fail(f"compute task {task.name} sends TP messages")
+        sched = ir.schedule
+        if sched.blocks_per_chunk * sched.chunks_per_stage != sched.blocks_per_stage:
+            raise self.fail("chunks do not tile the blocks of a stage")

@@ -1,0 +1,191 @@
+"""Per-primitive workload derivation rules (the seed's rules, unit-tested).
+
+Rules, with ``b`` bytes per element:
+
+- linear ``Y[M,K] = X[M,N] W[N,K]``: forward = dgrad = wgrad = 2MNK; forward
+  reads X, W and writes Y; dgrad reads W, dY and writes dX; wgrad reads X, dY
+  and writes dW.
+- batch matmul (both inputs activations): forward = 2BMNK, dgrad = 4BMNK
+  (gradients for both inputs), no wgrad.
+- layer norm: 9 / 14 / 7 operations per element (forward / dgrad / wgrad),
+  2 x hidden parameters.
+- softmax 5 / 8, GeLU 8 / 13, dropout 1 / 1 operations per element; dropout
+  keeps a one-byte mask per element (its stored activation), and its gradient
+  buffer is accounted at mask size (Calculon 0.1.0's accounting).
+- residual: forward one operation per output element, dgrad one per input.
+- fork: no forward work; dgrad sums ``users`` gradients.
+- TP collective: local reduction ``elements x (p-1)/p`` on the reducing side
+  (g forward, f backward); HBM traffic of reduce-scatter/all-gather stays on
+  the task; identities move nothing.
+- optimizer (Adam): 11 operations per weight-gradient element; touches the
+  fp32 master copy (when the datatype is narrower) and two fp32 moments;
+  sharded over DP with optimizer sharding. The state is counted once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from harness.ir.distributed import (
+    BatchMatmulShape,
+    CollectiveShape,
+    ForkShape,
+    LinearShape,
+    NormShape,
+    PointwiseShape,
+    ResidualShape,
+)
+from harness.ir.portable import Capacity, Engine, Work
+
+POINTWISE_OPERATIONS = {"softmax": (5, 8), "gelu": (8, 13), "dropout": (1, 1)}
+ADAM_OPERATIONS_PER_ELEMENT = 11
+LAYER_NORM_OPERATIONS = (9, 14, 7)
+
+
+@dataclasses.dataclass(frozen=True)
+class PrimitiveFacts:
+    """Facts of one primitive: four passes and the capacity it holds."""
+
+    forward: Work
+    activation_grad: Work
+    weight_grad: Work
+    optimizer: Work
+    capacity: Capacity
+
+
+def _work(operations: float, read: float, written: float, engine: Engine) -> Work:
+    return Work.model_construct(operations=operations, bytes_read=read, bytes_written=written, engine=engine)
+
+
+def _optimizer(weights: int, moments: int, b: int, shards: int) -> Work:
+    master = weights * 4 if b < 4 else 0
+    return _work(weights / shards * ADAM_OPERATIONS_PER_ELEMENT, (master + moments * 4) / shards, 0, "vector")
+
+
+def _capacity(b: int, shards: int, *, weights: int = 0, activation: float = 0, output: int = 0,
+              activation_grad: float = 0, moments: int = 0) -> Capacity:
+    master = weights * 4 if b < 4 else 0
+    return Capacity.model_construct(
+        weight_bytes=weights * b, activation_bytes=activation, output_bytes=output * b,
+        weight_grad_bytes=weights * b / shards, weight_grad_unsharded_bytes=weights * 4,
+        activation_grad_bytes=activation_grad, optimizer_bytes=(master + moments * 4) / shards,
+    )
+
+
+_NONE = _work(0, 0, 0, "vector")
+
+
+def linear(s: LinearShape, b: int, shards: int) -> PrimitiveFacts:
+    ops = 2 * s.m * s.n * s.k
+    x, w, y = s.m * s.n, s.n * s.k, s.m * s.k
+    return PrimitiveFacts(
+        forward=_work(ops, (x + w) * b, y * b, "matrix"),
+        activation_grad=_work(ops, (w + y) * b, x * b, "matrix"),
+        weight_grad=_work(ops, (x + y) * b, w * b, "matrix"),
+        optimizer=_optimizer(w, 2 * w, b, shards),
+        capacity=_capacity(b, shards, weights=w, activation=x * b, output=y, activation_grad=y * b, moments=2 * w),
+    )
+
+
+def batch_matmul(s: BatchMatmulShape, b: int, shards: int) -> PrimitiveFacts:
+    ops = 2 * s.batch * s.m * s.n * s.k
+    inputs, out = s.batch * (s.m * s.n + s.n * s.k), s.batch * s.m * s.k
+    return PrimitiveFacts(
+        forward=_work(ops, inputs * b, out * b, "matrix"),
+        activation_grad=_work(2 * ops, out * b, inputs * b, "matrix"),
+        weight_grad=_work(0, 0, 0, "matrix"),
+        optimizer=_NONE,
+        capacity=_capacity(b, shards, activation=inputs * b, output=out, activation_grad=out * b),
+    )
+
+
+def layer_norm(s: NormShape, b: int, shards: int) -> PrimitiveFacts:
+    a, w = s.elements, 2 * s.hidden
+    fw, dg, wg = LAYER_NORM_OPERATIONS
+    return PrimitiveFacts(
+        forward=_work(fw * a, (a + w) * b, a * b, "vector"),
+        activation_grad=_work(dg * a, (w + a) * b, a * b, "vector"),
+        weight_grad=_work(wg * a, 2 * a * b, w * b, "vector"),
+        optimizer=_optimizer(w, 2 * w, b, shards),
+        capacity=_capacity(b, shards, weights=w, activation=a * b, output=a, activation_grad=a * b, moments=2 * w),
+    )
+
+
+def pointwise(s: PointwiseShape, b: int, shards: int) -> PrimitiveFacts:
+    a = s.elements
+    fw, dg = POINTWISE_OPERATIONS[s.kind]
+    if s.kind == "dropout":
+        mask = a  # one byte per element
+        forward = _work(fw * a, a * b, a * b + mask, "vector")
+        return PrimitiveFacts(
+            forward=forward,
+            activation_grad=_work(dg * a, a * b + mask, a * b, "vector"),
+            weight_grad=_NONE, optimizer=_NONE,
+            capacity=_capacity(b, shards, activation=mask, output=a, activation_grad=mask),
+        )
+    kept = 0 if s.fused else a
+    return PrimitiveFacts(
+        forward=_work(fw * a, a * b, a * b, "vector"),
+        activation_grad=_work(dg * a, a * b, a * b, "vector"),
+        weight_grad=_NONE, optimizer=_NONE,
+        capacity=_capacity(b, shards, activation=kept * b, output=a, activation_grad=kept * b),
+    )
+
+
+def residual(s: ResidualShape, b: int, shards: int) -> PrimitiveFacts:
+    inputs, out = s.elements_a + s.elements_b, max(s.elements_a, s.elements_b)
+    return PrimitiveFacts(
+        forward=_work(out, inputs * b, out * b, "vector"),
+        activation_grad=_work(inputs, out * b, inputs * b, "vector"),
+        weight_grad=_NONE, optimizer=_NONE,
+        capacity=_capacity(b, shards, activation=inputs * b, output=out, activation_grad=out * b),
+    )
+
+
+def fork(s: ForkShape, b: int, shards: int) -> PrimitiveFacts:
+    a = s.elements
+    return PrimitiveFacts(
+        forward=_NONE,
+        activation_grad=_work(s.users * a, s.users * a * b, a * b, "vector"),
+        weight_grad=_NONE, optimizer=_NONE,
+        # Gradients of the users accumulate in one buffer owned by the users.
+        capacity=_capacity(b, shards, activation=a * b, output=0, activation_grad=0),
+    )
+
+
+def tp_collective(s: CollectiveShape, b: int, shards: int) -> PrimitiveFacts:
+    a, p = s.elements, s.participants
+    reduction = a * (p - 1) / p
+    moved = _work(0, a * b, a * b, "vector")
+    if s.role == "f":
+        forward = moved if s.sequence_sharded else _NONE
+        backward = _work(reduction, a * b, a * b, "vector")
+        kept = a * b / p if s.sequence_sharded else 0
+        kept_grad = a * b / p if s.sequence_sharded else a * b
+    else:
+        forward = _work(reduction, a * b, a * b, "vector")
+        backward = moved if s.sequence_sharded else _NONE
+        kept = a * b / p if s.sequence_sharded else a * b
+        kept_grad = a * b / p if s.sequence_sharded else 0
+    return PrimitiveFacts(
+        forward=forward, activation_grad=backward, weight_grad=_NONE, optimizer=_NONE,
+        capacity=_capacity(b, shards, activation=kept, output=a, activation_grad=kept_grad),
+    )
+
+
+RULES = {
+    "linear": linear,
+    "batch_matmul": batch_matmul,
+    "layer_norm": layer_norm,
+    "softmax": pointwise,
+    "dropout": pointwise,
+    "gelu": pointwise,
+    "residual": residual,
+    "fork": fork,
+    "tp_collective": tp_collective,
+}
+
+
+def derive(shape, bytes_per_element: int, optimizer_shards: int) -> PrimitiveFacts:
+    """Apply the rule of ``shape.kind``."""
+    return RULES[shape.kind](shape, bytes_per_element, optimizer_shards)

@@ -1,0 +1,56 @@
+"""The explicit lowering pipeline: import -> distribute -> plan-work.
+
+``lower`` is pure and keyed by the ModelIR digest: identical inputs reuse one
+lowering (the IRs are frozen, so sharing them is safe).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from harness.cases import EstimateInput
+from harness.ir.distributed import DistributedTaskIR
+from harness.ir.model import ModelIR
+from harness.ir.portable import PortablePlanIR
+from harness.passes.base import PassCheckpoint
+from harness.passes.distribute import TransformerDistribute
+from harness.passes.importer import import_model
+from harness.passes.plan_work import TransformerPlanWork
+
+PIPELINE = (TransformerDistribute(), TransformerPlanWork())
+
+
+@dataclasses.dataclass(frozen=True)
+class Lowering:
+    """Every IR of one input and the checkpoints between them."""
+
+    model: ModelIR
+    distributed: DistributedTaskIR
+    plan: PortablePlanIR
+    checkpoints: tuple[PassCheckpoint, PassCheckpoint]
+
+    def digests(self) -> dict[str, str]:
+        return {"model_ir": self.model.digest(), "distributed_task_ir": self.distributed.digest(),
+                "portable_plan_ir": self.plan.digest()}
+
+
+_CACHE: dict[str, Lowering] = {}
+
+
+def lower_model(model: ModelIR) -> Lowering:
+    key = model.digest()
+    cached = _CACHE.get(key)
+    if cached is not None:
+        return cached
+    distributed, first = PIPELINE[0].run(model)
+    plan, second = PIPELINE[1].run(distributed)
+    lowering = Lowering(model, distributed, plan, (first, second))
+    if len(_CACHE) > 4096:
+        _CACHE.clear()
+    _CACHE[key] = lowering
+    return lowering
+
+
+def lower(data: EstimateInput, source: str = "<input>") -> Lowering:
+    """Import, validate and lower one anonymous input."""
+    return lower_model(import_model(data, source))

@@ -1,0 +1,1 @@
+"""Schedule composition (1F1B / interleaved) and memory."""

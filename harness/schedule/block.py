@@ -1,0 +1,66 @@
+"""Block critical paths: per-microbatch block times from task costs.
+
+A processor executes a block's tasks one after another (one stream, no
+compute/communication overlap in the portable plan), so a block's critical
+path is the sum of its tasks along the DAG. Compute tasks and TP collectives
+are kept apart so that every schedule component traces back to its tasks:
+
+- ``forward_s``: forward-phase compute tasks, forward pass;
+- ``recompute_s``: recompute clones (their repeated forward pass);
+- ``activation_grad_s`` / ``weight_grad_s`` / ``optimizer_s``: forward-phase
+  compute tasks, those passes;
+- ``tp_*``: forward-phase collectives, network time plus the local
+  reduction/copy work of the pass, in a base and in an edge block;
+- ``recomm_*``: recommunication tasks, network time;
+- ``pp_*``: one pipeline boundary transfer; ``dp_s``: one block's DP sync.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from harness.cost.views import Pricer, TaskCost
+from harness.ir.portable import PortablePlanIR
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BlockTimes:
+    forward_s: float
+    recompute_s: float
+    activation_grad_s: float
+    weight_grad_s: float
+    optimizer_s: float
+    tp_forward_base_s: float
+    tp_forward_edge_s: float
+    tp_backward_base_s: float
+    tp_backward_edge_s: float
+    recomm_base_s: float
+    recomm_edge_s: float
+    pp_forward_s: float
+    pp_backward_s: float
+    dp_s: float
+
+
+def block_times(plan: PortablePlanIR, costs: tuple[TaskCost, ...], pricer: Pricer) -> BlockTimes:
+    fw = re = ag = wg = opt = 0.0
+    tfb = tfe = tbb = tbe = rb = reb = 0.0
+    for cost in costs:
+        if cost.phase == "forward" and cost.primitive != "tp_collective":
+            fw += cost["forward"].processing_s
+            ag += cost["activation_grad"].processing_s
+            wg += cost["weight_grad"].processing_s
+            opt += cost["optimizer"].processing_s
+        elif cost.phase == "forward":
+            f, b = cost["forward"], cost["activation_grad"]
+            tfb += f.network_base_s + f.processing_s
+            tfe += f.network_edge_s + f.processing_s
+            tbb += b.network_base_s + b.processing_s
+            tbe += b.network_edge_s + b.processing_s
+        elif cost.phase == "recompute":
+            re += cost["forward"].processing_s
+        else:
+            rb += cost["forward"].network_base_s
+            reb += cost["forward"].network_edge_s
+    dp = sum(pricer.message_s(m) for m in plan.data_parallel.messages) if plan.data_parallel else 0.0
+    return BlockTimes(fw, re, ag, wg, opt, tfb, tfe, tbb, tbe, rb, reb,
+                      pricer.message_s(plan.pipeline.forward), pricer.message_s(plan.pipeline.backward), dp)

@@ -1,0 +1,101 @@
+"""End-to-end 1F1B / interleaved composition of one iteration.
+
+Rules (per first pipeline stage, which is the fullest and the slowest):
+
+- ``mult = blocks_per_stage x microbatches``; forward, backward (dgrad +
+  wgrad) and recompute are ``mult`` x the block's time; the optimizer step
+  runs once per block;
+- a chunk is ``base_blocks_per_chunk`` base blocks then one edge block; the
+  edge block differs in its TP collectives (p2p_rs_ag) and carries the
+  pipeline boundary transfer; TP and recommunication are exposed per block;
+- pipeline p2p: ``chunks_per_stage`` transfers per microbatch each way;
+- bubble: ``(PP - 1)`` chunk times (forward + backward chunk critical path),
+  plus ``(interleaving - 1) x (PP - microbatches mod PP)`` chunk times when
+  PP does not divide the microbatches, minus the work of the
+  ``bubble_reduction_blocks`` missing blocks when PP does not divide the
+  blocks (half a base and half an edge block each; an edge block when chunks
+  have no base block);
+- data parallel (no overlap): one sync per block on the stage.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from harness.ir.portable import Schedule
+from harness.schedule.block import BlockTimes
+
+COMPONENTS = ("forward", "backward", "optimizer", "recompute", "tensor_parallel", "pipeline_parallel",
+              "data_parallel", "recommunication", "pipeline_bubble")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ChunkTimes:
+    """Block and chunk critical paths that feed the bubble."""
+
+    base_forward_s: float
+    edge_forward_s: float
+    base_backward_s: float
+    edge_backward_s: float
+    chunk_forward_s: float
+    chunk_backward_s: float
+    bubble_full_chunks: int
+    bubble_extra_chunks: int
+    bubble_reduction_s: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Composition:
+    components_s: dict[str, float]
+    total_s: float
+    chunks: ChunkTimes
+
+
+def chunk_times(s: Schedule, b: BlockTimes) -> ChunkTimes:
+    base_fw = b.forward_s + b.tp_forward_base_s
+    edge_fw = b.forward_s + b.tp_forward_edge_s + b.pp_forward_s
+    base_bw = b.recompute_s + b.recomm_base_s + b.activation_grad_s + b.weight_grad_s + b.tp_backward_base_s
+    edge_bw = (b.recompute_s + b.recomm_edge_s + b.activation_grad_s + b.weight_grad_s + b.tp_backward_edge_s
+               + b.pp_backward_s)
+    if s.base_blocks_per_chunk > 0:
+        reduction = s.bubble_reduction_blocks * (base_fw + edge_fw + base_bw + edge_bw) / 2
+    else:
+        reduction = s.bubble_reduction_blocks * (edge_fw + edge_bw)
+    shortage = s.microbatches % s.pipeline_parallel
+    extra = (s.chunks_per_stage - 1) * (s.pipeline_parallel - shortage) if shortage else 0
+    return ChunkTimes(
+        base_fw, edge_fw, base_bw, edge_bw,
+        s.base_blocks_per_chunk * base_fw + s.edge_blocks_per_chunk * edge_fw,
+        s.base_blocks_per_chunk * base_bw + s.edge_blocks_per_chunk * edge_bw,
+        s.pipeline_parallel - 1, extra, reduction,
+    )
+
+
+def compose(s: Schedule, b: BlockTimes, pp_forward_transfers: int, pp_backward_transfers: int) -> Composition:
+    mb, chunks = s.microbatches, s.chunks_per_stage
+    mult = s.blocks_per_stage * mb
+    per_chunk = mb * chunks
+
+    def chunk_sum(base: float, edge: float) -> float:
+        return per_chunk * (s.base_blocks_per_chunk * base + s.edge_blocks_per_chunk * edge)
+
+    c = chunk_times(s, b)
+    chunk = c.chunk_forward_s + c.chunk_backward_s
+    components = {
+        "forward": mult * b.forward_s,
+        "backward": mult * b.activation_grad_s + mult * b.weight_grad_s,
+        "optimizer": s.blocks_per_stage * b.optimizer_s,
+        "recompute": mult * b.recompute_s,
+        "tensor_parallel": chunk_sum(b.tp_forward_base_s, b.tp_forward_edge_s)
+        + chunk_sum(b.tp_backward_base_s, b.tp_backward_edge_s),
+        "pipeline_parallel": mb * pp_forward_transfers * b.pp_forward_s + mb * pp_backward_transfers * b.pp_backward_s,
+        "data_parallel": s.blocks_per_stage * b.dp_s,
+        "recommunication": chunk_sum(b.recomm_base_s, b.recomm_edge_s),
+        "pipeline_bubble": c.bubble_full_chunks * chunk + (c.bubble_extra_chunks * chunk - c.bubble_reduction_s),
+    }
+    order = ("forward", "backward", "optimizer", "recompute", "recommunication", "pipeline_bubble",
+             "tensor_parallel", "pipeline_parallel", "data_parallel")
+    total = 0.0
+    for name in order:
+        total += components[name]
+    return Composition(components, total, c)
