@@ -1,0 +1,1 @@
+"""The calibration experiment: estimates first, then oracles, then the report."""

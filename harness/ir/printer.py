@@ -1,0 +1,72 @@
+"""Readable text of each IR (the canonical form is the JSON of ``canonical()``).
+
+The text view is for people; it shows every task with its facts and ends
+with the digest so a reader can match it to reports and checkpoints.
+"""
+
+from __future__ import annotations
+
+from harness.ir.base import Artifact
+from harness.ir.distributed import DistributedTaskIR
+from harness.ir.model import ModelIR
+from harness.ir.portable import PASSES, PortablePlanIR
+
+
+def _fields(model) -> str:
+    data = model.model_dump(exclude={"kind"})
+    return " ".join(f"{k}={v}" for k, v in data.items() if v is not None)
+
+
+def render_model(ir: ModelIR) -> list[str]:
+    return [f"{ir.dialect}", f"  shape: {_fields(ir.shape)}",
+            f"  execution: {_fields(ir.execution.model_copy(update={}))}"]
+
+
+def render_distributed(ir: DistributedTaskIR) -> list[str]:
+    lines = [f"distributed block of one TP rank: {len(ir.tasks)} tasks"]
+    for t in ir.tasks:
+        deps = ", ".join(t.depends_on) or "-"
+        lines.append(f"  %{t.name} = {t.shape.kind}[{t.phase}]({deps}) {{{_fields(t.shape)}}}")
+    return lines
+
+
+def _num(x: float) -> str:
+    return f"{x:.6g}"
+
+
+def render_portable(ir: PortablePlanIR) -> list[str]:
+    s = ir.schedule
+    lines = [f"portable plan: {ir.datatype} ({ir.bytes_per_element} B/element), {ir.processors} processors",
+             f"  schedule: {_fields(s)}"]
+    for t in ir.tasks:
+        lines.append(f"  %{t.name} = {t.primitive}[{t.phase}]")
+        for name in PASSES:
+            w = getattr(t, name)
+            if w.operations or w.bytes_read or w.bytes_written:
+                lines.append(f"      {name}: ops={_num(w.operations)} read={_num(w.bytes_read)}B "
+                             f"written={_num(w.bytes_written)}B engine={w.engine}")
+        if t.messages:
+            for slot, m in t.messages.model_dump().items():
+                if m:
+                    lines.append(f"      {slot}: {m['collective']} {_num(m['message_bytes'])}B x{m['participants']} "
+                                 f"tier {m['network_tier']}")
+    for label, m in (("pipeline forward", ir.pipeline.forward), ("pipeline backward", ir.pipeline.backward)):
+        if m:
+            lines.append(f"  {label}: p2p {_num(m.message_bytes)}B tier {m.network_tier}")
+    if ir.data_parallel:
+        for m in ir.data_parallel.messages:
+            lines.append(f"  data parallel: {m.collective} {_num(m.message_bytes)}B x{m.participants} tier {m.network_tier}")
+    return lines
+
+
+def render(ir: Artifact) -> str:
+    if isinstance(ir, ModelIR):
+        lines = render_model(ir)
+    elif isinstance(ir, DistributedTaskIR):
+        lines = render_distributed(ir)
+    elif isinstance(ir, PortablePlanIR):
+        lines = render_portable(ir)
+    else:
+        raise TypeError(type(ir).__name__)
+    lines.append(f"// {ir.SCHEMA_NAME} v{ir.SCHEMA_VERSION} sha256:{ir.digest()}")
+    return "\n".join(lines)
