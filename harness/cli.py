@@ -14,7 +14,7 @@ import sys
 
 from harness.errors import HarnessError
 
-COMMANDS = ("lower", "estimate")
+COMMANDS = ("lower", "estimate", "oracle")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,67 @@
+"""``harness oracle record``: write vendored records by running Calculon.
+
+Each input is translated to Calculon's JSON (the case's own shape and layout)
+and run twice: on the evidence profile as is (``system_evidence``) and with
+every efficiency at 1.0 (``peak_only``). The manifest is rewritten with the
+new file's digest.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterable
+
+from harness.cases import EstimateInput
+from harness.digest import sha256_file
+from harness.evidence.calculon_export import calculon_system
+from harness.evidence.profile import load_profile
+from harness.interop.calculon_format import calculon_from_input
+from harness.oracles.records import (
+    MANIFEST_SCHEMA,
+    RECORDS_SCHEMA,
+    VENDOR_DIR,
+    Manifest,
+    OracleIdentity,
+    read_json,
+    write_json,
+)
+from harness.oracles.runner import CALCULON_VERSION, DIGEST_RULE, CalculonRunner
+
+CALCULON_COMMIT = "caa4b11f8fe1fee3ba57adaacb7590d7deabd053"
+
+
+def record_inputs(runner: CalculonRunner, inputs: Iterable[tuple[str, EstimateInput]],
+                  views: tuple[str, ...] = ("system_evidence", "peak_only")) -> tuple[list[dict], dict[str, str]]:
+    records, revisions = [], {}
+    for record_id, data in inputs:
+        profile = load_profile(data.system)
+        revisions[profile.name] = profile.revision()
+        model, execution = calculon_from_input(data)
+        out = {}
+        for view in views:
+            result = runner.run(model, execution, calculon_system(profile, peak_only=view == "peak_only"))
+            out[view] = {"error": result["error"]} if "error" in result else {"stats": result}
+        records.append({"id": record_id, "system": data.system, "calculon_model": model,
+                        "calculon_execution": execution, "views": out})
+    return records, revisions
+
+
+def write_record_file(runner: CalculonRunner, relative: str, records: list[dict], revisions: dict[str, str],
+                      vendor: Path = VENDOR_DIR) -> Path:
+    identity = OracleIdentity(name="calculon", version=CALCULON_VERSION, commit=CALCULON_COMMIT,
+                              source_tree_sha256=runner.source_digest, digest_rule=DIGEST_RULE)
+    path = vendor / relative
+    write_json(path, {"schema": RECORDS_SCHEMA, "oracle": identity.model_dump(), "evidence_revisions": revisions,
+                      "records": records})
+    manifest_path = vendor / "MANIFEST.json"
+    files = {}
+    if manifest_path.is_file():
+        old = Manifest.model_validate(read_json(manifest_path))
+        if old.oracle == identity:
+            files = dict(old.files)
+    files[relative] = sha256_file(path)
+    manifest_path.write_text(json.dumps(
+        {"schema": MANIFEST_SCHEMA, "oracle": identity.model_dump(), "files": dict(sorted(files.items()))},
+        indent=1, sort_keys=True) + "\n")
+    return path

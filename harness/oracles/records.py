@@ -1,0 +1,134 @@
+"""Vendored Calculon records: the project's own file format and its checks.
+
+Layout of ``vendor/calculon-0.1.0/``:
+
+- ``PROVENANCE.md``: what Calculon is, its commit and license (Apache-2.0),
+  the source digest and how it is computed, how the records were made;
+- ``MANIFEST.json``: SHA-256 of every record file, the oracle identity;
+- ``records/*.json``: ``OracleRecordFile`` documents.
+
+Rule: a record file whose digest differs from the manifest, an oracle digest
+that differs from the manifest's, or a requested record that is missing is an
+:class:`OracleRecordError` naming the file, never a silent comparison.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError
+
+from harness.digest import sha256_file
+from harness.errors import OracleRecordError
+from harness.ir.base import Frozen
+
+VENDOR_DIR = Path(__file__).resolve().parents[2] / "vendor" / "calculon-0.1.0"
+RECORDS_SCHEMA = "blueprinting.oracle-records.v0"
+MANIFEST_SCHEMA = "blueprinting.oracle-manifest.v0"
+
+
+class OracleIdentity(Frozen):
+    """Which oracle produced the records."""
+
+    name: Literal["calculon"] = Field(description="Oracle name.")
+    version: str = Field(description="Oracle version.")
+    commit: str = Field(description="Git commit of the oracle's source.")
+    source_tree_sha256: str = Field(description="Digest of the oracle's Python source tree.")
+    digest_rule: str = Field(description="How source_tree_sha256 is computed.")
+
+
+class ViewRecord(Frozen):
+    """Calculon's output for one view: its stats JSON (with layers) or its error."""
+
+    stats: dict[str, Any] | None = Field(None, description="Calculon get_stats_json output (layers carry flags).")
+    error: str | None = Field(None, description="Calculon's Llm.Error message when it refused the configuration.")
+
+
+class OracleRecord(Frozen):
+    """Inputs given to Calculon and what it returned."""
+
+    id: str = Field(description="Record id (a case's comparison.oracle_record).")
+    system: str = Field(description="Evidence profile the system JSON was exported from.")
+    calculon_model: dict[str, Any] = Field(description="Model JSON given to Calculon.")
+    calculon_execution: dict[str, Any] = Field(description="Execution JSON given to Calculon.")
+    views: dict[str, ViewRecord] = Field(description="Per cost view (system_evidence, peak_only).")
+
+
+class OracleRecordFile(Frozen):
+    schema_: Literal["blueprinting.oracle-records.v0"] = Field(alias="schema", description="File schema.")
+    oracle: OracleIdentity = Field(description="Oracle identity.")
+    evidence_revisions: dict[str, str] = Field(description="Revision of each evidence profile used.")
+    records: tuple[OracleRecord, ...] = Field(description="The records.")
+
+
+class Manifest(Frozen):
+    schema_: Literal["blueprinting.oracle-manifest.v0"] = Field(alias="schema", description="File schema.")
+    oracle: OracleIdentity = Field(description="Oracle identity shared by every record file.")
+    files: dict[str, str] = Field(description="Record file (relative path) -> SHA-256.")
+
+
+def read_json(path: Path) -> Any:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def write_json(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(data, indent=None, sort_keys=True, separators=(",", ":")) + "\n"
+    if path.suffix == ".gz":
+        with gzip.GzipFile(path, "wb", mtime=0) as handle:
+            handle.write(text.encode("utf-8"))
+    else:
+        path.write_text(text)
+
+
+def load_manifest(vendor: Path = VENDOR_DIR) -> Manifest:
+    path = vendor / "MANIFEST.json"
+    if not path.is_file():
+        raise OracleRecordError(f"{path}: missing (vendored Calculon records are not installed)")
+    try:
+        return Manifest.model_validate(read_json(path))
+    except (ValidationError, ValueError) as error:
+        raise OracleRecordError(f"{path}: not a valid manifest: {str(error).splitlines()[0]}") from None
+
+
+def load_record_file(relative: str, vendor: Path = VENDOR_DIR) -> OracleRecordFile:
+    """Load one record file after checking its digest against the manifest."""
+    manifest = load_manifest(vendor)
+    path = vendor / relative
+    if relative not in manifest.files:
+        raise OracleRecordError(f"{path}: not listed in {vendor / 'MANIFEST.json'}")
+    if not path.is_file():
+        raise OracleRecordError(f"{path}: missing")
+    digest = sha256_file(path)
+    if digest != manifest.files[relative]:
+        raise OracleRecordError(f"{path}: SHA-256 {digest} does not match the manifest's {manifest.files[relative]} "
+                                f"(corrupted or edited)")
+    try:
+        data = OracleRecordFile.model_validate(read_json(path))
+    except (ValidationError, ValueError) as error:
+        raise OracleRecordError(f"{path}: not a valid record file: {str(error).splitlines()[0]}") from None
+    if data.oracle != manifest.oracle:
+        raise OracleRecordError(f"{path}: oracle identity differs from the manifest's")
+    return data
+
+
+class RecordIndex:
+    """All records of the listed files, by id."""
+
+    def __init__(self, files: tuple[str, ...] = ("records/cases.json",), vendor: Path = VENDOR_DIR) -> None:
+        self.vendor = vendor
+        self.manifest = load_manifest(vendor)
+        self.by_id: dict[str, tuple[str, OracleRecord]] = {}
+        for relative in files:
+            for record in load_record_file(relative, vendor).records:
+                self.by_id[record.id] = (relative, record)
+
+    def get(self, record_id: str) -> OracleRecord:
+        if record_id not in self.by_id:
+            raise OracleRecordError(f"{self.vendor / 'records'}: no vendored record {record_id!r}")
+        return self.by_id[record_id][1]
