@@ -1,0 +1,86 @@
+"""Schedule composition rules on small hand-computed cases (not via Calculon)."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.ir.portable import Schedule
+from harness.schedule.block import BlockTimes
+from harness.schedule.compose import compose
+
+BLOCK = BlockTimes(forward_s=1.0, recompute_s=0.5, activation_grad_s=2.0, weight_grad_s=1.0, optimizer_s=0.1,
+                   tp_forward_base_s=0.2, tp_forward_edge_s=0.3, tp_backward_base_s=0.2, tp_backward_edge_s=0.3,
+                   recomm_base_s=0.05, recomm_edge_s=0.05, pp_forward_s=0.01, pp_backward_s=0.01, dp_s=0.4)
+# Hand-computed block critical paths of BLOCK:
+BASE_FW, EDGE_FW = 1.0 + 0.2, 1.0 + 0.3 + 0.01
+BASE_BW, EDGE_BW = 0.5 + 0.05 + 2.0 + 1.0 + 0.2, 0.5 + 0.05 + 2.0 + 1.0 + 0.3 + 0.01
+
+
+def schedule(blocks, pp, microbatches, interleaving=1):
+    per_stage = -(-blocks // pp)
+    per_chunk = per_stage // interleaving
+    return Schedule(training=True, recompute="attn_only", global_batch=microbatches, microbatches=microbatches,
+                    blocks=blocks, pipeline_parallel=pp, blocks_per_stage=per_stage,
+                    bubble_reduction_blocks=(pp - blocks % pp) if blocks % pp else 0,
+                    chunks_per_stage=interleaving, blocks_per_chunk=per_chunk, base_blocks_per_chunk=per_chunk - 1,
+                    edge_blocks_per_chunk=1, activation_checkpoint_bytes=0)
+
+
+def run(blocks, pp, microbatches, interleaving=1):
+    transfers = interleaving if pp > 1 else 0
+    return compose(schedule(blocks, pp, microbatches, interleaving), BLOCK, transfers, transfers)
+
+
+def test_pp1_has_no_bubble_and_no_pp_traffic():
+    c = run(blocks=4, pp=1, microbatches=2)
+    comps = c.components_s
+    assert comps["pipeline_bubble"] == 0 and comps["pipeline_parallel"] == 0
+    assert comps["forward"] == pytest.approx(4 * 2 * 1.0)
+    assert comps["backward"] == pytest.approx(4 * 2 * 3.0)
+    assert comps["recompute"] == pytest.approx(4 * 2 * 0.5)
+    assert comps["optimizer"] == pytest.approx(4 * 0.1)
+    # 3 base + 1 edge block per chunk, 2 microbatches
+    assert comps["tensor_parallel"] == pytest.approx(2 * (3 * 0.2 + 0.3) * 2)
+    assert comps["recommunication"] == pytest.approx(2 * 4 * 0.05)
+    assert comps["data_parallel"] == pytest.approx(4 * 0.4)
+    assert c.total_s == pytest.approx(sum(comps.values()))
+
+
+def test_1f1b_bubble_is_pp_minus_one_chunk_critical_paths():
+    c = run(blocks=8, pp=4, microbatches=8)
+    chunk = BASE_FW + EDGE_FW + BASE_BW + EDGE_BW
+    assert c.chunks.chunk_forward_s + c.chunks.chunk_backward_s == pytest.approx(chunk)
+    assert c.components_s["pipeline_bubble"] == pytest.approx(3 * chunk)
+    assert c.components_s["pipeline_parallel"] == pytest.approx(8 * 1 * 0.01 * 2)
+
+
+def test_interleaving_divides_the_chunk_and_multiplies_pp_transfers():
+    c = run(blocks=16, pp=2, microbatches=4, interleaving=2)  # 8 blocks per stage, 4 per chunk
+    chunk = 3 * BASE_FW + EDGE_FW + 3 * BASE_BW + EDGE_BW
+    assert c.components_s["pipeline_bubble"] == pytest.approx(1 * chunk)
+    assert c.components_s["pipeline_parallel"] == pytest.approx(4 * 2 * 0.01 * 2)
+
+
+def test_interleaving_with_microbatches_not_a_multiple_of_pp_adds_chunks():
+    c = run(blocks=8, pp=2, microbatches=3, interleaving=2)  # shortage 2 - 3 % 2 = 1, one overlappable chunk
+    chunk = BASE_FW + EDGE_FW + BASE_BW + EDGE_BW
+    assert c.chunks.bubble_extra_chunks == 1
+    assert c.components_s["pipeline_bubble"] == pytest.approx((1 + 1) * chunk)
+
+
+def test_microbatches_fewer_than_pp():
+    plain = run(blocks=8, pp=4, microbatches=2)
+    interleaved = run(blocks=16, pp=4, microbatches=2, interleaving=2)
+    chunk = BASE_FW + EDGE_FW + BASE_BW + EDGE_BW
+    assert plain.components_s["pipeline_bubble"] == pytest.approx(3 * chunk)
+    assert interleaved.chunks.bubble_extra_chunks == (2 - 1) * (4 - 2)
+    assert interleaved.components_s["pipeline_bubble"] == pytest.approx((3 + 2) * chunk)
+
+
+def test_uneven_blocks_shorten_the_bubble_by_the_missing_blocks():
+    c = run(blocks=7, pp=4, microbatches=8)  # 2 blocks on the first stage, one stage has one block fewer
+    chunk = BASE_FW + EDGE_FW + BASE_BW + EDGE_BW
+    missing = 1 * (BASE_FW + EDGE_FW + BASE_BW + EDGE_BW) / 2
+    assert c.components_s["pipeline_bubble"] == pytest.approx(3 * chunk - missing)
+    single = run(blocks=3, pp=4, microbatches=4)  # one block per chunk: a whole edge block is cut
+    assert single.components_s["pipeline_bubble"] == pytest.approx(3 * (EDGE_FW + EDGE_BW) - 1 * (EDGE_FW + EDGE_BW))
