@@ -30,6 +30,7 @@ class RecordedCalculon:
         self.index = RecordIndex(files, vendor)
         self.identity: OracleIdentity = self.index.manifest.oracle
         self.files = {f: self.index.manifest.files[f] for f in files}
+        self.evidence_revisions = self.index.evidence_revisions
 
     def views(self, record_id: str, data: EstimateInput) -> dict[str, ViewRecord]:
         record = self.index.get(record_id)
@@ -51,6 +52,7 @@ class LiveCalculon:
         self.runner = CalculonRunner(source, expected.source_tree_sha256)
         self.identity = expected
         self.files: dict[str, str] = {}
+        self.evidence_revisions: dict[str, str] = {}
 
     def views(self, record_id: str, data: EstimateInput) -> dict[str, ViewRecord]:
         profile = load_profile(data.system)

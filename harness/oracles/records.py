@@ -124,8 +124,11 @@ class RecordIndex:
         self.vendor = vendor
         self.manifest = load_manifest(vendor)
         self.by_id: dict[str, tuple[str, OracleRecord]] = {}
+        self.evidence_revisions: dict[str, str] = {}
         for relative in files:
-            for record in load_record_file(relative, vendor).records:
+            content = load_record_file(relative, vendor)
+            self.evidence_revisions.update(content.evidence_revisions)
+            for record in content.records:
                 self.by_id[record.id] = (relative, record)
 
     def get(self, record_id: str) -> OracleRecord:

@@ -1,0 +1,48 @@
+"""``harness calibrate [--cases DIR] [--output PATH] [--oracle recorded|live] [--calculon-src PATH] [--plots DIR]``.
+
+Runs the Table 5 experiment (estimates first, then oracles), prints the
+results and parity tables, writes the JSON report, and exits 1 when a budget
+is violated.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness.errors import HarnessError
+
+
+def register(sub) -> None:
+    p = sub.add_parser("calibrate", help="run the calibration experiment and write its report")
+    p.add_argument("--cases", type=Path, default=Path("cases"), help="case directory (default: cases)")
+    p.add_argument("--output", type=Path, default=Path("out/calibration/report.json"),
+                   help="JSON report path (default: out/calibration/report.json)")
+    p.add_argument("--oracle", choices=("recorded", "live"), default="recorded",
+                   help="Calculon oracle: vendored records (default) or a live checkout")
+    p.add_argument("--calculon-src", type=Path, help="Calculon 0.1.0 checkout (with --oracle live)")
+    p.add_argument("--plots", type=Path, help="also write PNG plots into this directory")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from harness.experiment.run import run_experiment
+    from harness.experiment.tables import print_report
+    from harness.oracles.calculon_oracle import LiveCalculon, RecordedCalculon
+
+    if args.oracle == "live":
+        if args.calculon_src is None:
+            raise HarnessError("--oracle live needs --calculon-src PATH (a Calculon 0.1.0 checkout)")
+        oracle = LiveCalculon(args.calculon_src)
+    else:
+        oracle = RecordedCalculon()
+    report = run_experiment(args.cases, oracle)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(report.to_json() + "\n")
+    print_report(report)
+    print(f"report: {args.output}")
+    if args.plots:
+        from harness.experiment.plots import write_report_plots
+
+        for path in write_report_plots(report, args.plots):
+            print(f"plot: {path}")
+    return 1 if report.violations else 0
