@@ -1,6 +1,9 @@
 """Calculon-format interop: Calculon model/execution JSON <-> our inputs.
 
 Only field names are translated; every value is validated by the case schema.
+Rule: an error about a Calculon-format input names the field in Calculon's
+terms (``execution.tensor_par``, not ``execution.tensor_parallel``), see
+:func:`calculon_field`.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from harness.cases import EstimateInput, validate_input
-from harness.errors import InputError
+from harness.errors import InputError, UnsupportedFeatureError
 
 MODEL_FIELDS = {"hidden": "hidden", "feedforward": "feedforward", "seq_size": "sequence_length",
                 "attn_heads": "attention_heads", "attn_size": "head_size", "num_blocks": "blocks"}
@@ -24,6 +27,33 @@ EXECUTION_FIELDS = {
 }
 TIER_FIELDS = {"tensor_par_net": "tensor", "pipeline_par_net": "pipeline", "data_par_net": "data"}
 OFFLOAD_FIELDS = {"weight_offload": "weights", "activations_offload": "activations", "optimizer_offload": "optimizer"}
+
+
+def calculon_field(field: str) -> str:
+    """Our dotted field path (``execution.network_tiers.tensor``) in Calculon's names (``execution.tensor_par_net``).
+
+    Paths without a Calculon counterpart (``system``, ``<root>``) are returned unchanged.
+    """
+    parts = field.split(".")
+    if parts[0] == "model" and len(parts) == 2:
+        names = {ours: theirs for theirs, ours in MODEL_FIELDS.items()}
+        return f"model.{names.get(parts[1], parts[1])}"
+    if parts[0] != "execution" or len(parts) < 2:
+        return field
+    groups = {"network_tiers": TIER_FIELDS, "offload": OFFLOAD_FIELDS}
+    if parts[1] in groups and len(parts) == 3:
+        names = {ours: theirs for theirs, ours in groups[parts[1]].items()}
+        return f"execution.{names.get(parts[2], parts[2])}"
+    names = {ours: theirs for theirs, ours in EXECUTION_FIELDS.items()}
+    return ".".join(["execution", names.get(parts[1], parts[1]), *parts[2:]])
+
+
+def calculon_error(error: InputError) -> InputError:
+    """The same error with its field renamed to Calculon's terms (class kept)."""
+    field = calculon_field(error.field)
+    if isinstance(error, UnsupportedFeatureError):
+        return UnsupportedFeatureError(error.source, field)
+    return InputError(error.source, field, error.message)
 
 
 def _translate(data: Any, fields: dict[str, str], source: str, part: str) -> dict[str, Any]:
@@ -40,7 +70,18 @@ def _translate(data: Any, fields: dict[str, str], source: str, part: str) -> dic
 
 
 def input_from_calculon(model: Any, execution: Any, system: str, source: str = "<calculon>") -> EstimateInput:
-    """Translate Calculon's model and execution JSON into an EstimateInput."""
+    """Translate Calculon's model and execution JSON into an EstimateInput.
+
+    Raises InputError (UnsupportedFeatureError for overlap/offload) naming the
+    offending field in Calculon's terms.
+    """
+    try:
+        return _input_from_calculon(model, execution, system, source)
+    except InputError as error:
+        raise calculon_error(error) from None
+
+
+def _input_from_calculon(model: Any, execution: Any, system: str, source: str) -> EstimateInput:
     shape = _translate(model, MODEL_FIELDS, source, "model")
     layout = _translate(execution, EXECUTION_FIELDS, source, "execution")
     layout["network_tiers"] = {ours: execution.get(theirs) for theirs, ours in TIER_FIELDS.items()}
