@@ -1,7 +1,11 @@
-"""``harness oracle record --calculon-src PATH [--cases DIR] [--output REL]``.
+"""``harness oracle record --calculon-src PATH [--cases DIR | --batch IN.jsonl] [--output REL]``.
 
-Runs a local Calculon checkout on every case (both views) and writes the
-project's own record file under ``vendor/calculon-0.1.0/`` plus its manifest.
+Runs a local Calculon checkout on every case, or on every line of a
+Calculon-format batch (see :mod:`harness.interop.calculon_batch`; every line
+must be valid and supported), and writes the project's own record file under
+``vendor/calculon-0.1.0/`` plus its manifest. ``--views`` chooses the recorded
+views (default both); ``--no-layers`` drops per-layer figures (the explicit
+recompute sums are kept).
 """
 
 from __future__ import annotations
@@ -9,27 +13,48 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.cases import load_cases
-from harness.oracles.record import record_inputs, write_record_file
+from harness.interop.calculon_batch import require_valid
+from harness.oracles.record import RECORD_VIEWS, record_inputs, write_record_file
 from harness.oracles.records import VENDOR_DIR
 from harness.oracles.runner import CalculonRunner
+
+
+def _views(text: str) -> tuple[str, ...]:
+    views = tuple(v.strip() for v in text.split(",") if v.strip())
+    unknown = sorted(set(views) - set(RECORD_VIEWS))
+    if unknown or not views:
+        raise ValueError(text)
+    return views
 
 
 def register(sub) -> None:
     p = sub.add_parser("oracle", help="oracle records (Calculon)")
     osub = p.add_subparsers(dest="oracle_command", required=True, metavar="SUBCOMMAND")
-    r = osub.add_parser("record", help="run a Calculon checkout on the cases and vendor its outputs")
+    r = osub.add_parser("record", help="run a Calculon checkout on the cases (or a batch) and vendor its outputs")
     r.add_argument("--calculon-src", required=True, type=Path, help="Calculon 0.1.0 source checkout")
-    r.add_argument("--cases", type=Path, default=Path("cases"), help="case directory (default: cases)")
-    r.add_argument("--output", default="records/cases.json", help="record file, relative to the vendor directory")
+    source = r.add_mutually_exclusive_group()
+    source.add_argument("--cases", type=Path, default=Path("cases"), help="case directory (default: cases)")
+    source.add_argument("--batch", type=Path, metavar="IN.jsonl",
+                        help='Calculon-format batch, one {"id", "model", "execution", "system"} per line (.gz allowed)')
+    r.add_argument("--output", default="records/cases.json",
+                   help="record file, relative to the vendor directory (.gz: gzip-compressed)")
     r.add_argument("--vendor", type=Path, default=VENDOR_DIR, help=f"vendor directory (default: {VENDOR_DIR})")
+    r.add_argument("--views", type=_views, default=RECORD_VIEWS, metavar="VIEW[,VIEW]",
+                   help=f"views to record (default: {','.join(RECORD_VIEWS)})")
+    r.add_argument("--no-layers", dest="keep_layers", action="store_false",
+                   help="drop per-layer figures (explicit recompute sums are kept)")
     r.set_defaults(func=run_record)
 
 
 def run_record(args) -> int:
     runner = CalculonRunner(args.calculon_src)
-    cases = load_cases(args.cases)
-    inputs = [(c.comparison.oracle_record or c.id, c.estimate_input()) for c in cases]
-    records, revisions = record_inputs(runner, inputs)
+    if args.batch is not None:
+        inputs = require_valid(args.batch)
+    else:
+        inputs = [(c.comparison.oracle_record or c.id, c.estimate_input()) for c in load_cases(args.cases)]
+    records, revisions = record_inputs(runner, inputs, args.views, args.keep_layers)
     path = write_record_file(runner, args.output, records, revisions, args.vendor)
-    print(f"wrote {len(records)} records to {path} (Calculon source sha256 {runner.source_digest})")
+    refused = sum(1 for r in records if any("error" in v for v in r["views"].values()))
+    print(f"wrote {len(records)} records ({refused} refused by Calculon) to {path} "
+          f"(Calculon source sha256 {runner.source_digest})")
     return 0

@@ -2,8 +2,14 @@
 
 Each input is translated to Calculon's JSON (the case's own shape and layout)
 and run twice: on the evidence profile as is (``system_evidence``) and with
-every efficiency at 1.0 (``peak_only``). The manifest is rewritten with the
-new file's digest.
+every efficiency at 1.0 (``peak_only``), or only the views asked for. The
+manifest is rewritten with the new file's digest.
+
+Every successful view's stats carry ``explicit_recompute`` (``flops``,
+``bytes``: the forward work of the layers Calculon flags
+``needs_recompute``, training only; see :mod:`harness.oracles.calculon`), so
+that per-layer figures can be dropped (``keep_layers=False``) to keep large
+corpora small without losing the recompute comparison.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from harness.digest import sha256_file
 from harness.evidence.calculon_export import calculon_system
 from harness.evidence.profile import load_profile
 from harness.interop.calculon_format import calculon_from_input
+from harness.oracles.calculon import explicit_recompute
 from harness.oracles.records import (
     MANIFEST_SCHEMA,
     RECORDS_SCHEMA,
@@ -31,8 +38,24 @@ from harness.oracles.runner import CALCULON_VERSION, DIGEST_RULE, CalculonRunner
 CALCULON_COMMIT = "caa4b11f8fe1fee3ba57adaacb7590d7deabd053"
 
 
+RECORD_VIEWS = ("system_evidence", "peak_only")
+
+
+def view_record(result: dict, training: bool, keep_layers: bool = True) -> dict:
+    """One view's record: ``{"error"}``, or ``{"stats"}`` with explicit_recompute (layers optional)."""
+    if "error" in result:
+        return {"error": result["error"]}
+    recompute = explicit_recompute(result, training)
+    stats = {k: v for k, v in result.items() if keep_layers or k != "layers"}
+    stats["explicit_recompute"] = {"flops": recompute.flops, "bytes": recompute.bytes}
+    return {"stats": stats}
+
+
 def record_inputs(runner: CalculonRunner, inputs: Iterable[tuple[str, EstimateInput]],
-                  views: tuple[str, ...] = ("system_evidence", "peak_only")) -> tuple[list[dict], dict[str, str]]:
+                  views: tuple[str, ...] = RECORD_VIEWS, keep_layers: bool = True) -> tuple[list[dict], dict[str, str]]:
+    unknown = sorted(set(views) - set(RECORD_VIEWS))
+    if unknown:
+        raise ValueError(f"unknown views {unknown} (known: {', '.join(RECORD_VIEWS)})")
     records, revisions = [], {}
     for record_id, data in inputs:
         profile = load_profile(data.system)
@@ -41,7 +64,7 @@ def record_inputs(runner: CalculonRunner, inputs: Iterable[tuple[str, EstimateIn
         out = {}
         for view in views:
             result = runner.run(model, execution, calculon_system(profile, peak_only=view == "peak_only"))
-            out[view] = {"error": result["error"]} if "error" in result else {"stats": result}
+            out[view] = view_record(result, data.execution.training, keep_layers)
         records.append({"id": record_id, "system": data.system, "calculon_model": model,
                         "calculon_execution": execution, "views": out})
     return records, revisions
