@@ -1,0 +1,102 @@
+"""``harness import calculon --model M.json --execution E.json --system NAME [-o CASE.yaml]``.
+
+Turns Calculon 0.1.0 inputs into a case YAML (schema ``blueprinting.case.v0``).
+
+Rules:
+- the id is ``--id``, else ``<model stem>/<execution stem>`` with a leading
+  ``<model stem>_`` dropped from the execution stem (``gpt3-175B.json`` +
+  ``gpt3-175B_full.json`` -> ``gpt3-175B/full``);
+- the comparison section is empty, or holds ``--oracle-record`` (not
+  checked against the vendored records: a case may be imported before its
+  record exists);
+- the written YAML is validated by loading it back; the inputs are checked
+  against the evidence profile (network tiers, datatype) before writing;
+- a bad input is one line naming the file and the field (in Calculon's
+  terms); unsupported features (overlap, offload) are refused the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from harness.cases import CASE_SCHEMA, EstimateInput, parse_case
+from harness.errors import InputError
+from harness.estimate import check_tiers
+from harness.evidence.profile import load_profile
+from harness.interop.calculon_format import calculon_field, input_from_calculon
+
+# Layout fields left out of the YAML: they can only hold their defaults here.
+UNSUPPORTED_DEFAULTS = ("tp_overlap", "dp_overlap", "offload")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("import", help="import another tool's inputs as a case YAML")
+    isub = p.add_subparsers(dest="import_format", required=True, metavar="FORMAT")
+    c = isub.add_parser("calculon", help="Calculon 0.1.0 model + execution JSON -> case YAML")
+    c.add_argument("--model", required=True, type=Path, metavar="M.json", help="Calculon model JSON")
+    c.add_argument("--execution", required=True, type=Path, metavar="E.json", help="Calculon execution JSON")
+    c.add_argument("--system", required=True, metavar="NAME", help="evidence profile name (evidence/NAME.yaml)")
+    c.add_argument("-o", "--output", type=Path, metavar="CASE.yaml", help="case file to write (default: stdout)")
+    c.add_argument("--id", dest="case_id", help="case id (default: from the file names)")
+    c.add_argument("--oracle-record", help="vendored Calculon record id for the comparison section")
+    c.set_defaults(func=run)
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except OSError as error:
+        raise InputError(str(path), "<file>", error.strerror or str(error)) from None
+    except json.JSONDecodeError as error:
+        raise InputError(str(path), f"line {error.lineno}", f"not valid JSON: {error.msg}") from None
+
+
+def default_id(model_path: Path, execution_path: Path) -> str:
+    """``<model stem>/<execution stem>``, dropping a repeated ``<model stem>_`` prefix."""
+    model, execution = model_path.stem, execution_path.stem
+    if execution.startswith(f"{model}_") and len(execution) > len(model) + 1:
+        execution = execution[len(model) + 1:]
+    return f"{model}/{execution}"
+
+
+def translate(model_path: Path, execution_path: Path, system: str) -> EstimateInput:
+    """Read both files and translate them; an error names the file its field came from."""
+    model, execution = _read_json(model_path), _read_json(execution_path)
+    try:
+        data = input_from_calculon(model, execution, system, "<calculon>")
+        check_tiers(data, load_profile(system), "<calculon>")
+    except InputError as error:
+        field = calculon_field(error.field)
+        source = {"model": model_path, "execution": execution_path}.get(field.split(".")[0], "--system")
+        raise InputError(str(source), field, error.message) from None
+    return data
+
+
+def case_document(case_id: str, data: EstimateInput, oracle_record: str | None) -> dict[str, Any]:
+    """The case YAML's content (validated by :func:`harness.cases.parse_case`)."""
+    execution = data.execution.model_dump(mode="json", exclude=set(UNSUPPORTED_DEFAULTS))
+    document = {"schema": CASE_SCHEMA, "id": case_id, "system": data.system, "model": data.model.model_dump(),
+                "execution": execution, "comparison": {"oracle_record": oracle_record} if oracle_record else {}}
+    parse_case(document, f"case {case_id}")
+    return document
+
+
+def run(args) -> int:
+    data = translate(args.model, args.execution, args.system)
+    case_id = args.case_id or default_id(args.model, args.execution)
+    document = case_document(case_id, data, args.oracle_record)
+    header = (f"# Imported from Calculon inputs {args.model.name} + {args.execution.name} "
+              f"by `harness import calculon`.\n")
+    text = header + yaml.safe_dump(document, sort_keys=False, default_flow_style=False, width=100)
+    if args.output is None:
+        sys.stdout.write(text)
+        return 0
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(text)
+    print(f"wrote case {case_id} to {args.output}", file=sys.stderr)
+    return 0
