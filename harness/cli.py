@@ -14,7 +14,7 @@ import sys
 
 from harness.errors import HarnessError
 
-COMMANDS = ("lower", "estimate", "oracle")
+COMMANDS = ("lower", "estimate", "oracle", "import_calculon")
 
 
 def build_parser() -> argparse.ArgumentParser:
