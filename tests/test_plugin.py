@@ -1,0 +1,79 @@
+"""The harness pytest plugin, tested with pytester."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from conftest import CASES_DIR
+
+pytest_plugins = ["pytester"]
+
+CASE_TEST = """
+import pytest
+
+def test_shape(case, lowering):
+    assert lowering.model.shape == case.model
+
+@pytest.mark.calibration
+def test_only_paper_cases(case):
+    assert case.comparison.paper is not None
+
+def test_order(case, peak_only_estimate, evidence_estimate, calculon_oracle, comparison_gate):
+    events = comparison_gate.events
+    oracle_at = events.index(("oracle", case.id))
+    assert ("estimate", case.id + ":peak_only") in events[:oracle_at]
+    assert ("estimate", case.id + ":system_evidence") in events[:oracle_at]
+"""
+
+
+def _cases(pytester, *names):
+    directory = pytester.path / "cases"
+    directory.mkdir()
+    for name in names:
+        shutil.copy(CASES_DIR / f"{name}.yaml", directory / f"{name}.yaml")
+    return directory
+
+
+def test_adding_a_case_yaml_adds_its_tests(pytester):
+    directory = _cases(pytester, "megatron-22B_full")
+    pytester.makepyfile(test_cases=CASE_TEST)
+    first = pytester.runpytest("--harness-cases", str(directory), "--collect-only", "-q")
+    assert "test_cases.py::test_shape[megatron-22B/full]" in first.stdout.str()
+    shutil.copy(CASES_DIR / "inference_megatron-22B_ar.yaml", directory)
+    second = pytester.runpytest("--harness-cases", str(directory), "-q")
+    second.assert_outcomes(passed=5)  # 2 cases x (shape, order) + 1 paper case
+    assert "test_shape[inference/megatron-22B/ar]" in pytester.runpytest(
+        "--harness-cases", str(directory), "--collect-only", "-q").stdout.str()
+
+
+def test_markers_are_registered_for_strict_markers(pytester):
+    pytester.makepyfile("""
+        import pytest
+        @pytest.mark.calibration
+        @pytest.mark.baseline_regression
+        @pytest.mark.oracle_live
+        @pytest.mark.differential
+        @pytest.mark.slow
+        def test_marked():
+            pass
+    """)
+    pytester.runpytest("--strict-markers").assert_outcomes(passed=1)
+
+
+def test_report_header_names_oracle_and_evidence(pytester):
+    directory = _cases(pytester, "gpt3-175B_seqsel")
+    pytester.makepyfile("def test_nothing():\n    pass\n")
+    out = pytester.runpytest("--harness-cases", str(directory)).stdout.str()
+    assert "harness oracle: calculon 0.1.0 source sha256 e41fad9d" in out
+    assert "harness evidence: a100_80g@" in out
+
+
+@pytest.mark.parametrize("flag", ["--snapshot-update", "--force-regen"])
+def test_golden_updates_are_refused_under_ci(pytester, monkeypatch, flag):
+    monkeypatch.setenv("CI", "true")
+    pytester.makepyfile("def test_nothing():\n    pass\n")
+    result = pytester.runpytest(flag)
+    assert result.ret != 0
+    assert "golden updates" in result.stderr.str() and "refused under CI" in result.stderr.str()
