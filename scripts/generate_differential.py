@@ -1,0 +1,77 @@
+"""Generate the differential corpus inputs: seeded random Calculon-format configurations.
+
+Usage (from the repository root)::
+
+    python scripts/generate_differential.py [--seed 20240611] [--count 1500] \
+        [--output vendor/calculon-0.1.0/differential/inputs.jsonl.gz]
+
+Writes one ``{"id", "model", "execution", "system"}`` line per configuration
+(Calculon field names, see harness.interop.calculon_batch), gzip-compressed
+with a zero mtime, so the same seed and count give the same bytes. Shapes go
+round-robin over the 13 example shapes; everything else is drawn by
+harness.oracles.configspace.draw_configuration. Exits 1 when a feature of
+harness.oracles.configspace.FEATURES is not exercised.
+
+Then record Calculon's outputs (both views, no per-layer figures)::
+
+    python -m harness oracle record --calculon-src ../calculon-src \
+        --batch vendor/calculon-0.1.0/differential/inputs.jsonl.gz \
+        --output records/differential.json.gz --no-layers
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import sys
+from pathlib import Path
+
+from harness.interop.calculon_batch import batch_line_json
+from harness.oracles.configspace import EXAMPLE_SHAPES, RandomChooser, draw_configuration, feature_counts
+
+DEFAULT_SEED = 20240611
+DEFAULT_COUNT = 1500
+DEFAULT_OUTPUT = Path("vendor/calculon-0.1.0/differential/inputs.jsonl.gz")
+
+
+def generate(seed: int, count: int) -> list[tuple[str, object]]:
+    """``(line, configuration)`` pairs, ids ``differential/NNNN/<shape>``."""
+    chooser = RandomChooser(seed)
+    names = sorted(EXAMPLE_SHAPES)
+    out = []
+    for index in range(count):
+        config = draw_configuration(chooser, names[index % len(names)])
+        record_id = f"differential/{index:04d}/{config.shape_name}"
+        line = batch_line_json(record_id, config.calculon_model, config.calculon_execution, config.input.system)
+        out.append((line, config))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"random seed (default {DEFAULT_SEED})")
+    parser.add_argument("--count", type=int, default=DEFAULT_COUNT, help=f"configurations (default {DEFAULT_COUNT})")
+    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help=f"JSONL(.gz) file (default {DEFAULT_OUTPUT})")
+    args = parser.parse_args(argv)
+    lines = generate(args.seed, args.count)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    data = "".join(line + "\n" for line, _ in lines).encode("utf-8")
+    if args.output.suffix == ".gz":
+        with gzip.GzipFile(args.output, "wb", mtime=0) as handle:
+            handle.write(data)
+    else:
+        args.output.write_bytes(data)
+    counts = feature_counts([config.input for _, config in lines])
+    width = max(len(name) for name in counts)
+    for name, number in counts.items():
+        print(f"  {name:{width}s} {number}")
+    missing = [name for name, number in counts.items() if number == 0]
+    print(f"wrote {len(lines)} configurations to {args.output}")
+    if missing:
+        print(f"error: features not exercised: {', '.join(missing)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
