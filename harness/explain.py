@@ -1,0 +1,191 @@
+"""Explained estimates: which plan tasks make each component, which evidence makes the gap.
+
+By task. The closed form (:func:`~harness.schedule.compose.compose`) is linear
+in the block critical paths, and the block critical paths
+(:func:`~harness.schedule.block.block_times`) are sums over tasks. So one
+task's contribution to every component is the closed form applied to that
+task's own block times; the pipeline boundary messages and the data-parallel
+messages are contributors of their own. Rule: the contributions to a
+component add up to the component (up to rounding); nothing is re-derived.
+
+Gap. ``attribute`` prices the same PortablePlanIR under all 16 subsets of the
+curve families (``CostView.with_curves``) and splits ``system_evidence -
+peak_only`` over ``matrix``, ``vector``, ``memory`` and ``network`` with exact
+Shapley values, for the total and for every component. Rule (efficiency):
+the four parts add up to the gap.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+from pathlib import Path
+
+from pydantic import Field
+
+from harness.cases import EstimateInput
+from harness.cost.views import CURVE_FAMILIES, CostView, Pricer
+from harness.estimate import check_tiers, cost_view
+from harness.evidence.profile import EvidenceProfile, load_profile
+from harness.ir.base import Frozen
+from harness.ir.portable import Message, PlanTask, PortablePlanIR
+from harness.pipeline import Lowering, lower
+from harness.schedule.block import BlockTimes, block_times
+from harness.schedule.compose import COMPONENTS, compose
+
+ZERO_BLOCK = BlockTimes(*(0.0 for _ in dataclasses.fields(BlockTimes)))
+
+# Passes whose work feeds a component (for the operations and bytes shown next to a task).
+COMPONENT_PASSES = {
+    "forward": ("forward",), "backward": ("activation_grad", "weight_grad"), "optimizer": ("optimizer",),
+    "recompute": ("forward",), "tensor_parallel": ("forward", "activation_grad"), "pipeline_parallel": (),
+    "data_parallel": (), "recommunication": (), "pipeline_bubble": ("forward", "activation_grad", "weight_grad"),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Contributor:
+    """A plan task or a plan-level message, with its share of the block critical paths."""
+
+    name: str  # task name, or pipeline.forward / pipeline.backward / data_parallel.<collective>
+    primitive: str  # task primitive, or the message's collective
+    phase: str  # forward / recompute / recommunication, or pipeline / data_parallel
+    block: BlockTimes  # this contributor's share: the contributors' blocks add up to block_times
+    task: PlanTask | None  # the plan task (None for a plan-level message)
+    messages: tuple[Message, ...]  # the messages it sends in a base block (the plan-level message)
+
+
+def contributors(plan: PortablePlanIR, pricer: Pricer) -> tuple[Contributor, ...]:
+    """Every task and plan-level message, each with its own block times."""
+    out = []
+    for task in plan.tasks:
+        own = block_times(plan, (pricer.task(task),), pricer)
+        msgs = task.messages
+        sent = tuple(m for m in ((msgs.forward_base, msgs.backward_base) if msgs else ()) if m is not None)
+        out.append(Contributor(task.name, task.primitive, task.phase,
+                               dataclasses.replace(own, pp_forward_s=0.0, pp_backward_s=0.0, dp_s=0.0), task, sent))
+    p = plan.pipeline
+    for label, msg, field in (("forward", p.forward, "pp_forward_s"), ("backward", p.backward, "pp_backward_s")):
+        if msg is not None:
+            out.append(Contributor(f"pipeline.{label}", msg.collective, "pipeline",
+                                   dataclasses.replace(ZERO_BLOCK, **{field: pricer.message_s(msg)}), None, (msg,)))
+    for msg in plan.data_parallel.messages if plan.data_parallel else ():
+        out.append(Contributor(f"data_parallel.{msg.collective}", msg.collective, "data_parallel",
+                               dataclasses.replace(ZERO_BLOCK, dp_s=pricer.message_s(msg)), None, (msg,)))
+    return tuple(out)
+
+
+class TaskShare(Frozen):
+    """One contributor's part of one timing component."""
+
+    task: str = Field(description="PortablePlanIR task, or pipeline.<direction> / data_parallel.<collective>.")
+    primitive: str = Field(description="Task primitive, or the message's collective.")
+    phase: str = Field(description="Task phase, or pipeline / data_parallel.")
+    operations: float = Field(description="Operations of the passes feeding the component, one block and microbatch "
+                                          "(one block for the optimizer).")
+    memory_bytes: float = Field(description="Tier-1 bytes read and written by those passes, same unit.")
+    message_bytes: float = Field(description="Logical bytes of the messages it sends in a base block.")
+    time_s: float = Field(description="Contribution to the component, seconds.")
+
+
+class ComponentTasks(Frozen):
+    """One timing component and the contributors behind it; their times add up to ``time_s``."""
+
+    component: str = Field(description="Timing component name.")
+    time_s: float = Field(description="The component, seconds (as in the estimate).")
+    tasks: tuple[TaskShare, ...] = Field(description="Non-zero contributions, largest first.")
+
+
+class ViewTasks(Frozen):
+    """The by-task breakdown of one cost view."""
+
+    view: str = Field(description="Cost view name.")
+    total_s: float = Field(description="Iteration time, seconds.")
+    components: tuple[ComponentTasks, ...] = Field(description="Every timing component, in estimate order.")
+
+
+def _share(c: Contributor, component: str, time_s: float) -> TaskShare:
+    works = [getattr(c.task, name) for name in COMPONENT_PASSES[component]] if c.task else []
+    return TaskShare(task=c.name, primitive=c.primitive, phase=c.phase,
+                     operations=sum(w.operations for w in works), memory_bytes=sum(w.bytes_accessed for w in works),
+                     message_bytes=sum(m.message_bytes for m in c.messages), time_s=time_s)
+
+
+def by_task(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView) -> ViewTasks:
+    """Every component of ``view`` split over the plan's contributors."""
+    pricer = Pricer(profile, view, plan.datatype)
+    p = plan.pipeline
+    _, whole = cost_view(plan, profile, view)
+    parts = [(c, compose(plan.schedule, c.block, p.forward_transfers_per_microbatch,
+                         p.backward_transfers_per_microbatch).components_s) for c in contributors(plan, pricer)]
+    components = []
+    for name in COMPONENTS:
+        shares = [_share(c, name, comps[name]) for c, comps in parts if comps[name] != 0.0]
+        components.append(ComponentTasks(component=name, time_s=whole.components_s[name],
+                                         tasks=tuple(sorted(shares, key=lambda s: -abs(s.time_s)))))
+    return ViewTasks(view=view.name, total_s=whole.total_s, components=tuple(components))
+
+
+class Attribution(Frozen):
+    """The evidence gap of one input split over the four curve families (exact Shapley values)."""
+
+    peak_only_total_s: float = Field(description="Iteration time with no curve applied, seconds.")
+    system_evidence_total_s: float = Field(description="Iteration time with all four curves applied, seconds.")
+    attribution_s: dict[str, float] = Field(description="Shapley share of the total gap per family, seconds; "
+                                                        "they add up to system_evidence - peak_only.")
+    by_component: dict[str, dict[str, float]] = Field(description="Shapley shares per timing component and family, "
+                                                                  "seconds; each component's add up to its gap.")
+
+    @property
+    def gap_s(self) -> float:
+        return self.system_evidence_total_s - self.peak_only_total_s
+
+
+def shapley(values: dict[frozenset[str], float], players: tuple[str, ...]) -> dict[str, float]:
+    """Exact Shapley values of a game given on every subset of ``players``."""
+    n = len(players)
+    out = {}
+    for player in players:
+        others = [p for p in players if p != player]
+        total = 0.0
+        for size in range(n):
+            weight = math.factorial(size) * math.factorial(n - size - 1) / math.factorial(n)
+            for subset in itertools.combinations(others, size):
+                s = frozenset(subset)
+                total += weight * (values[s | {player}] - values[s])
+        out[player] = total
+    return out
+
+
+def attribute(lowering: Lowering, profile: EvidenceProfile) -> Attribution:
+    """Split the gap of one lowering over the curve families, per total and per component."""
+    plan = lowering.plan
+    comps = {}
+    for size in range(len(CURVE_FAMILIES) + 1):
+        for subset in itertools.combinations(CURVE_FAMILIES, size):
+            comps[frozenset(subset)] = cost_view(plan, profile, CostView.with_curves(subset))[1]
+    total = shapley({s: c.total_s for s, c in comps.items()}, CURVE_FAMILIES)
+    by_component = {name: shapley({s: c.components_s[name] for s, c in comps.items()}, CURVE_FAMILIES)
+                    for name in COMPONENTS}
+    return Attribution(peak_only_total_s=comps[frozenset()].total_s,
+                       system_evidence_total_s=comps[frozenset(CURVE_FAMILIES)].total_s,
+                       attribution_s=total, by_component=by_component)
+
+
+def _prepare(data: EstimateInput, source: str, evidence_dir: Path | None) -> tuple[Lowering, EvidenceProfile]:
+    profile = load_profile(data.system, evidence_dir)
+    check_tiers(data, profile, source)
+    return lower(data, source), profile
+
+
+def attribute_input(data: EstimateInput, *, source: str = "<input>", evidence_dir: Path | None = None) -> Attribution:
+    """Lower one anonymous input and attribute its gap (the estimate's profile checks apply)."""
+    return attribute(*_prepare(data, source, evidence_dir))
+
+
+def by_task_input(data: EstimateInput, views: tuple[CostView, ...], *, source: str = "<input>",
+                  evidence_dir: Path | None = None) -> tuple[ViewTasks, ...]:
+    """Lower one anonymous input and break each view's components down by task."""
+    lowering, profile = _prepare(data, source, evidence_dir)
+    return tuple(by_task(lowering.plan, profile, v) for v in views)
