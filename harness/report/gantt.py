@@ -1,0 +1,126 @@
+"""Gantt chart of a simulated pipeline iteration (PNG, matplotlib Agg).
+
+One row per stage (stage 0 on top); forward chunks in blues, backward
+chunks in oranges (darker = later chunk); the first stage's data-parallel
+sync and optimizer step after the pipeline in grey and green; white is idle.
+A bar carries its microbatch number when it is wide enough to read. When the
+whole iteration is too dense to read, two zoomed panels below it show the
+warm-up and the cool-down at the same scale.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from matplotlib import colormaps
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+
+from harness.errors import InputError
+from harness.schedule.simulate import Simulation
+
+DENSE_OPS = 48  # more operations per stage than this: add the zoomed panels
+LABEL_MIN_IN = 0.16  # narrowest bar (inches) that gets its microbatch number
+STEP_COLORS = {"data_parallel": "0.55", "optimizer": "tab:green"}
+
+
+def _shade(phase: str, chunk: int, chunks: int):
+    cmap = colormaps["Blues" if phase == "forward" else "Oranges"]
+    low, high = (0.5, 0.9) if phase == "forward" else (0.35, 0.8)
+    return cmap(low + (high - low) * (chunk / max(chunks - 1, 1)))
+
+
+def _ink(rgba) -> str:
+    """Black or white text, whichever reads on ``rgba``."""
+    r, g, b = rgba[:3]
+    return "black" if 0.299 * r + 0.587 * g + 0.114 * b > 0.55 else "white"
+
+
+def _steps(sim: Simulation) -> list[tuple[str, float, float]]:
+    start, out = sim.makespan_s, []
+    for name, width in (("data_parallel", sim.data_parallel_s), ("optimizer", sim.optimizer_s)):
+        if width:
+            out.append((name, start, width))
+            start += width
+    return out
+
+
+def _draw(ax: Axes, sim: Simulation, x0: float, x1: float, width_in: float) -> None:
+    pp, chunks = sim.pipeline_parallel, sim.chunks_per_stage
+    scale = width_in / (x1 - x0)
+    for stage, ops in enumerate(sim.ops):
+        groups: dict[tuple[str, int], list[tuple[float, float]]] = {}
+        visible = [op for op in ops if op.end_s > x0 and op.start_s < x1]
+        for op in visible:
+            groups.setdefault((op.phase, op.chunk), []).append((op.start_s, op.duration_s))
+        thin = len(visible) > width_in * 12
+        for (phase, chunk), bars in groups.items():
+            ax.broken_barh(bars, (stage - 0.42, 0.84), facecolors=_shade(phase, chunk, chunks),
+                           edgecolor="none" if thin else "white", linewidth=0.5)
+        for op in visible:
+            inside = op.start_s >= x0 and op.end_s <= x1
+            if inside and pp <= 40 and op.duration_s * scale >= LABEL_MIN_IN * (1 + 0.4 * (op.microbatch >= 100)):
+                ax.text((op.start_s + op.end_s) / 2, stage, str(op.microbatch), ha="center", va="center", fontsize=6.5,
+                        color=_ink(_shade(op.phase, op.chunk, chunks)), clip_on=True)
+    for name, start, width in _steps(sim):
+        ax.broken_barh([(start, width)], (-0.42, 0.84), facecolors=STEP_COLORS[name])
+    ax.set_xlim(x0, x1)
+    ax.set_ylim(pp - 0.5, -0.5)
+    every = max(1, -(-pp // 16))
+    ax.set_yticks(range(0, pp, every), [f"stage {s}" for s in range(0, pp, every)], fontsize=7)
+    ax.grid(axis="x", color="0.85", linewidth=0.6)
+    ax.set_axisbelow(True)
+    ax.tick_params(axis="x", labelsize=8)
+
+
+def _window(sim: Simulation) -> float:
+    """Width of the zoomed panels: the first stage's warm-up plus a few steady operations."""
+    first = sim.ops[0]
+    backward = [op for op in first if op.phase == "backward"]
+    edge = backward[min(3, len(backward) - 1)].end_s if backward else sim.ops[-1][min(sim.pipeline_parallel,
+                                                                                    len(sim.ops[-1]) - 1)].end_s
+    return min(edge, sim.total_s / 2)
+
+
+def write_gantt(sim: Simulation, path: Path | str, title: str = "") -> Path:
+    """Draw ``sim`` as a Gantt chart into ``path`` (PNG) and return the path."""
+    pp, chunks = sim.pipeline_parallel, sim.chunks_per_stage
+    dense = max(len(ops) for ops in sim.ops) > DENSE_OPS
+    row_in = max(0.11, min(0.3, 3.0 / pp))
+    top_in = 0.9 + row_in * pp
+    fig = Figure(figsize=(14, 1.5 + top_in * (1.8 if dense else 1)), dpi=110)
+    FigureCanvasAgg(fig)
+    grid = fig.add_gridspec(2 if dense else 1, 2, height_ratios=[1, 0.8] if dense else [1])
+    main = fig.add_subplot(grid[0, :])
+    _draw(main, sim, 0.0, sim.total_s * 1.005, 12.5)
+    main.set_xlabel("time in the iteration (s)", fontsize=9)
+    if dense:
+        w = _window(sim)
+        for column, (x0, x1, label) in enumerate(((0.0, w, "warm-up"),
+                                                  (sim.total_s - w, sim.total_s * 1.002, "cool-down"))):
+            ax = fig.add_subplot(grid[1, column])
+            _draw(ax, sim, x0, x1, 6.0)
+            ax.set_title(f"{label}: {x0:.4g} - {min(x1, sim.total_s):.4g} s (microbatch numbers in the bars)",
+                         fontsize=9)
+            ax.set_xlabel("time in the iteration (s)", fontsize=9)
+            main.axvspan(x0, x1, color="0.5", alpha=0.08, zorder=0)
+    schedule = f"interleaved 1F1B, {chunks} chunks/stage" if chunks > 1 else "1F1B"
+    if not sim.training:
+        schedule = "forward only" + (f", {chunks} chunks/stage" if chunks > 1 else "")
+    fig.suptitle(f"{title}  —  {schedule}, PP={pp}, {sim.microbatches} microbatches\n"
+                 f"iteration {sim.total_s:.4g} s; stage-0 idle {sim.first_stage_idle_s:.4g} s vs closed-form "
+                 f"bubble {sim.closed_form_bubble_s:.4g} s (difference {sim.bubble_difference_s:+.2g} s)", fontsize=10)
+    handles = [Patch(color=_shade("forward", c, chunks), label=f"forward chunk {c}") for c in range(chunks)]
+    if sim.training:
+        handles += [Patch(color=_shade("backward", c, chunks), label=f"backward chunk {c}") for c in range(chunks)]
+    handles += [Patch(color=STEP_COLORS[name], label=f"{name.replace('_', ' ')} (stage 0)") for name, _, _ in _steps(sim)]
+    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 8), fontsize=8, frameon=False)
+    height = fig.get_figheight()
+    fig.tight_layout(rect=(0, 0.3 / height, 1, 1))  # tight_layout leaves room for the suptitle
+    try:
+        fig.savefig(path)
+    except OSError as error:
+        raise InputError(str(path), "--png", error.strerror or str(error)) from None
+    return Path(path)
