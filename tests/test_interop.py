@@ -178,3 +178,13 @@ def test_batch_lines_round_trip():
     entry = parse_line(_line("x"), 1)
     assert entry.status == "valid" and entry.input == input_from_calculon(MODEL, EXECUTION, "a100_80g")
     assert calculon_from_input(entry.input) == (MODEL, EXECUTION)
+
+
+def test_the_documented_batch_example_gives_the_documented_statuses(tmp_path):
+    out = tmp_path / "out.json"
+    example = CASES_DIR.parent / "docs" / "examples" / "calculon-batch.jsonl"
+    assert main(["estimate", "--calculon-batch", str(example), "--view", "system_evidence", "--output", str(out)]) == 1
+    results = json.loads(out.read_text())
+    assert [r["status"] for r in results] == ["ok", "infeasible", "infeasible", "rejected", "invalid"]
+    assert results[0]["views"]["system_evidence"]["total_s"] == 1.1366701004205777
+    assert results[2]["reason"] == "memory tier 1 needs 438877339648 bytes but has 85899345920 bytes"
