@@ -19,7 +19,7 @@ from harness.oracles.records import VENDOR_DIR
 from harness.oracles.runner import CalculonRunner
 
 
-def _views(text: str) -> tuple[str, ...]:
+def view_list(text: str) -> tuple[str, ...]:
     views = tuple(v.strip() for v in text.split(",") if v.strip())
     unknown = sorted(set(views) - set(RECORD_VIEWS))
     if unknown or not views:
@@ -39,7 +39,7 @@ def register(sub) -> None:
     r.add_argument("--output", default="records/cases.json",
                    help="record file, relative to the vendor directory (.gz: gzip-compressed)")
     r.add_argument("--vendor", type=Path, default=VENDOR_DIR, help=f"vendor directory (default: {VENDOR_DIR})")
-    r.add_argument("--views", type=_views, default=RECORD_VIEWS, metavar="VIEW[,VIEW]",
+    r.add_argument("--views", type=view_list, default=RECORD_VIEWS, metavar="VIEW[,VIEW]",
                    help=f"views to record (default: {','.join(RECORD_VIEWS)})")
     r.add_argument("--no-layers", dest="keep_layers", action="store_false",
                    help="drop per-layer figures (explicit recompute sums are kept)")
