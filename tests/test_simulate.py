@@ -16,7 +16,7 @@ from harness.ir.portable import Schedule
 from harness.pipeline import lower
 from harness.schedule.block import BlockTimes
 from harness.schedule.compose import compose
-from harness.schedule.simulate import BUSY_COMPONENTS, schedule_table, simulate, stage_order
+from harness.schedule.simulate import BUSY_COMPONENTS, group_size, schedule_table, simulate, stage_order
 
 CASES = Path(__file__).resolve().parents[1] / "cases"
 TABLE5 = ("megatron-22B_full", "megatron-22B_seqsel", "gpt3-175B_full", "gpt3-175B_seqsel",
@@ -87,15 +87,31 @@ def test_fewer_microbatches_than_stages_without_interleaving_is_exact():
     assert (sim.makespan_s, sim.first_stage_idle_s, sim.closed_form_bubble_s) == (8.0, 4.0, 4.0)
 
 
+def test_megatron_group_size_rule():
+    assert group_size(64, 8) == 8  # PP divides M
+    assert group_size(60, 8) == 10  # last group must be empty or >= PP: 60 = 6 x 10
+    assert group_size(23, 8) == 12  # 23 mod 12 = 11 >= PP (9, 10, 11 leave 5, 3, 1)
+    assert group_size(3, 2) == 3 and group_size(3, 8) == 3  # one group (Megatron refuses M < PP)
+
+
 def test_microbatches_not_multiple_of_pp_under_interleaving_shows_the_difference():
     s = schedule(2, 2, 3)
-    assert schedule_table(3, 2, 2) == [(0, 0), (1, 0), (0, 1), (1, 1), (2, 0), (2, 1)]
+    assert schedule_table(3, 2, group_size(3, 2)) == [(0, 0), (1, 0), (2, 0), (0, 1), (1, 1), (2, 1)]
     sim = run(s, UNIT)
-    # closed form: (PP-1) + (chunks-1)(PP - 3 mod 2) = 2 chunk times of 3 s
+    assert [op.start_s for op in sim.ops[0]] == [0, 1, 2, 3, 4, 5, 7, 10, 13, 15, 17, 19]
+    # closed form: (PP-1) + (chunks-1)(PP - 3 mod 2) = 2 chunk times of 3 s; the schedule idles one chunk time
     assert sim.closed_form_bubble_s == 6.0
-    assert sim.first_stage_busy_s == 18.0
-    assert sim.first_stage_idle_s == 5.0 and sim.bubble_difference_s == -1.0
-    assert not sim.exact and "not a multiple of PP" in sim.note
+    assert (sim.makespan_s, sim.first_stage_busy_s, sim.first_stage_idle_s) == (21.0, 18.0, 3.0)
+    assert sim.bubble_difference_s == -3.0
+    assert not sim.exact and "not a multiple of PP" in sim.note and "groups of 3" in sim.note
+
+
+def test_group_size_rule_never_deadlocks():
+    for pp, chunks in ((3, 2), (4, 3), (8, 3)):
+        for m in range(1, 3 * pp + 2):
+            sim = run(schedule(pp, chunks, m), UNIT)
+            assert sim.first_stage_busy_s == 3.0 * chunks * m
+            assert sim.first_stage_idle_s >= (pp - 1) * 3.0 - 1e-9  # never below the (PP-1) chunk fill/drain
 
 
 def test_single_microbatch_interleaved_is_a_chain():

@@ -12,10 +12,11 @@ sends; the receiver needs nothing more).
 Order (Megatron-LM): without interleaving, stage ``s`` runs ``min(PP - s - 1,
 M)`` warm-up forwards, then one forward and one backward alternately, then the
 remaining backwards. With interleaving, forwards follow Megatron's schedule
-table (groups of ``PP`` microbatches, every chunk of a group in turn, the last
-group holding the remainder); backwards follow the same table with the chunk
-reversed; warm-up is ``2 (PP - s - 1) + (chunks - 1) PP`` operations (at most
-all of them). Inference runs the forwards only.
+table (groups of N microbatches, every chunk of a group in turn, the last
+group holding the remainder; N = PP when PP divides M, else the smallest
+group size Megatron accepts, see :func:`group_size`); backwards follow the
+same table with the chunk reversed; warm-up is ``2 (PP - s - 1) + (chunks -
+1) N`` operations (at most all of them). Inference runs the forwards only.
 
 Dependencies: forward ``(s, c, m)`` needs forward ``(s - 1, c, m)``, or on the
 first stage forward ``(PP - 1, c - 1, m)``; backward ``(s, c, m)`` needs
@@ -105,8 +106,22 @@ class Simulation:
 BUSY_COMPONENTS = ("forward", "backward", "recompute", "tensor_parallel", "pipeline_parallel", "recommunication")
 
 
+def group_size(microbatches: int, pipeline_parallel: int) -> int:
+    """Megatron-LM's ``microbatch_group_size_per_vp_stage`` for an interleaved schedule.
+
+    Megatron needs ``PP <= N <= M`` and a last group (``M mod N``) that is
+    empty or holds at least PP microbatches (else the pipeline deadlocks);
+    this is the smallest such N (PP when PP divides M). Megatron refuses
+    ``M < PP``; the simulation then runs one group (N = M).
+    """
+    if microbatches < pipeline_parallel:
+        return microbatches
+    return next(n for n in range(pipeline_parallel, microbatches + 1)
+                if microbatches % n == 0 or microbatches % n >= pipeline_parallel)
+
+
 def schedule_table(microbatches: int, chunks: int, group: int) -> list[tuple[int, int]]:
-    """Megatron-LM's forward order: (microbatch, chunk) per virtual microbatch."""
+    """Megatron-LM's forward order: (microbatch, chunk) per virtual microbatch, in groups of ``group``."""
     table: list[tuple[int, int]] = []
     for first in range(0, microbatches, group):
         last = microbatches if first + group >= microbatches else first + group
@@ -119,14 +134,15 @@ def schedule_table(microbatches: int, chunks: int, group: int) -> list[tuple[int
 def stage_order(stage: int, pipeline_parallel: int, chunks: int, microbatches: int,
                 training: bool) -> list[tuple[Phase, int, int]]:
     """The ordered (phase, chunk, microbatch) operations of one stage."""
-    table = schedule_table(microbatches, chunks, pipeline_parallel)
+    group = group_size(microbatches, pipeline_parallel)
+    table = schedule_table(microbatches, chunks, group)
     forwards: list[tuple[Phase, int, int]] = [("forward", c, m) for m, c in table]
     if not training:
         return forwards
     backwards: list[tuple[Phase, int, int]] = [("backward", chunks - 1 - c, m) for m, c in table]
     total = len(table)
     behind = pipeline_parallel - stage - 1
-    warmup = min(behind if chunks == 1 else 2 * behind + (chunks - 1) * pipeline_parallel, total)
+    warmup = min(behind if chunks == 1 else 2 * behind + (chunks - 1) * group, total)
     order = forwards[:warmup]
     for k in range(total - warmup):
         order += [forwards[warmup + k], backwards[k]]
@@ -214,9 +230,13 @@ def _note(s: Schedule, exact: bool) -> str:
     reasons = []
     shortage = s.microbatches % s.pipeline_parallel
     if s.chunks_per_stage > 1 and shortage:
+        group = group_size(s.microbatches, s.pipeline_parallel)
         reasons.append(f"microbatches {s.microbatches} are not a multiple of PP={s.pipeline_parallel} under "
                        f"interleaving: the closed form adds (chunks-1) x (PP - microbatches mod PP) = "
-                       f"{(s.chunks_per_stage - 1) * (s.pipeline_parallel - shortage)} chunk times")
+                       f"{(s.chunks_per_stage - 1) * (s.pipeline_parallel - shortage)} chunk times; the simulation "
+                       f"runs Megatron's schedule with groups of {group} microbatches"
+                       + (" (Megatron refuses fewer microbatches than PP)" if s.microbatches < s.pipeline_parallel
+                          else ""))
     if s.bubble_reduction_blocks:
         reasons.append(f"{s.bubble_reduction_blocks} stages hold one block fewer: the closed form subtracts half a "
                        "base and half an edge block each, the simulation runs them one block short")
