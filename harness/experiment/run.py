@@ -34,7 +34,16 @@ from harness.experiment.report import (
     ViewComparison,
 )
 from harness.explain import attribute
-from harness.oracles.calculon import MEMORY_FIELDS, WORKLOAD_FIELDS, CAPACITY_FIELDS, check_view, signed_error_pct
+from harness.oracles.calculon import (
+    CAPACITY_FIELDS,
+    EFFICIENCY_FIELDS,
+    MEMORY_FIELDS,
+    TIMING_FIELDS,
+    WORKLOAD_FIELDS,
+    check_view,
+    oracle_values,
+    signed_error_pct,
+)
 from harness.pipeline import lower
 from harness.schedule.compose import COMPONENTS
 
@@ -75,14 +84,12 @@ def _view_comparison(parity) -> ViewComparison:
 
 
 def _calculon_figures(stats: dict[str, Any] | None, error: str | None) -> dict[str, Any]:
+    """Calculon's total, components and tier-1 memory under our names (or its error)."""
     if stats is None:
         return {"error": error}
-    return {"total_s": stats["total_time"], "memory_tier1_bytes": stats["proc_mem_tier1_cap_req"],
-            "components_s": {c: stats[f] for c, f in (
-                ("forward", "fw_time"), ("backward", "bw_time"), ("optimizer", "optim_step_time"),
-                ("recompute", "recompute_time"), ("tensor_parallel", "tp_comm_exposed_time"),
-                ("pipeline_parallel", "pp_comm_exposed_time"), ("data_parallel", "dp_comm_exposed_time"),
-                ("recommunication", "recomm_exposed_time"), ("pipeline_bubble", "bubble_time"))}}
+    values = oracle_values(stats, metrics=list(TIMING_FIELDS) + ["memory_bytes.tier1_total"])
+    return {"total_s": values["total_s"], "memory_tier1_bytes": values["memory_bytes.tier1_total"],
+            "components_s": {m.split(".", 1)[1]: v for m, v in values.items() if m.startswith("components_s.")}}
 
 
 def _compare_case(path: Path, case: CaseFile, lowering, est: Estimate, attribution, gate: ComparisonGate,
@@ -141,8 +148,7 @@ def summarize(scope: str, results: list[CaseResult], budgets: Budgets, extra_vio
                     if m.abs_error > budgets.memory_bytes:
                         violations.append(f"{r.id} [{view}] {name}: {m.abs_error:.0f} bytes from Calculon "
                                           f"(budget {budgets.memory_bytes:g})")
-                elif name in ("useful_flops", "compute_efficiency", "system_efficiency", "total_efficiency",
-                              "sample_rate_per_s"):
+                elif name in EFFICIENCY_FIELDS:
                     continue
                 elif not abs(m.error_pct) <= budgets.calculon_pct:
                     violations.append(f"{r.id} [{view}] {name}: {m.error_pct:+.3g} % from Calculon "
