@@ -36,7 +36,6 @@ from harness.experiment.report import (
 from harness.explain import attribute
 from harness.oracles.calculon import (
     CAPACITY_FIELDS,
-    EFFICIENCY_FIELDS,
     MEMORY_FIELDS,
     TIMING_FIELDS,
     WORKLOAD_FIELDS,
@@ -148,8 +147,6 @@ def summarize(scope: str, results: list[CaseResult], budgets: Budgets, extra_vio
                     if m.abs_error > budgets.memory_bytes:
                         violations.append(f"{r.id} [{view}] {name}: {m.abs_error:.0f} bytes from Calculon "
                                           f"(budget {budgets.memory_bytes:g})")
-                elif name in EFFICIENCY_FIELDS:
-                    continue
                 elif not abs(m.error_pct) <= budgets.calculon_pct:
                     violations.append(f"{r.id} [{view}] {name}: {m.error_pct:+.3g} % from Calculon "
                                       f"(budget {budgets.calculon_pct:g} %)")
