@@ -143,3 +143,16 @@ def test_live_calculon_equals_the_vendored_records(pytestconfig):
         case = load_case(path)
         record_id = case.comparison.oracle_record or case.id
         assert live.views(record_id, case.estimate_input()) == recorded.views(record_id, case.estimate_input())
+
+
+def test_calibrate_command_writes_report_and_plots(tmp_path, capsys):
+    from harness.cli import main
+
+    status = main(["calibrate", "--cases", str(CASES_DIR), "--output", str(tmp_path / "report.json"),
+                   "--plots", str(tmp_path / "plots")])
+    out = capsys.readouterr().out
+    assert status == 0 and "budgets: all met" in out and "peak-only vs Calculon MAPE: 12.99%" in out
+    data = json.loads((tmp_path / "report.json").read_text())
+    assert data["schema"] == "blueprinting.calculon-calibration-experiment.v0"
+    assert sorted(p.name for p in (tmp_path / "plots").glob("*.png")) == [
+        "components.png", "gap_waterfall.png", "totals.png"]
