@@ -20,8 +20,10 @@ Lowers one Transformer block to the task DAG of one TP rank:
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
+from harness.ir.checks import unsupported_features
 from harness.ir.distributed import (
     BatchMatmulShape,
     CollectiveOp,
@@ -54,6 +56,12 @@ def collective_ops(role: str, split: bool) -> tuple[CollectiveOp | None, Collect
     return ("reduce_scatter", "all_gather") if split else ("all_reduce", None)
 
 
+@functools.cache
+def _retention(**flags: bool) -> Retention:
+    """One shared (frozen) Retention per combination of flags."""
+    return Retention.trusted(**flags)
+
+
 @dataclasses.dataclass
 class _BlockBuilder:
     """Accumulates forward tasks with their recompute/recomm flags."""
@@ -62,7 +70,8 @@ class _BlockBuilder:
 
     def add(self, name: str, shape: Any, deps: tuple[str, ...] = (), *, recompute: bool = False,
             recommunicate: bool = False, **retention: bool) -> str:
-        task = Task(name=name, phase="forward", depends_on=deps, shape=shape, retention=Retention(**retention))
+        task = Task.trusted(name=name, phase="forward", clone_of=None, depends_on=deps, shape=shape,
+                            retention=_retention(**retention))
         self.tasks.append((task, recompute, recommunicate))
         return name
 
@@ -75,7 +84,7 @@ class TransformerDistribute(ModulePass[ModelIR, DistributedTaskIR]):
 
     def requires(self, ir: ModelIR) -> None:
         e, s = ir.execution, ir.shape
-        if e.tp_overlap != "none" or e.dp_overlap or any(e.offload.model_dump().values()):
+        if unsupported_features(e):
             raise self.fail("overlap and offload are not representable in the portable plan")
         if s.attention_heads % e.tensor_parallel or s.hidden % e.tensor_parallel or s.feedforward % e.tensor_parallel:
             raise self.fail("TP must divide heads, hidden and feedforward")
@@ -102,56 +111,60 @@ class TransformerDistribute(ModulePass[ModelIR, DistributedTaskIR]):
             edge_split = e.tp_communication in ("rs_ag", "p2p_rs_ag")
             bf, bb = collective_ops(role, base_split)
             ef, eb = collective_ops(role, edge_split)
-            return CollectiveShape(role=role, elements=full_act, participants=tp, sequence_sharded=e.sequence_parallel,
-                                   base_forward=bf, base_backward=bb, edge_forward=ef, edge_backward=eb)
+            return CollectiveShape.trusted(role=role, elements=full_act, participants=tp,
+                                           sequence_sharded=e.sequence_parallel,
+                                           base_forward=bf, base_backward=bb, edge_forward=ef, edge_backward=eb)
 
         b = _BlockBuilder()
-        prev = b.add("attn.fork", ForkShape(elements=outside_act, users=2), recompute=full)
-        prev = b.add("attn.layer_norm", NormShape(elements=outside_act, hidden=s.hidden), (prev,), recompute=full,
-                     activation_stored=False, activation_reused=True)
+        prev = b.add("attn.fork", ForkShape.trusted(elements=outside_act, users=2), recompute=full)
+        prev = b.add("attn.layer_norm", NormShape.trusted(elements=outside_act, hidden=s.hidden), (prev,),
+                     recompute=full, activation_stored=False, activation_reused=True)
         f = collective("f")
         if f:
             prev = b.add("attn.tp_f", f, (prev,), recommunicate=redo_attn)
-        qkv = b.add("attn.qkv_fork", ForkShape(elements=full_act, users=3), (prev,), recompute=redo_attn,
+        qkv = b.add("attn.qkv_fork", ForkShape.trusted(elements=full_act, users=3), (prev,), recompute=redo_attn,
                     activation_stored=not redo_attn)
         reuse = dict(activation_stored=False, activation_reused=True)
-        q = b.add("attn.query", LinearShape(m=tokens, n=s.hidden, k=proj), (qkv,), recompute=full, **reuse)
-        k = b.add("attn.key", LinearShape(m=tokens, n=s.hidden, k=kv_width), (qkv,), recompute=full, **reuse)
-        v = b.add("attn.value", LinearShape(m=tokens, n=s.hidden, k=kv_width), (qkv,), recompute=full, **reuse)
-        prev = b.add("attn.qk_matmul", BatchMatmulShape(batch=local_heads, m=s.sequence_length, n=s.head_size,
-                     k=s.sequence_length), (q, k), recompute=attn, output_stored=not attn)
-        prev = b.add("attn.softmax", PointwiseShape(kind="softmax", elements=scores), (prev,), recompute=attn,
-                     output_stored=not attn)
-        prev = b.add("attn.probs_dropout", PointwiseShape(kind="dropout", elements=scores), (prev,), recompute=attn,
-                     activation_stored=not attn)
-        prev = b.add("attn.pv_matmul", BatchMatmulShape(batch=local_heads, m=s.sequence_length, n=s.sequence_length,
-                     k=s.head_size), (prev, v), recompute=full)
-        prev = b.add("attn.out_proj", LinearShape(m=tokens, n=proj, k=s.hidden), (prev,), recompute=full)
+        q = b.add("attn.query", LinearShape.trusted(m=tokens, n=s.hidden, k=proj), (qkv,), recompute=full, **reuse)
+        k = b.add("attn.key", LinearShape.trusted(m=tokens, n=s.hidden, k=kv_width), (qkv,), recompute=full, **reuse)
+        v = b.add("attn.value", LinearShape.trusted(m=tokens, n=s.hidden, k=kv_width), (qkv,), recompute=full, **reuse)
+        prev = b.add("attn.qk_matmul", BatchMatmulShape.trusted(batch=local_heads, m=s.sequence_length,
+                     n=s.head_size, k=s.sequence_length), (q, k), recompute=attn, output_stored=not attn)
+        prev = b.add("attn.softmax", PointwiseShape.trusted(kind="softmax", elements=scores), (prev,),
+                     recompute=attn, output_stored=not attn)
+        prev = b.add("attn.probs_dropout", PointwiseShape.trusted(kind="dropout", elements=scores), (prev,),
+                     recompute=attn, activation_stored=not attn)
+        prev = b.add("attn.pv_matmul", BatchMatmulShape.trusted(batch=local_heads, m=s.sequence_length,
+                     n=s.sequence_length, k=s.head_size), (prev, v), recompute=full)
+        prev = b.add("attn.out_proj", LinearShape.trusted(m=tokens, n=proj, k=s.hidden), (prev,), recompute=full)
         g = collective("g")
         if g:
             prev = b.add("attn.tp_g", g, (prev,), recommunicate=full, activation_stored=False)
-        prev = b.add("attn.dropout", PointwiseShape(kind="dropout", elements=outside_act), (prev,), recompute=full)
-        prev = b.add("attn.residual", ResidualShape(elements_a=outside_act, elements_b=outside_act),
+        prev = b.add("attn.dropout", PointwiseShape.trusted(kind="dropout", elements=outside_act), (prev,),
+                     recompute=full)
+        prev = b.add("attn.residual", ResidualShape.trusted(elements_a=outside_act, elements_b=outside_act),
                      (prev, "attn.fork"), recompute=full, **reuse)
 
-        fork = prev = b.add("mlp.fork", ForkShape(elements=outside_act, users=2), (prev,), recompute=full)
-        prev = b.add("mlp.layer_norm", NormShape(elements=outside_act, hidden=s.hidden), (prev,), recompute=full, **reuse)
+        fork = prev = b.add("mlp.fork", ForkShape.trusted(elements=outside_act, users=2), (prev,), recompute=full)
+        prev = b.add("mlp.layer_norm", NormShape.trusted(elements=outside_act, hidden=s.hidden), (prev,),
+                     recompute=full, **reuse)
         f = collective("f")
         if f:
             prev = b.add("mlp.tp_f", f, (prev,), recommunicate=redo_mlp)
-        prev = b.add("mlp.fc1", LinearShape(m=tokens, n=s.hidden, k=s.feedforward // tp), (prev,), recompute=full,
+        prev = b.add("mlp.fc1", LinearShape.trusted(m=tokens, n=s.hidden, k=s.feedforward // tp), (prev,), recompute=full,
                      activation_stored=not redo_mlp)
-        prev = b.add("mlp.gelu", PointwiseShape(kind="gelu", elements=s.feedforward * tokens // tp,
+        prev = b.add("mlp.gelu", PointwiseShape.trusted(kind="gelu", elements=s.feedforward * tokens // tp,
                      fused=e.fused_activation), (prev,), recompute=full)
-        prev = b.add("mlp.fc2", LinearShape(m=tokens, n=s.feedforward // tp, k=s.hidden), (prev,), recompute=full)
+        prev = b.add("mlp.fc2", LinearShape.trusted(m=tokens, n=s.feedforward // tp, k=s.hidden), (prev,), recompute=full)
         g = collective("g")
         if g:
             prev = b.add("mlp.tp_g", g, (prev,), recommunicate=full, activation_stored=False)
-        prev = b.add("mlp.dropout", PointwiseShape(kind="dropout", elements=outside_act), (prev,), recompute=full)
-        b.add("mlp.residual", ResidualShape(elements_a=outside_act, elements_b=outside_act), (prev, fork),
+        prev = b.add("mlp.dropout", PointwiseShape.trusted(kind="dropout", elements=outside_act), (prev,),
+                     recompute=full)
+        b.add("mlp.residual", ResidualShape.trusted(elements_a=outside_act, elements_b=outside_act), (prev, fork),
               recompute=full, **reuse)
 
-        return DistributedTaskIR(shape=s, execution=e, tasks=tuple(self._with_clones(b, e.training)))
+        return DistributedTaskIR.trusted(shape=s, execution=e, tasks=tuple(self._with_clones(b, e.training)))
 
     @staticmethod
     def _with_clones(b: _BlockBuilder, training: bool) -> list[Task]:
@@ -168,13 +181,13 @@ class TransformerDistribute(ModulePass[ModelIR, DistributedTaskIR]):
         for task, recompute, recommunicate in b.tasks:
             deps = tuple(replaced.get(d, d) for d in task.depends_on)
             if recompute:
-                clone = task.model_copy(update=dict(name=_RECOMPUTE + task.name, phase="recompute",
-                                                    clone_of=task.name, depends_on=deps))
+                clone = task.trusted_replace(name=_RECOMPUTE + task.name, phase="recompute", clone_of=task.name,
+                                             depends_on=deps)
             elif recommunicate and isinstance(task.shape, CollectiveShape) and (
                 task.shape.base_forward or task.shape.edge_forward
             ):
-                clone = task.model_copy(update=dict(name=_RECOMM + task.name, phase="recommunication",
-                                                    clone_of=task.name, depends_on=deps))
+                clone = task.trusted_replace(name=_RECOMM + task.name, phase="recommunication",
+                                             clone_of=task.name, depends_on=deps)
             else:
                 continue
             replaced[task.name] = clone.name

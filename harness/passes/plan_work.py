@@ -18,9 +18,10 @@ produced: only network tier indices from the layout appear.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 from harness.ir.checks import blocks_per_stage
-from harness.ir.distributed import CollectiveShape, DistributedTaskIR, Task
+from harness.ir.distributed import CollectiveOp, CollectiveShape, DistributedTaskIR, Task
 from harness.ir.portable import (
     NO_CAPACITY,
     NO_WORK,
@@ -35,6 +36,23 @@ from harness.ir.portable import (
 )
 from harness.passes.base import ModulePass
 from harness.passes.rules import derive
+
+
+@functools.lru_cache(maxsize=4096)
+def _task_messages(s: CollectiveShape, b: int, tier: int, backward: bool) -> TaskMessages:
+    """TP messages of a collective of shape ``s`` (None: the identity, nothing sent).
+
+    Memoized (a pure function of frozen values): the f/g collectives of both
+    sub-blocks and their clones share one immutable TaskMessages.
+    """
+    def message(op: CollectiveOp | None) -> Message | None:
+        return None if op is None else Message.trusted(
+            collective=op, message_bytes=s.elements * b, participants=s.participants, network_tier=tier)
+
+    return TaskMessages.trusted(
+        forward_base=message(s.base_forward), forward_edge=message(s.edge_forward),
+        backward_base=message(s.base_backward) if backward else None,
+        backward_edge=message(s.edge_backward) if backward else None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,7 +73,7 @@ class TransformerPlanWork(ModulePass[DistributedTaskIR, PortablePlanIR]):
         shards = e.data_parallel if e.optimizer_sharding else 1
         tasks = tuple(self._plan_task(t, b, shards, e.network_tiers.tensor, e.training)
                       for t in ir.tasks)
-        return PortablePlanIR.model_construct(
+        return PortablePlanIR.trusted(
             datatype=e.datatype,
             bytes_per_element=b,
             processors=e.processors,
@@ -71,24 +89,9 @@ class TransformerPlanWork(ModulePass[DistributedTaskIR, PortablePlanIR]):
         facts = derive(task.shape, b, shards)
         messages = None
         if isinstance(task.shape, CollectiveShape):
-            s = task.shape
-
-            def message(op):
-                return None if op is None else Message.model_construct(
-                    collective=op, message_bytes=s.elements * b, participants=s.participants, network_tier=tier)
-
-            if not training:
-                messages = TaskMessages.model_construct(forward_base=message(s.base_forward),
-                                                        forward_edge=message(s.edge_forward),
-                                                        backward_base=None, backward_edge=None)
-            elif task.phase == "recommunication":
-                messages = TaskMessages.model_construct(forward_base=message(s.base_forward),
-                                                        forward_edge=message(s.edge_forward),
-                                                        backward_base=None, backward_edge=None)
-            else:
-                messages = TaskMessages.model_construct(
-                    forward_base=message(s.base_forward), forward_edge=message(s.edge_forward),
-                    backward_base=message(s.base_backward), backward_edge=message(s.edge_backward))
+            # Backward messages exist for a training forward collective only; a
+            # recommunication task sends its original's forward messages again.
+            messages = _task_messages(task.shape, b, tier, training and task.phase == "forward")
         if task.phase == "forward" and training:
             passes = dict(forward=facts.forward, activation_grad=facts.activation_grad,
                           weight_grad=facts.weight_grad, optimizer=facts.optimizer)
@@ -96,15 +99,14 @@ class TransformerPlanWork(ModulePass[DistributedTaskIR, PortablePlanIR]):
         elif task.phase == "forward":
             # Inference: no backward pass, no optimizer, no gradient state.
             passes = dict(forward=facts.forward, activation_grad=NO_WORK, weight_grad=NO_WORK, optimizer=NO_WORK)
-            capacity = facts.capacity.model_copy(update=dict(
-                weight_grad_bytes=0, weight_grad_unsharded_bytes=0, activation_grad_bytes=0, optimizer_bytes=0))
+            capacity = facts.capacity.trusted_replace(
+                weight_grad_bytes=0, weight_grad_unsharded_bytes=0, activation_grad_bytes=0, optimizer_bytes=0)
         else:
             repeated = facts.forward if task.phase == "recompute" else NO_WORK
             passes = dict(forward=repeated, activation_grad=NO_WORK, weight_grad=NO_WORK, optimizer=NO_WORK)
             capacity = NO_CAPACITY
-        return PlanTask.model_construct(name=task.name, primitive=task.shape.kind, phase=task.phase,
-                                        clone_of=task.clone_of, messages=messages, capacity=capacity,
-                                        retention=task.retention, **passes)
+        return PlanTask.trusted(name=task.name, primitive=task.shape.kind, phase=task.phase, clone_of=task.clone_of,
+                                **passes, messages=messages, capacity=capacity, retention=task.retention)
 
     @staticmethod
     def _schedule(ir: DistributedTaskIR) -> Schedule:
@@ -114,7 +116,7 @@ class TransformerPlanWork(ModulePass[DistributedTaskIR, PortablePlanIR]):
         per_chunk = per_stage // e.pipeline_interleaving
         checkpoint = (e.microbatch * s.sequence_length * s.hidden * e.bytes_per_element
                       if e.training and e.recompute == "full" else 0)
-        return Schedule.model_construct(
+        return Schedule.trusted(
             training=e.training, recompute=e.recompute, global_batch=e.global_batch, microbatches=e.microbatches,
             blocks=s.blocks, pipeline_parallel=e.pipeline_parallel, blocks_per_stage=per_stage,
             bubble_reduction_blocks=e.pipeline_parallel - remainder if remainder else 0,
@@ -127,7 +129,7 @@ class TransformerPlanWork(ModulePass[DistributedTaskIR, PortablePlanIR]):
     def _pipeline(ir: DistributedTaskIR) -> PipelineTraffic:
         s, e = ir.shape, ir.execution
         if e.pipeline_parallel == 1:
-            return PipelineTraffic.model_construct(forward=None, backward=None, forward_transfers_per_microbatch=0,
+            return PipelineTraffic.trusted(forward=None, backward=None, forward_transfers_per_microbatch=0,
                                                    backward_transfers_per_microbatch=0)
         tokens = e.microbatch * s.sequence_length
         sharded = e.tp_communication in ("rs_ag", "p2p_rs_ag")
@@ -136,9 +138,9 @@ class TransformerPlanWork(ModulePass[DistributedTaskIR, PortablePlanIR]):
         # Inference keeps a zero-byte backward slot: the schedule's edge block
         # still pays the p2p latency there (Calculon 0.1.0 semantics).
         backward_bytes = boundary if e.training else 0
-        return PipelineTraffic.model_construct(
-            forward=Message.model_construct(collective="p2p", message_bytes=boundary, participants=2, network_tier=tier),
-            backward=Message.model_construct(collective="p2p", message_bytes=backward_bytes, participants=2,
+        return PipelineTraffic.trusted(
+            forward=Message.trusted(collective="p2p", message_bytes=boundary, participants=2, network_tier=tier),
+            backward=Message.trusted(collective="p2p", message_bytes=backward_bytes, participants=2,
                                              network_tier=tier),
             forward_transfers_per_microbatch=e.pipeline_interleaving,
             backward_transfers_per_microbatch=e.pipeline_interleaving if e.training else 0,
@@ -151,9 +153,9 @@ class TransformerPlanWork(ModulePass[DistributedTaskIR, PortablePlanIR]):
             return None
         gradient = sum(t.capacity.weight_bytes for t in tasks)
         ops = ("reduce_scatter", "all_gather") if e.optimizer_sharding else ("all_reduce",)
-        return DataParallelTraffic.model_construct(
+        return DataParallelTraffic.trusted(
             gradient_bytes=gradient,
-            messages=tuple(Message.model_construct(collective=op, message_bytes=gradient, participants=e.data_parallel,
+            messages=tuple(Message.trusted(collective=op, message_bytes=gradient, participants=e.data_parallel,
                                                    network_tier=e.network_tiers.data) for op in ops),
         )
 
@@ -163,7 +165,7 @@ class TransformerPlanWork(ModulePass[DistributedTaskIR, PortablePlanIR]):
         groups = (("tensor", e.network_tiers.tensor, e.tensor_parallel),
                   ("pipeline", e.network_tiers.pipeline, e.pipeline_parallel),
                   ("data", e.network_tiers.data, e.data_parallel))
-        return tuple(NetworkUse.model_construct(dimension=d, network_tier=t, group_size=n) for d, t, n in groups if n > 1)
+        return tuple(NetworkUse.trusted(dimension=d, network_tier=t, group_size=n) for d, t, n in groups if n > 1)
 
     def ensures(self, ir: PortablePlanIR) -> None:
         for task in ir.tasks:

@@ -25,6 +25,7 @@ Rules, with ``b`` bytes per element:
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 from harness.ir.distributed import (
     BatchMatmulShape,
@@ -54,7 +55,7 @@ class PrimitiveFacts:
 
 
 def _work(operations: float, read: float, written: float, engine: Engine) -> Work:
-    return Work.model_construct(operations=operations, bytes_read=read, bytes_written=written, engine=engine)
+    return Work.trusted(operations=operations, bytes_read=read, bytes_written=written, engine=engine)
 
 
 def _optimizer(weights: int, moments: int, b: int, shards: int) -> Work:
@@ -65,7 +66,7 @@ def _optimizer(weights: int, moments: int, b: int, shards: int) -> Work:
 def _capacity(b: int, shards: int, *, weights: int = 0, activation: float = 0, output: int = 0,
               activation_grad: float = 0, moments: int = 0) -> Capacity:
     master = weights * 4 if b < 4 else 0
-    return Capacity.model_construct(
+    return Capacity.trusted(
         weight_bytes=weights * b, activation_bytes=activation, output_bytes=output * b,
         weight_grad_bytes=weights * b / shards, weight_grad_unsharded_bytes=weights * 4,
         activation_grad_bytes=activation_grad, optimizer_bytes=(master + moments * 4) / shards,
@@ -73,6 +74,7 @@ def _capacity(b: int, shards: int, *, weights: int = 0, activation: float = 0, o
 
 
 _NONE = _work(0, 0, 0, "vector")
+_NONE_MATRIX = _work(0, 0, 0, "matrix")
 
 
 def linear(s: LinearShape, b: int, shards: int) -> PrimitiveFacts:
@@ -93,7 +95,7 @@ def batch_matmul(s: BatchMatmulShape, b: int, shards: int) -> PrimitiveFacts:
     return PrimitiveFacts(
         forward=_work(ops, inputs * b, out * b, "matrix"),
         activation_grad=_work(2 * ops, out * b, inputs * b, "matrix"),
-        weight_grad=_work(0, 0, 0, "matrix"),
+        weight_grad=_NONE_MATRIX,
         optimizer=_NONE,
         capacity=_capacity(b, shards, activation=inputs * b, output=out, activation_grad=out * b),
     )
@@ -186,6 +188,12 @@ RULES = {
 }
 
 
+@functools.lru_cache(maxsize=8192)
 def derive(shape, bytes_per_element: int, optimizer_shards: int) -> PrimitiveFacts:
-    """Apply the rule of ``shape.kind``."""
+    """Apply the rule of ``shape.kind``.
+
+    Memoized: the facts are a pure function of the (frozen, hashable) shape and
+    the two integers, and immutable, so recompute clones and layouts that
+    repeat a local shape share one set of facts.
+    """
     return RULES[shape.kind](shape, bytes_per_element, optimizer_shards)

@@ -1,0 +1,116 @@
+"""The compiled canonical writers and trusted construction (the fast paths of lowering).
+
+Rules checked: ``Artifact.canonical()`` is byte-identical to the reference
+``canonical_json(artifact.to_data())`` for every IR of every case and of the
+shared differential corpus; a non-finite float or an unsupported field kind
+falls back to the reference; ``Frozen.trusted`` stores fields in declaration
+order, fills defaults, refuses missing and unknown fields and builds objects
+equal to validated ones.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import pytest
+from pydantic import Field
+
+from harness.cases import load_cases
+from harness.digest import canonical_json
+from harness.errors import HarnessError
+from harness.interop.calculon_format import input_from_calculon
+from harness.ir import canonical
+from harness.ir.base import Frozen
+from harness.ir.distributed import LinearShape, Retention, Task
+from harness.ir.portable import Work
+from harness.pipeline import lower
+
+from conftest import CASES_DIR, REFERENCE_DIR
+
+PUBLIC = REFERENCE_DIR / "oracle-records" / "differential-public.json"
+
+
+def _artifacts(lowering):
+    return (lowering.model, lowering.distributed, lowering.plan, *lowering.checkpoints)
+
+
+def _assert_reference(artifact) -> None:
+    assert artifact.canonical() == canonical_json(artifact.to_data()), type(artifact).__name__
+
+
+def test_every_case_ir_is_written_exactly_as_the_reference():
+    for case in load_cases(CASES_DIR):
+        for artifact in _artifacts(lower(case.estimate_input())):
+            _assert_reference(artifact)
+
+
+def test_lowering_irs_take_the_compiled_path():
+    low = lower(load_cases(CASES_DIR)[0].estimate_input())
+    for ir in (low.model, low.distributed, low.plan):
+        assert canonical.write(ir, (("schema_name", '"x"'), ("schema_version", "0"))) is not None
+
+
+@pytest.mark.slow
+def test_every_differential_corpus_ir_is_written_exactly_as_the_reference():
+    if not PUBLIC.is_file():
+        pytest.skip(f"{PUBLIC} not found (the shared reference records are not installed)")
+    for record in json.loads(PUBLIC.read_text())["records"]:
+        try:
+            data = input_from_calculon(record["model"], record["execution"], record["system"])
+        except HarnessError:
+            continue
+        for artifact in _artifacts(lower(data)):
+            _assert_reference(artifact)
+
+
+def test_non_finite_floats_fall_back_to_the_reference_which_refuses_them():
+    for value in (math.nan, math.inf, -math.inf):
+        work = Work.trusted(operations=value, bytes_read=0, bytes_written=0, engine="vector")
+        assert canonical.write(work) is None
+        with pytest.raises(ValueError):
+            canonical_json(work.model_dump(mode="json"))
+
+
+def test_ints_in_float_fields_and_strings_are_written_like_model_dump():
+    work = Work.trusted(operations=2**60 + 1, bytes_read=3, bytes_written=True, engine="matrix")
+    assert canonical.write(work) == canonical_json(work.model_dump(mode="json"))
+    task = Task.trusted(name='a "quoted" \\ näme', phase="forward", shape=LinearShape.trusted(m=1, n=2, k=3))
+    assert canonical.write(task) == canonical_json(task.model_dump(mode="json"))
+
+
+class _WithDict(Frozen):
+    table: dict[str, Any] = Field(description="Not covered by the compiled writers.")
+
+
+class _Aliased(Frozen):
+    value: int = Field(alias="other", description="Aliased: not covered.")
+
+
+def test_unsupported_field_kinds_have_no_compiled_writer():
+    assert canonical.write(_WithDict(table={"a": 1})) is None
+    assert canonical.write(_Aliased(other=1)) is None
+
+
+def test_trusted_stores_declaration_order_and_fills_defaults():
+    work = Work.trusted(engine="matrix", bytes_written=3, operations=1, bytes_read=2)
+    assert list(work.__dict__) == list(Work.model_fields)
+    task = Task.trusted(name="t", phase="forward", shape=LinearShape.trusted(m=1, n=2, k=3))
+    assert task == Task(name="t", phase="forward", shape=LinearShape(m=1, n=2, k=3))
+    assert task.retention == Retention() and task.depends_on == () and task.clone_of is None
+    assert task.model_fields_set == {"name", "phase", "shape"}
+
+
+def test_trusted_refuses_missing_and_unknown_fields():
+    with pytest.raises(TypeError, match="missing field 'bytes_read'"):
+        Work.trusted(operations=1, bytes_written=0, engine="vector")
+    with pytest.raises(TypeError, match="unknown field"):
+        Work.trusted(operations=1, bytes_read=0, bytes_written=0, engine="vector", extra=1)
+
+
+def test_trusted_replace_keeps_the_other_fields():
+    task = Task.trusted(name="t", phase="forward", shape=LinearShape.trusted(m=1, n=2, k=3))
+    clone = task.trusted_replace(name="recompute/t", phase="recompute", clone_of="t")
+    assert (clone.name, clone.phase, clone.clone_of, clone.shape) == ("recompute/t", "recompute", "t", task.shape)
+    assert list(clone.__dict__) == list(Task.model_fields)
