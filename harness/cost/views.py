@@ -21,11 +21,11 @@ input: no model name, no per-case factor, no reference total, no overlap ratio.
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable
+from typing import Iterable, NamedTuple
 
 from harness.errors import EvidenceError
 from harness.evidence.profile import ComputeEngine, EvidenceProfile
-from harness.ir.portable import PASSES, Message, PlanTask, PortablePlanIR, Work
+from harness.ir.portable import Message, PlanTask, PortablePlanIR, Work
 
 CURVE_FAMILIES = ("matrix", "vector", "memory", "network")
 
@@ -53,9 +53,9 @@ SYSTEM_EVIDENCE = CostView.with_curves(CURVE_FAMILIES)
 VIEWS = {v.name: v for v in (PEAK_ONLY, SYSTEM_EVIDENCE)}
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class PassCost:
-    """Time of one task in one pass."""
+class PassCost(NamedTuple):
+    """Time of one task in one pass (an immutable record: a NamedTuple, the
+    cheapest to build; pricing builds one per task and pass)."""
 
     compute_s: float
     memory_s: float
@@ -81,7 +81,11 @@ class TaskCost:
 
 
 class Pricer:
-    """Prices work and messages for one profile, datatype and view."""
+    """Prices work and messages for one profile, datatype and view.
+
+    The profile's numbers and which curves the view applies are resolved once
+    per pricer; the arithmetic of every price is the one in the module rules.
+    """
 
     def __init__(self, profile: EvidenceProfile, view: CostView, datatype: str) -> None:
         self.profile = profile
@@ -89,6 +93,18 @@ class Pricer:
         self.matrix = self._engine(profile.matrix, "matrix", datatype)
         self.vector = self._engine(profile.vector, "vector", datatype)
         self.roofline = profile.processing_mode == "roofline"
+        where = f"evidence profile {profile.name}"
+        # engine -> (peak FLOP/s, applied operation-size curve or None, what the curve is, for errors)
+        self._engines = {
+            engine: (spec.peak_flops_per_s, spec.operation_size_efficiency if engine in view.curves else None,
+                     f"{where}: {engine} operation-size curve")
+            for engine, spec in (("matrix", self.matrix), ("vector", self.vector))
+        }
+        tier = profile.memory_tier1
+        self._memory = (tier.bandwidth_bytes_per_s,
+                        tier.transfer_size_efficiency if "memory" in view.curves else None,
+                        f"{where}: memory transfer-size curve")
+        self._network_curves = "network" in view.curves
 
     def _engine(self, engines: dict[str, ComputeEngine], family: str, datatype: str) -> ComputeEngine:
         if datatype not in engines:
@@ -99,28 +115,23 @@ class Pricer:
     def compute_s(self, operations: float, engine: str) -> float:
         if operations == 0:
             return 0.0
-        spec = self.matrix if engine == "matrix" else self.vector
-        eff = 1.0
-        if engine in self.view.curves:
-            eff = spec.operation_size_efficiency.efficiency(
-                operations, f"evidence profile {self.profile.name}: {engine} operation-size curve")
-        return operations / (spec.peak_flops_per_s * eff)
+        peak, curve, what = self._engines[engine]
+        eff = 1.0 if curve is None else curve.efficiency(operations, what)
+        return operations / (peak * eff)
 
     def memory_s(self, size_bytes: float) -> float:
         if size_bytes == 0:
             return 0.0
-        tier = self.profile.memory_tier1
-        eff = 1.0
-        if "memory" in self.view.curves:
-            eff = tier.transfer_size_efficiency.efficiency(
-                size_bytes, f"evidence profile {self.profile.name}: memory transfer-size curve")
-        return size_bytes / (tier.bandwidth_bytes_per_s * eff)
+        bandwidth, curve, what = self._memory
+        eff = 1.0 if curve is None else curve.efficiency(size_bytes, what)
+        return size_bytes / (bandwidth * eff)
 
     def work(self, work: Work, optimizer: bool = False) -> PassCost:
-        if work.operations == 0 and work.bytes_read == 0 and work.bytes_written == 0:
+        operations, read, written = work.operations, work.bytes_read, work.bytes_written
+        if operations == 0 and read == 0 and written == 0:
             return ZERO
-        compute = self.compute_s(work.operations, "vector" if optimizer else work.engine)
-        memory = self.memory_s(work.bytes_read + work.bytes_written)
+        compute = self.compute_s(operations, "vector" if optimizer else work.engine)
+        memory = self.memory_s(read + written)
         return PassCost(compute, memory, max(compute, memory) if self.roofline else compute + memory)
 
     def message_s(self, message: Message | None) -> float:
@@ -135,18 +146,21 @@ class Pricer:
         model = net.collectives[message.collective]
         adjusted = message.message_bytes * model.volume_multiplier
         adjusted += adjusted / message.participants * model.participant_offset
-        eff = net.efficiency if "network" in self.view.curves else 1.0
+        eff = net.efficiency if self._network_curves else 1.0
         return net.latency_s + adjusted / (net.bandwidth_bytes_per_s * eff)
 
     def task(self, task: PlanTask) -> TaskCost:
-        passes = {name: self.work(getattr(task, name), optimizer=name == "optimizer") for name in PASSES}
+        work = self.work
+        passes = {"forward": work(task.forward), "activation_grad": work(task.activation_grad),
+                  "weight_grad": work(task.weight_grad), "optimizer": work(task.optimizer, optimizer=True)}
         msgs = task.messages
         if msgs is not None:
             fw, bw = passes["forward"], passes["activation_grad"]
-            passes["forward"] = dataclasses.replace(
-                fw, network_base_s=self.message_s(msgs.forward_base), network_edge_s=self.message_s(msgs.forward_edge))
-            passes["activation_grad"] = dataclasses.replace(
-                bw, network_base_s=self.message_s(msgs.backward_base), network_edge_s=self.message_s(msgs.backward_edge))
+            passes["forward"] = PassCost(fw.compute_s, fw.memory_s, fw.processing_s,
+                                         self.message_s(msgs.forward_base), self.message_s(msgs.forward_edge))
+            passes["activation_grad"] = PassCost(bw.compute_s, bw.memory_s, bw.processing_s,
+                                                 self.message_s(msgs.backward_base),
+                                                 self.message_s(msgs.backward_edge))
         return TaskCost(task.name, task.phase, task.primitive, passes)
 
 

@@ -45,22 +45,24 @@ def block_times(plan: PortablePlanIR, costs: tuple[TaskCost, ...], pricer: Price
     fw = re = ag = wg = opt = 0.0
     tfb = tfe = tbb = tbe = rb = reb = 0.0
     for cost in costs:
+        passes = cost.passes
         if cost.phase == "forward" and cost.primitive != "tp_collective":
-            fw += cost["forward"].processing_s
-            ag += cost["activation_grad"].processing_s
-            wg += cost["weight_grad"].processing_s
-            opt += cost["optimizer"].processing_s
+            fw += passes["forward"].processing_s
+            ag += passes["activation_grad"].processing_s
+            wg += passes["weight_grad"].processing_s
+            opt += passes["optimizer"].processing_s
         elif cost.phase == "forward":
-            f, b = cost["forward"], cost["activation_grad"]
+            f, b = passes["forward"], passes["activation_grad"]
             tfb += f.network_base_s + f.processing_s
             tfe += f.network_edge_s + f.processing_s
             tbb += b.network_base_s + b.processing_s
             tbe += b.network_edge_s + b.processing_s
         elif cost.phase == "recompute":
-            re += cost["forward"].processing_s
+            re += passes["forward"].processing_s
         else:
-            rb += cost["forward"].network_base_s
-            reb += cost["forward"].network_edge_s
+            f = passes["forward"]
+            rb += f.network_base_s
+            reb += f.network_edge_s
     dp = sum(pricer.message_s(m) for m in plan.data_parallel.messages) if plan.data_parallel else 0.0
     return BlockTimes(fw, re, ag, wg, opt, tfb, tfe, tbb, tbe, rb, reb,
                       pricer.message_s(plan.pipeline.forward), pricer.message_s(plan.pipeline.backward), dp)
