@@ -13,12 +13,13 @@ from typing import Literal
 from pydantic import Field
 
 from harness.cases import EstimateInput
-from harness.cost.views import PEAK_ONLY, SYSTEM_EVIDENCE, CostView, Pricer
+from harness.cost.views import PEAK_ONLY, SYSTEM_EVIDENCE, CostView, clear_pricers, pricer_for
 from harness.errors import InputError
 from harness.evidence.profile import EvidenceProfile, load_profile
 from harness.ir.base import Frozen
 from harness.ir.portable import PortablePlanIR
 from harness.pipeline import Lowering, lower
+from harness.pipeline import clear_caches as clear_lowering_caches
 from harness.schedule.block import BlockTimes, block_times
 from harness.schedule.compose import Composition, compose
 from harness.schedule.memory import BlockMemory, StageMemory, block_memory, infeasibility, stage_memory
@@ -79,6 +80,14 @@ class Estimate(Frozen):
     views: dict[str, ViewEstimate] = Field(description="Estimate per cost view.")
 
 
+def clear_caches() -> None:
+    """Forget everything the estimate path memoizes (lowerings, interned IR
+    values, canonical texts, prices), e.g. to measure a cold estimate; results
+    never depend on it."""
+    clear_lowering_caches()
+    clear_pricers()
+
+
 def check_tiers(data: EstimateInput, profile: EvidenceProfile, source: str) -> None:
     count = len(profile.networks)
     for dim in ("tensor", "pipeline", "data"):
@@ -94,8 +103,8 @@ def check_tiers(data: EstimateInput, profile: EvidenceProfile, source: str) -> N
 
 def cost_view(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView) -> tuple[BlockTimes, Composition]:
     """Block critical paths and the composed iteration under one view."""
-    pricer = Pricer(profile, view, plan.datatype)
-    costs = tuple(pricer.task(t) for t in plan.tasks)
+    pricer = pricer_for(profile, view, plan.datatype)
+    costs = tuple(map(pricer.task, plan.tasks))
     block = block_times(plan, costs, pricer)
     p = plan.pipeline
     return block, compose(plan.schedule, block, p.forward_transfers_per_microbatch, p.backward_transfers_per_microbatch)

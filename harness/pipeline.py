@@ -1,7 +1,9 @@
 """The explicit lowering pipeline: import -> distribute -> plan-work.
 
 ``lower`` is pure and keyed by the ModelIR digest: identical inputs reuse one
-lowering (the IRs are frozen, so sharing them is safe).
+lowering (the IRs are frozen, so sharing them is safe). The passes also
+memoize pure per-shape facts; :func:`clear_caches` forgets all of it (to
+measure cold lowering; results never depend on it).
 """
 
 from __future__ import annotations
@@ -9,13 +11,15 @@ from __future__ import annotations
 import dataclasses
 
 from harness.cases import EstimateInput
+from harness.ir import canonical
+from harness.ir.base import clear_interned
 from harness.ir.distributed import DistributedTaskIR
 from harness.ir.model import ModelIR
 from harness.ir.portable import PortablePlanIR
 from harness.passes.base import PassCheckpoint
 from harness.passes.distribute import TransformerDistribute
 from harness.passes.importer import import_model
-from harness.passes.plan_work import TransformerPlanWork
+from harness.passes.plan_work import TransformerPlanWork, clear_memos
 
 PIPELINE = (TransformerDistribute(), TransformerPlanWork())
 
@@ -49,6 +53,15 @@ def lower_model(model: ModelIR) -> Lowering:
         _CACHE.clear()
     _CACHE[key] = lowering
     return lowering
+
+
+def clear_caches() -> None:
+    """Forget every memoized lowering: the ModelIR-keyed lowerings, the passes'
+    memos, the interned IR values and their memoized canonical texts."""
+    _CACHE.clear()
+    clear_memos()
+    clear_interned()
+    canonical.clear_memo()
 
 
 def lower(data: EstimateInput, source: str = "<input>") -> Lowering:

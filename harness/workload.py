@@ -53,39 +53,54 @@ class WorkloadMetrics(Frozen):
 
 
 def workload_metrics(plan: PortablePlanIR, memory: BlockMemory) -> WorkloadMetrics:
-    flops = dict.fromkeys(WORK_KINDS, 0.0)
-    nbytes = dict.fromkeys(WORK_KINDS, 0.0)
-    msg = dict.fromkeys(("forward_base", "forward_edge", "backward_base", "backward_edge",
-                         "recomm_base", "recomm_edge"), 0.0)
+    """The metrics of one plan; every sum runs in task order (one accumulator per metric)."""
+    fw_ops = ag_ops = wg_ops = re_ops = opt_ops = 0.0
+    fw_b = ag_b = wg_b = re_b = opt_b = 0.0
+    tp_fb = tp_fe = tp_bb = tp_be = recomm_b = recomm_e = 0.0
     for task in plan.tasks:
-        if task.phase == "forward":
-            for kind in ("forward", "activation_grad", "weight_grad", "optimizer"):
-                work = getattr(task, kind)
-                flops[kind] += work.operations
-                nbytes[kind] += work.bytes_read + work.bytes_written
-        elif task.phase == "recompute":
-            flops["recompute"] += task.forward.operations
-            nbytes["recompute"] += task.forward.bytes_read + task.forward.bytes_written
+        phase = task.phase
+        if phase == "forward":
+            w = task.forward
+            fw_ops += w.operations
+            fw_b += w.bytes_read + w.bytes_written
+            w = task.activation_grad
+            ag_ops += w.operations
+            ag_b += w.bytes_read + w.bytes_written
+            w = task.weight_grad
+            wg_ops += w.operations
+            wg_b += w.bytes_read + w.bytes_written
+            w = task.optimizer
+            opt_ops += w.operations
+            opt_b += w.bytes_read + w.bytes_written
+        elif phase == "recompute":
+            w = task.forward
+            re_ops += w.operations
+            re_b += w.bytes_read + w.bytes_written
         m = task.messages
         if m is None:
             continue
-        slots = (("recomm_base", m.forward_base), ("recomm_edge", m.forward_edge)) if task.phase == "recommunication" \
-            else (("forward_base", m.forward_base), ("forward_edge", m.forward_edge),
-                  ("backward_base", m.backward_base), ("backward_edge", m.backward_edge))
-        for key, message in slots:
-            if message is not None:
-                msg[key] += message.message_bytes
+        if phase == "recommunication":
+            if m.forward_base is not None:
+                recomm_b += m.forward_base.message_bytes
+            if m.forward_edge is not None:
+                recomm_e += m.forward_edge.message_bytes
+            continue
+        if m.forward_base is not None:
+            tp_fb += m.forward_base.message_bytes
+        if m.forward_edge is not None:
+            tp_fe += m.forward_edge.message_bytes
+        if m.backward_base is not None:
+            tp_bb += m.backward_base.message_bytes
+        if m.backward_edge is not None:
+            tp_be += m.backward_edge.message_bytes
     p = plan.pipeline
     return WorkloadMetrics(
-        forward_flops=flops["forward"], activation_grad_flops=flops["activation_grad"],
-        weight_grad_flops=flops["weight_grad"], recompute_flops=flops["recompute"],
-        optimizer_flops=flops["optimizer"],
-        forward_bytes=nbytes["forward"], activation_grad_bytes=nbytes["activation_grad"],
-        weight_grad_bytes=nbytes["weight_grad"], recompute_bytes=nbytes["recompute"],
-        optimizer_bytes=nbytes["optimizer"],
-        tp_forward_base_bytes=msg["forward_base"], tp_forward_edge_bytes=msg["forward_edge"],
-        tp_backward_base_bytes=msg["backward_base"], tp_backward_edge_bytes=msg["backward_edge"],
-        recomm_base_bytes=msg["recomm_base"], recomm_edge_bytes=msg["recomm_edge"],
+        forward_flops=fw_ops, activation_grad_flops=ag_ops, weight_grad_flops=wg_ops, recompute_flops=re_ops,
+        optimizer_flops=opt_ops,
+        forward_bytes=fw_b, activation_grad_bytes=ag_b, weight_grad_bytes=wg_b, recompute_bytes=re_b,
+        optimizer_bytes=opt_b,
+        tp_forward_base_bytes=tp_fb, tp_forward_edge_bytes=tp_fe, tp_backward_base_bytes=tp_bb,
+        tp_backward_edge_bytes=tp_be, recomm_base_bytes=recomm_b, recomm_edge_bytes=recomm_e,
         pp_forward_bytes=p.forward.message_bytes if p.forward else 0.0,
         pp_backward_bytes=p.backward.message_bytes if p.backward else 0.0,
         dp_bytes=plan.data_parallel.gradient_bytes if plan.data_parallel else 0.0,

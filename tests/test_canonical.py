@@ -114,3 +114,31 @@ def test_trusted_replace_keeps_the_other_fields():
     clone = task.trusted_replace(name="recompute/t", phase="recompute", clone_of="t")
     assert (clone.name, clone.phase, clone.clone_of, clone.shape) == ("recompute/t", "recompute", "t", task.shape)
     assert list(clone.__dict__) == list(Task.model_fields)
+
+
+def test_interned_classes_share_one_instance_per_field_values():
+    def task(k: int) -> Task:
+        return Task.trusted(name="t", phase="forward", shape=LinearShape.trusted(m=1, n=2, k=k),
+                            retention=Retention.trusted())
+
+    a, b, c = task(3), task(3), task(4)
+    assert a is b and a is not c and a.shape is b.shape
+    assert a == Task(name="t", phase="forward", shape=LinearShape(m=1, n=2, k=3))
+
+
+def test_estimates_do_not_depend_on_memo_state(monkeypatch):
+    from harness.cost import views
+    from harness.estimate import clear_caches, estimate
+    from harness.ir import base
+    from harness.passes import rules
+
+    inputs = [case.estimate_input() for case in load_cases(CASES_DIR)]
+    reference = [estimate(data).model_dump_json() for data in inputs]
+    clear_caches()
+    assert [estimate(data).model_dump_json() for data in inputs] == reference
+    for module, name in ((base, "INTERN_LIMIT"), (canonical, "MEMO_LIMIT"), (views, "MEMO_LIMIT"),
+                         (rules, "FACTS_LIMIT")):
+        monkeypatch.setattr(module, name, 2)
+    clear_caches()
+    assert [estimate(data).model_dump_json() for data in inputs] == reference
+    assert [estimate(data).model_dump_json() for data in inputs] == reference

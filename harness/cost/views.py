@@ -21,7 +21,7 @@ input: no model name, no per-case factor, no reference total, no overlap ratio.
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable, NamedTuple
+from typing import Generic, Iterable, NamedTuple, TypeVar
 
 from harness.errors import EvidenceError
 from harness.evidence.profile import ComputeEngine, EvidenceProfile
@@ -67,9 +67,11 @@ class PassCost(NamedTuple):
 ZERO = PassCost(0.0, 0.0, 0.0)
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(slots=True)
 class TaskCost:
-    """Times of one plan task in every pass."""
+    """Times of one plan task in every pass (read-only by convention: not
+    ``frozen``, whose generated ``__init__`` costs four times as much; the
+    ``passes`` dict made it mutable and unhashable anyway)."""
 
     name: str
     phase: str
@@ -80,11 +82,40 @@ class TaskCost:
         return self.passes[pass_name]
 
 
+MEMO_LIMIT = 1 << 16
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class _Memo(Generic[K, V]):
+    """``id(instance) -> value`` with the instance held alive while remembered (so
+    that its id cannot be reused); bounded by :data:`MEMO_LIMIT`, then cleared."""
+
+    __slots__ = ("values", "_held")
+
+    def __init__(self) -> None:
+        self.values: dict[int, V] = {}
+        self._held: dict[int, K] = {}
+
+    def remember(self, instance: K, value: V) -> V:
+        if len(self.values) >= MEMO_LIMIT:
+            self.values.clear()
+            self._held.clear()
+        self._held[id(instance)] = instance
+        self.values[id(instance)] = value
+        return value
+
+
 class Pricer:
     """Prices work and messages for one profile, datatype and view.
 
     The profile's numbers and which curves the view applies are resolved once
     per pricer; the arithmetic of every price is the one in the module rules.
+    :meth:`work` and :meth:`task` memoize their prices per ``Work`` and
+    ``PlanTask`` instance (the passes share immutable instances between clones,
+    repeated shapes and layouts: memoized facts, interned tasks), keyed by
+    ``id`` with the instance held alive by the memo; bounded. A memoized
+    :class:`TaskCost` is shared: read-only.
     """
 
     def __init__(self, profile: EvidenceProfile, view: CostView, datatype: str) -> None:
@@ -105,6 +136,11 @@ class Pricer:
                         tier.transfer_size_efficiency if "memory" in view.curves else None,
                         f"{where}: memory transfer-size curve")
         self._network_curves = "network" in view.curves
+        # id(instance) -> price, with the instance held alive by its memo (one
+        # table per pass kind: the optimizer step runs on the vector engine)
+        self._priced: _Memo[Work, PassCost] = _Memo()
+        self._priced_optimizer: _Memo[Work, PassCost] = _Memo()
+        self._tasks: _Memo[PlanTask, TaskCost] = _Memo()
 
     def _engine(self, engines: dict[str, ComputeEngine], family: str, datatype: str) -> ComputeEngine:
         if datatype not in engines:
@@ -127,6 +163,14 @@ class Pricer:
         return size_bytes / (bandwidth * eff)
 
     def work(self, work: Work, optimizer: bool = False) -> PassCost:
+        """Compute and memory time of one pass (the optimizer step runs on the vector engine)."""
+        memo = self._priced_optimizer if optimizer else self._priced
+        cost = memo.values.get(id(work))
+        if cost is None:
+            cost = memo.remember(work, self._work(work, optimizer))
+        return cost
+
+    def _work(self, work: Work, optimizer: bool) -> PassCost:
         operations, read, written = work.operations, work.bytes_read, work.bytes_written
         if operations == 0 and read == 0 and written == 0:
             return ZERO
@@ -150,6 +194,13 @@ class Pricer:
         return net.latency_s + adjusted / (net.bandwidth_bytes_per_s * eff)
 
     def task(self, task: PlanTask) -> TaskCost:
+        """Times of one plan task in every pass, TP network time included."""
+        cost = self._tasks.values.get(id(task))
+        if cost is None:
+            cost = self._tasks.remember(task, self._task(task))
+        return cost
+
+    def _task(self, task: PlanTask) -> TaskCost:
         work = self.work
         passes = {"forward": work(task.forward), "activation_grad": work(task.activation_grad),
                   "weight_grad": work(task.weight_grad), "optimizer": work(task.optimizer, optimizer=True)}
@@ -164,7 +215,28 @@ class Pricer:
         return TaskCost(task.name, task.phase, task.primitive, passes)
 
 
+_PRICERS: dict[tuple[int, CostView, str], tuple[EvidenceProfile, Pricer]] = {}
+
+
+def pricer_for(profile: EvidenceProfile, view: CostView, datatype: str) -> Pricer:
+    """The shared :class:`Pricer` of ``(profile, view, datatype)``, so that its
+    price memo serves every estimate on that profile (keyed by the profile's
+    ``id``, the profile held alive with it; bounded)."""
+    key = (id(profile), view, datatype)
+    entry = _PRICERS.get(key)
+    if entry is None:
+        if len(_PRICERS) >= 64:
+            _PRICERS.clear()
+        entry = _PRICERS[key] = (profile, Pricer(profile, view, datatype))
+    return entry[1]
+
+
+def clear_pricers() -> None:
+    """Forget the shared pricers and their memos (results never depend on them)."""
+    _PRICERS.clear()
+
+
 def cost_tasks(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView) -> tuple[TaskCost, ...]:
     """Price every task of the plan under ``view``."""
-    pricer = Pricer(profile, view, plan.datatype)
-    return tuple(pricer.task(t) for t in plan.tasks)
+    pricer = pricer_for(profile, view, plan.datatype)
+    return tuple(map(pricer.task, plan.tasks))

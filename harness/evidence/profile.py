@@ -15,6 +15,9 @@ Rules:
 
 from __future__ import annotations
 
+import functools
+import os
+import stat
 from pathlib import Path
 from typing import ClassVar, Literal
 
@@ -118,6 +121,7 @@ class EvidenceProfile(Artifact):
         return self.digest()
 
 
+@functools.lru_cache(maxsize=256)
 def profile_path(name: str, directory: Path | None = None) -> Path:
     return (directory or EVIDENCE_DIR) / f"{name}.yaml"
 
@@ -128,11 +132,16 @@ _CACHE: dict[tuple[Path, float], EvidenceProfile] = {}
 def load_profile(name: str, directory: Path | None = None) -> EvidenceProfile:
     """Load ``evidence/<name>.yaml``; errors name the file and field."""
     path = profile_path(name, directory)
-    if not path.is_file():
+    try:
+        status = os.stat(path)  # one system call per estimate: the cache follows edits to the file
+    except OSError:
+        status = None
+    if status is None or not stat.S_ISREG(status.st_mode):
         raise EvidenceError(f"{path}: no evidence profile named {name!r}")
-    key = (path, path.stat().st_mtime)
-    if key in _CACHE:
-        return _CACHE[key]
+    key = (path, status.st_mtime)
+    cached = _CACHE.get(key)
+    if cached is not None:
+        return cached
     try:
         data = yaml.safe_load(path.read_text())
         profile = EvidenceProfile.model_validate({k: v for k, v in data.items() if k not in ("schema_name", "schema_version")})

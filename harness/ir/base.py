@@ -15,9 +15,12 @@ Rules (after QCElemental's models):
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import operator
+import types
+import typing
 from typing import Any, Callable, ClassVar, Self
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr
@@ -31,6 +34,17 @@ class Frozen(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    #: True for value classes whose instances the passes share (constants,
+    #: memoized facts): their canonical text is memoized per instance (see
+    #: :mod:`harness.ir.canonical`).
+    CANONICAL_MEMO: ClassVar[bool] = False
+    #: True for value classes whose equal instances recur across tasks and
+    #: estimates (shapes, retention flags, tasks): :meth:`trusted` returns one
+    #: shared instance per field values (hash-consing), so that everything
+    #: derived from an instance (its canonical text, its prices) is computed
+    #: once. Implies ``CANONICAL_MEMO``.
+    INTERNED: ClassVar[bool] = False
+
     @classmethod
     def trusted(cls, **fields: Any) -> Self:
         """Build an instance from values that already satisfy the schema.
@@ -42,18 +56,32 @@ class Frozen(BaseModel):
         stored in declaration order (``model_dump`` and the printer follow
         it); a missing required or an unknown field is a TypeError. It costs a
         fraction of ``model_construct``, which dominated lowering time.
+
+        Interning (``INTERNED`` classes): the key is the class and the field
+        values, a nested model by identity (the shared instance holds it, so
+        its id cannot be reused while the entry exists, and a default factory's
+        fresh instance defeats sharing: pass interned values); the table is bounded
+        (:data:`INTERN_LIMIT` per class, then cleared). ``model_fields_set`` of a shared
+        instance is that of its first construction.
         """
         spec = _construction(cls)
-        if tuple(fields) == spec.names:  # every field, in declaration order: store as given
-            values = fields
-        else:
-            values = spec.complete(cls, fields)
+        values = fields if tuple(fields) == spec.names else spec.complete(cls, fields)
+        if spec.key is not None:
+            table = _INTERNED[cls]
+            key = spec.key(values)
+            shared = table.get(key)
+            if shared is not None:
+                return shared
         obj = cls.__new__(cls)
         setattr_ = object.__setattr__
         setattr_(obj, "__dict__", values)
         setattr_(obj, "__pydantic_fields_set__", set(fields))
         setattr_(obj, "__pydantic_extra__", None)
         setattr_(obj, "__pydantic_private__", spec.private())
+        if spec.key is not None:
+            if len(table) >= INTERN_LIMIT:
+                table.clear()
+            table[key] = obj
         return obj
 
     def trusted_replace(self, **changes: Any) -> Self:
@@ -70,6 +98,7 @@ class _Construction:
     defaults: dict[str, Any]
     factories: tuple[tuple[str, Callable[[], Any]], ...]
     private: Callable[[], dict[str, Any] | None]
+    key: Callable[[dict[str, Any]], tuple] | None
 
     def complete(self, cls: type, fields: dict[str, Any]) -> dict[str, Any]:
         """All field values in declaration order: defaults filled, unknown names refused."""
@@ -107,7 +136,58 @@ def _construction(cls: type[BaseModel]) -> _Construction:
     getter = operator.itemgetter(*names) if len(names) > 1 else (lambda d, _n=names[0]: (d[_n],))
     private = cls.__private_attributes__
     return _Construction(names, getter, defaults, tuple(factories),
-                         (lambda: {n: a.get_default() for n, a in private.items()}) if private else (lambda: None))
+                         (lambda: {n: a.get_default() for n, a in private.items()}) if private else (lambda: None),
+                         _intern_key(cls) if getattr(cls, "INTERNED", False) else None)
+
+
+# One table per class: keys are tuples of atoms (str, int, ids), which the
+# garbage collector stops tracking, so the tables add little to its work.
+_INTERNED: collections.defaultdict[type, dict[tuple, Any]] = collections.defaultdict(dict)
+INTERN_LIMIT = 1 << 16
+
+
+def clear_interned() -> None:
+    """Forget the shared instances (results never depend on them)."""
+    _INTERNED.clear()
+
+
+def _is_model(annotation: Any) -> bool:
+    """A model, an optional model or a union of models (possibly Annotated)."""
+    if typing.get_origin(annotation) is typing.Annotated:
+        return _is_model(typing.get_args(annotation)[0])
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        members = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return all(_is_model(a) for a in members)
+    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
+
+
+def _intern_key(cls: type[BaseModel]) -> Callable[[dict[str, Any]], tuple]:
+    """Compiled ``values -> (value or id(model), ...)`` in declaration order (one table per class).
+
+    A field must be hashable by value (str, int, bool, None, tuples of those)
+    or hold a model (keyed by identity); anything else is refused here.
+    """
+    parts = []
+    for name, field in cls.__pydantic_fields__.items():
+        annotation = field.annotation
+        if _is_model(annotation):
+            parts.append(f"id(v[{name!r}])")
+        elif _hashable_by_value(annotation):
+            parts.append(f"v[{name!r}]")
+        else:
+            raise TypeError(f"{cls.__name__}.{name}: {annotation} cannot key an interned instance")
+    return eval(f"lambda v: ({', '.join(parts)},)")  # compiled from field names only
+
+
+def _hashable_by_value(annotation: Any) -> bool:
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if annotation in (str, int, bool, type(None)) or origin is typing.Literal:
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return all(_hashable_by_value(a) for a in args)
+    if origin is tuple:
+        return all(a is Ellipsis or _hashable_by_value(a) for a in args)
+    return False
 
 
 class Artifact(Frozen):
@@ -130,9 +210,13 @@ class Artifact(Frozen):
         return canonical_json(self.to_data()) if text is None else text
 
     def digest(self) -> str:
-        if self._digest is None:
-            self._digest = sha256_text(self.canonical())
-        return self._digest
+        # The private ``_digest`` lives in ``__pydantic_private__``; reading and
+        # writing that dict directly skips pydantic's slow attribute fallbacks.
+        private = self.__pydantic_private__
+        digest = private["_digest"]
+        if digest is None:
+            digest = private["_digest"] = sha256_text(self.canonical())
+        return digest
 
 
 @functools.cache

@@ -19,6 +19,10 @@ Rules (what the reference path does, field kind by field kind):
 - a class with any other field kind (dicts, ``Any``, aliases, custom
   serializers, computed fields) gets no compiled writer: :func:`write` returns
   None and the caller uses the reference path;
+- a class that sets ``CANONICAL_MEMO`` or ``INTERNED`` (value classes whose
+  instances the passes share: constants, interned values, memoized facts) has its text
+  memoized per instance, keyed by ``id`` with the instance held alive by the
+  memo so that the id cannot be reused; the memo is bounded;
 - a non-finite float is written ``nan`` / ``inf`` by ``repr``: whenever the
   text contains either, :func:`write` returns None so that the reference path
   decides (it raises for a real NaN or infinity, and writes the identical text
@@ -46,6 +50,22 @@ class _Unsupported(Exception):
 
 
 _WRITERS: dict[type, Writer | None] = {}
+_MEMO: dict[int, str] = {}  # id(instance) -> its text
+_HELD: dict[int, Any] = {}  # id(instance) -> the instance, alive while its text is memoized
+MEMO_LIMIT = 1 << 16
+
+
+def _remember(obj: Any, text: str) -> None:
+    if len(_MEMO) >= MEMO_LIMIT:
+        clear_memo()
+    _HELD[id(obj)] = obj
+    _MEMO[id(obj)] = text
+
+
+def clear_memo() -> None:
+    """Forget the memoized texts (results never depend on them)."""
+    _MEMO.clear()
+    _HELD.clear()
 _COMPILING: set[type] = set()
 
 
@@ -171,11 +191,17 @@ def _compile(cls: type, extra: tuple[tuple[str, str], ...]) -> Writer:
     body = ",".join(json.dumps(key) + ":" + entries[key] for key in sorted(entries))
     if "'" in body or "\\" in body:
         raise _Unsupported(f"{cls.__name__}: quote or backslash in constant text")
-    source = "lambda o: f'{{" + body + "}}'"
-    writer = eval(source, namespace)  # compiled from field names and annotations only
-    writer.__doc__ = f"Canonical JSON of one {cls.__name__}: {source}"
+    text = "f'{{" + body + "}}'"
+    if getattr(cls, "CANONICAL_MEMO", False) or getattr(cls, "INTERNED", False):
+        source = (f"def write(o):\n    hit = _memo_get(id(o))\n    if hit is not None:\n        return hit\n"
+                  f"    text = {text}\n    _remember(o, text)\n    return text\n")
+    else:
+        source = f"def write(o):\n    return {text}\n"
+    exec(source, namespace)  # compiled from field names and annotations only
+    writer = namespace["write"]
+    writer.__doc__ = f"Canonical JSON of one {cls.__name__}:\n{source}"
     return writer
 
 
 _HELPERS: dict[str, Any] = {"_bool": _bool, "_string": encode_basestring_ascii, "_sequence": _sequence,
-                            "_null": "null"}
+                            "_null": "null", "_memo_get": _MEMO.get, "_remember": _remember}

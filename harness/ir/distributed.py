@@ -29,6 +29,8 @@ Phase = Literal["forward", "recompute", "recommunication"]
 class LinearShape(Frozen):
     """Y[m,k] = X[m,n] x W[n,k]."""
 
+    INTERNED: ClassVar[bool] = True
+
     kind: Literal["linear"] = "linear"
     m: int = Field(gt=0, description="Rows of X and Y (local tokens).")
     n: int = Field(gt=0, description="Contraction width (input features).")
@@ -37,6 +39,8 @@ class LinearShape(Frozen):
 
 class BatchMatmulShape(Frozen):
     """batch x (C[m,k] = A[m,n] x B[n,k]); both inputs are activations."""
+
+    INTERNED: ClassVar[bool] = True
 
     kind: Literal["batch_matmul"] = "batch_matmul"
     batch: int = Field(gt=0, description="Independent matrix products (local heads x samples).")
@@ -48,6 +52,8 @@ class BatchMatmulShape(Frozen):
 class NormShape(Frozen):
     """Layer norm over ``elements`` activations with 2 x hidden parameters."""
 
+    INTERNED: ClassVar[bool] = True
+
     kind: Literal["layer_norm"] = "layer_norm"
     elements: int = Field(gt=0, description="Activation elements normalized.")
     hidden: int = Field(gt=0, description="Normalized width (gain and bias sizes).")
@@ -55,6 +61,8 @@ class NormShape(Frozen):
 
 class PointwiseShape(Frozen):
     """Element-wise primitive over ``elements`` activations."""
+
+    INTERNED: ClassVar[bool] = True
 
     kind: Literal["softmax", "dropout", "gelu"]
     elements: int = Field(gt=0, description="Activation elements processed.")
@@ -64,6 +72,8 @@ class PointwiseShape(Frozen):
 class ResidualShape(Frozen):
     """Element-wise sum of two operands."""
 
+    INTERNED: ClassVar[bool] = True
+
     kind: Literal["residual"] = "residual"
     elements_a: int = Field(gt=0, description="Elements of the first operand.")
     elements_b: int = Field(gt=0, description="Elements of the second operand.")
@@ -71,6 +81,8 @@ class ResidualShape(Frozen):
 
 class ForkShape(Frozen):
     """Fan-out of one activation to ``users`` consumers (gradients summed)."""
+
+    INTERNED: ClassVar[bool] = True
 
     kind: Literal["fork"] = "fork"
     elements: int = Field(gt=0, description="Activation elements forked.")
@@ -84,6 +96,8 @@ class CollectiveShape(Frozen):
     reduce-scatter) backward; role ``g`` is its conjugate. ``None`` means the
     identity: no message at all.
     """
+
+    INTERNED: ClassVar[bool] = True
 
     kind: Literal["tp_collective"] = "tp_collective"
     role: Literal["f", "g"] = Field(description="f: enters a TP region; g: leaves it (conjugate).")
@@ -105,6 +119,8 @@ TaskShape = Annotated[
 class Retention(Frozen):
     """What the task keeps for the backward pass (memory semantics)."""
 
+    INTERNED: ClassVar[bool] = True
+
     activation_stored: bool = Field(True, description="Its input activation is kept until backward.")
     output_stored: bool = Field(True, description="Its output is kept (false: recomputed instead).")
     activation_reused: bool = Field(False, description="Its input is another task's stored activation (no new working space).")
@@ -112,6 +128,8 @@ class Retention(Frozen):
 
 class Task(Frozen):
     """One node of the block DAG."""
+
+    INTERNED: ClassVar[bool] = True
 
     name: str = Field(description="Unique task name, e.g. attn.qk_matmul or recompute/attn.softmax.")
     phase: Phase = Field(description="forward, recompute (clone) or recommunication (collective redo).")

@@ -24,6 +24,8 @@ BYTES_PER_ELEMENT: dict[str, int] = {"float8": 1, "float16": 2, "bfloat16": 2, "
 class TransformerShape(Frozen):
     """Decoder-only Transformer shape (identical blocks)."""
 
+    CANONICAL_MEMO: ClassVar[bool] = True
+
     hidden: int = Field(gt=0, description="Model (embedding) width, elements.")
     feedforward: int = Field(gt=0, description="MLP inner width, elements.")
     sequence_length: int = Field(gt=0, description="Tokens per sample.")
@@ -50,6 +52,8 @@ class Offload(Frozen):
 
 class ExecutionLayout(Frozen):
     """Parallel layout and training options of one iteration."""
+
+    CANONICAL_MEMO: ClassVar[bool] = True
 
     tensor_parallel: int = Field(gt=0, description="Tensor-parallel degree (TP).")
     pipeline_parallel: int = Field(gt=0, description="Pipeline-parallel degree (PP).")

@@ -27,6 +27,8 @@ PASSES = ("forward", "activation_grad", "weight_grad", "optimizer")
 class Work(Frozen):
     """Work of one task in one pass."""
 
+    CANONICAL_MEMO: ClassVar[bool] = True
+
     operations: float = Field(ge=0, description="Arithmetic operations (FLOPs) of the pass.")
     bytes_read: float = Field(ge=0, description="Bytes read from memory tier 1.")
     bytes_written: float = Field(ge=0, description="Bytes written to memory tier 1.")
@@ -43,6 +45,8 @@ NO_WORK = Work(operations=0, bytes_read=0, bytes_written=0, engine="vector")
 class Message(Frozen):
     """One logical message; a network profile applies its volume model."""
 
+    CANONICAL_MEMO: ClassVar[bool] = True
+
     collective: CollectiveOp = Field(description="Collective or point-to-point operation.")
     message_bytes: float = Field(ge=0, description="Logical message size from the activation shape, bytes.")
     participants: int = Field(ge=2, description="Processors taking part.")
@@ -52,6 +56,8 @@ class Message(Frozen):
 class TaskMessages(Frozen):
     """TP messages of a collective task; None is the identity (nothing sent)."""
 
+    CANONICAL_MEMO: ClassVar[bool] = True
+
     forward_base: Message | None = Field(description="Forward message in a base block.")
     forward_edge: Message | None = Field(description="Forward message in a chunk's edge block.")
     backward_base: Message | None = Field(description="Backward message in a base block.")
@@ -60,6 +66,8 @@ class TaskMessages(Frozen):
 
 class Capacity(Frozen):
     """Bytes a task holds, per microbatch (activations) or per block (state)."""
+
+    CANONICAL_MEMO: ClassVar[bool] = True
 
     weight_bytes: float = Field(ge=0, description="Weights.")
     activation_bytes: float = Field(ge=0, description="Input activation kept for backward.")
@@ -76,6 +84,8 @@ NO_CAPACITY = Capacity(weight_bytes=0, activation_bytes=0, output_bytes=0, weigh
 
 class PlanTask(Frozen):
     """A DistributedTaskIR task with its workload facts."""
+
+    INTERNED: ClassVar[bool] = True
 
     name: str = Field(description="Task name (as in the DistributedTaskIR).")
     primitive: str = Field(description="Primitive kind.")

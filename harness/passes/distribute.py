@@ -56,10 +56,8 @@ def collective_ops(role: str, split: bool) -> tuple[CollectiveOp | None, Collect
     return ("reduce_scatter", "all_gather") if split else ("all_reduce", None)
 
 
-@functools.cache
-def _retention(**flags: bool) -> Retention:
-    """One shared (frozen) Retention per combination of flags."""
-    return Retention.trusted(**flags)
+# Retention is interned; this cache only skips the keyword handling for its few flag combinations.
+_retention = functools.cache(Retention.trusted)
 
 
 @dataclasses.dataclass
@@ -204,7 +202,8 @@ class TransformerDistribute(ModulePass[ModelIR, DistributedTaskIR]):
                 raise self.fail(f"task {task.name} depends on unknown or later task(s) {missing}")
             if task.phase != "forward":
                 original = seen.get(task.clone_of or "")
-                if original is None or original.phase != "forward" or original.shape != task.shape:
+                if original is None or original.phase != "forward" or (
+                        original.shape is not task.shape and original.shape != task.shape):
                     raise self.fail(f"clone {task.name} does not repeat a forward task's shape")
             if task.phase == "recommunication" and not isinstance(task.shape, CollectiveShape):
                 raise self.fail(f"recommunication task {task.name} is not a collective")

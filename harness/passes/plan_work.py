@@ -18,7 +18,6 @@ produced: only network tier indices from the layout appear.
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 from harness.ir.checks import blocks_per_stage
 from harness.ir.distributed import CollectiveOp, CollectiveShape, DistributedTaskIR, Task
@@ -35,24 +34,41 @@ from harness.ir.portable import (
     TaskMessages,
 )
 from harness.passes.base import ModulePass
-from harness.passes.rules import derive
+from harness.passes.rules import FACTS_LIMIT, clear_memo, derive
 
 
-@functools.lru_cache(maxsize=4096)
+_MESSAGES: dict[tuple, TaskMessages] = {}
+
+
 def _task_messages(s: CollectiveShape, b: int, tier: int, backward: bool) -> TaskMessages:
     """TP messages of a collective of shape ``s`` (None: the identity, nothing sent).
 
-    Memoized (a pure function of frozen values): the f/g collectives of both
+    Memoized by field values (a pure function of frozen values; bounded like
+    :func:`harness.passes.rules.derive`): the f/g collectives of both
     sub-blocks and their clones share one immutable TaskMessages.
     """
+    key = (*s.__dict__.values(), b, tier, backward)
+    messages = _MESSAGES.get(key)
+    if messages is not None:
+        return messages
+
     def message(op: CollectiveOp | None) -> Message | None:
         return None if op is None else Message.trusted(
             collective=op, message_bytes=s.elements * b, participants=s.participants, network_tier=tier)
 
-    return TaskMessages.trusted(
+    if len(_MESSAGES) >= FACTS_LIMIT:
+        _MESSAGES.clear()
+    messages = _MESSAGES[key] = TaskMessages.trusted(
         forward_base=message(s.base_forward), forward_edge=message(s.edge_forward),
         backward_base=message(s.base_backward) if backward else None,
         backward_edge=message(s.edge_backward) if backward else None)
+    return messages
+
+
+def clear_memos() -> None:
+    """Forget the memoized per-shape facts and messages (to measure cold lowering)."""
+    clear_memo()
+    _MESSAGES.clear()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,7 +185,7 @@ class TransformerPlanWork(ModulePass[DistributedTaskIR, PortablePlanIR]):
 
     def ensures(self, ir: PortablePlanIR) -> None:
         for task in ir.tasks:
-            if task.phase != "forward" and task.capacity != NO_CAPACITY:
+            if task.phase != "forward" and task.capacity is not NO_CAPACITY and task.capacity != NO_CAPACITY:
                 raise self.fail(f"clone {task.name} holds capacity")
             if task.primitive == "tp_collective" and task.messages is None:
                 raise self.fail(f"collective {task.name} has no messages")

@@ -25,7 +25,6 @@ Rules, with ``b`` bytes per element:
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 from harness.ir.distributed import (
     BatchMatmulShape,
@@ -188,12 +187,28 @@ RULES = {
 }
 
 
-@functools.lru_cache(maxsize=8192)
+_FACTS: dict[tuple, PrimitiveFacts] = {}
+FACTS_LIMIT = 8192
+
+
 def derive(shape, bytes_per_element: int, optimizer_shards: int) -> PrimitiveFacts:
     """Apply the rule of ``shape.kind``.
 
-    Memoized: the facts are a pure function of the (frozen, hashable) shape and
-    the two integers, and immutable, so recompute clones and layouts that
-    repeat a local shape share one set of facts.
+    Memoized: the facts are a pure function of the shape's class and field
+    values and the two integers, and immutable, so recompute clones and layouts
+    that repeat a local shape share one set of facts. The key is the field
+    values (cheap to hash and compare, unlike a pydantic model's own
+    ``__hash__`` / ``__eq__``); the memo is bounded.
     """
-    return RULES[shape.kind](shape, bytes_per_element, optimizer_shards)
+    key = (type(shape), *shape.__dict__.values(), bytes_per_element, optimizer_shards)
+    facts = _FACTS.get(key)
+    if facts is None:
+        if len(_FACTS) >= FACTS_LIMIT:
+            _FACTS.clear()
+        facts = _FACTS[key] = RULES[shape.kind](shape, bytes_per_element, optimizer_shards)
+    return facts
+
+
+def clear_memo() -> None:
+    """Forget the memoized facts (results never depend on them)."""
+    _FACTS.clear()
