@@ -8,7 +8,7 @@ no comparison data, no oracle.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -69,6 +69,9 @@ class ViewEstimate(Frozen):
     sample_rate_per_s: float = Field(description="Samples per second.")
 
 
+VIEW_JSON_FIELDS = ("total_s", "components_s", "memory_bytes", "workload")
+
+
 class Estimate(Frozen):
     """Both views of one input, with its lowering digests and feasibility."""
 
@@ -78,6 +81,10 @@ class Estimate(Frozen):
     evidence_revision: str = Field(description="SHA-256 of the evidence profile's canonical content.")
     digests: dict[str, str] = Field(description="ModelIR, DistributedTaskIR and PortablePlanIR digests.")
     views: dict[str, ViewEstimate] = Field(description="Estimate per cost view.")
+
+    def views_json(self) -> dict[str, Any]:
+        """Per view: total_s, components_s, memory_bytes, workload (the ``estimate --json`` view fields)."""
+        return {name: v.model_dump(mode="json", include=set(VIEW_JSON_FIELDS)) for name, v in self.views.items()}
 
 
 def clear_caches() -> None:

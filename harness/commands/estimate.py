@@ -28,7 +28,6 @@ from harness.errors import InputError
 from harness.estimate import DEFAULT_VIEWS, Estimate, estimate
 from harness.interop.calculon_batch import BatchLine, read_batch
 
-VIEW_FIELDS = ("total_s", "components_s", "memory_bytes", "workload")
 
 
 def register(sub) -> None:
@@ -42,12 +41,8 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def view_json(est: Estimate) -> dict[str, Any]:
-    return {name: v.model_dump(mode="json", include=set(VIEW_FIELDS)) for name, v in est.views.items()}
-
-
 def estimate_json(case_id: str, est: Estimate) -> dict[str, Any]:
-    return {"id": case_id, "status": est.status, "reason": est.reason, "views": view_json(est)}
+    return {"id": case_id, "status": est.status, "reason": est.reason, "views": est.views_json()}
 
 
 def batch_entry_json(entry: BatchLine, views=DEFAULT_VIEWS, source: str = "<batch>") -> dict[str, Any]:

@@ -94,8 +94,6 @@ def _calculon_figures(stats: dict[str, Any] | None, error: str | None) -> dict[s
 def _compare_case(path: Path, case: CaseFile, lowering, est: Estimate, attribution, gate: ComparisonGate,
                   oracle) -> CaseResult:
     """Phase 2: release the comparison section and compare."""
-    from harness.commands.estimate import view_json  # the same view JSON as `harness estimate --json`
-
     comparison = gate.open(case)
     data = case.estimate_input()
     records = oracle.views(comparison.oracle_record or case.id, data)
@@ -125,7 +123,7 @@ def _compare_case(path: Path, case: CaseFile, lowering, est: Estimate, attributi
                           execution_sha256=digest_data(case.execution.model_dump()),
                           system_sha256=sha256_file(profile_path(case.system))),
         digests=lowering.digests(), checkpoints=tuple(cp.to_data() for cp in lowering.checkpoints),
-        workload=workload, views=view_json(est), calculon=calculon, parity=parity,
+        workload=workload, views=est.views_json(), calculon=calculon, parity=parity,
         peak_only_vs_calculon_pct=peak_gap, paper=paper, attribution=attribution.model_dump(mode="json"),
     )
 
