@@ -11,10 +11,13 @@ file with ``model``/``execution``/``system`` per record, or a Calculon-format
 JSONL batch, works). Two comparisons, each alternating the two tools (the
 order flips every repetition) and reporting the median:
 
-- in-process, per estimate: Calculon ``Llm`` compile + run + ``get_stats_json``
-  of each configuration with the system exported from our evidence profile,
-  against ``harness.estimate.estimate`` of the translated input (both cost
-  views) after clearing the lowering caches, so every lowering is cold;
+- in-process, per estimate: one child process per tool and repetition imports
+  only that tool, warms up on three configurations, then times one pass over
+  the batch: Calculon ``Llm`` compile + run + ``get_stats_json`` with the
+  system exported from our evidence profile, against
+  ``harness.estimate.estimate`` of the translated input (both cost views) with
+  every memo cleared first (a fresh process's first pass); separate processes
+  keep one tool's heap from slowing the other's garbage collector;
 - whole process, wall clock: ``python -m harness estimate --calculon-batch
   IN.jsonl --output OUT.json`` against a small runner (written by this script
   into its work directory, never committed) that imports the Calculon checkout
@@ -97,23 +100,27 @@ def median_of_alternated(first: Callable[[], float], second: Callable[[], float]
     return a, b
 
 
-def in_process(calculon_src: Path, configs: list[dict[str, Any]], systems: dict[str, dict], repetitions: int
-               ) -> tuple[list[float], list[float]]:
-    """Seconds per estimate, Calculon and harness, one list entry per repetition."""
-    sys.path.insert(0, str(calculon_src))
-    from calculon import System
-    from calculon.llm import Llm
+def measure_in_process(tool: str, calculon_src: Path, corpus: Path) -> float:
+    """Seconds per estimate of one pass over the batch, in this (fresh) process.
 
-    from harness.estimate import estimate
-    from harness.interop.calculon_format import input_from_calculon
-    from harness.estimate import clear_caches
+    Only ``tool`` is imported; a few configurations warm up imports and
+    first-use work, then (harness) every memo is cleared, so the timed pass is
+    the first pass of a fresh process over the batch.
+    """
+    configs = read_corpus(corpus)
+    if tool == "calculon":
+        sys.path.insert(0, str(calculon_src))
+        from calculon import System
+        from calculon.llm import Llm
 
-    log = logging.getLogger("calculon")
-    log.setLevel(logging.WARNING)
+        from harness.evidence.calculon_export import calculon_system
+        from harness.evidence.profile import load_profile
 
-    def calculon() -> float:
-        start = time.perf_counter()
-        for c in configs:
+        systems = {name: calculon_system(load_profile(name)) for name in {c["system"] for c in configs}}
+        log = logging.getLogger("calculon")
+        log.setLevel(logging.WARNING)
+
+        def one(c: dict[str, Any]) -> None:
             try:
                 llm = Llm(Llm.Application(c["model"]), log)
                 llm.compile(System(systems[c["system"]]), Llm.Execution.from_json(c["execution"]))
@@ -121,17 +128,36 @@ def in_process(calculon_src: Path, configs: list[dict[str, Any]], systems: dict[
                 llm.get_stats_json(False)
             except Llm.Error:
                 pass
-        return (time.perf_counter() - start) / len(configs)
 
-    def harness() -> float:
-        clear_caches()
-        start = time.perf_counter()
-        for c in configs:
+        for c in configs[:3]:
+            one(c)
+    else:
+        from harness.estimate import clear_caches, estimate
+        from harness.interop.calculon_format import input_from_calculon
+
+        def one(c: dict[str, Any]) -> None:
             estimate(input_from_calculon(c["model"], c["execution"], c["system"]))
-        return (time.perf_counter() - start) / len(configs)
 
-    calculon(), harness()  # warm up imports and first-use compilation on both sides
-    return median_of_alternated(calculon, harness, repetitions)
+        for c in configs[:3]:
+            one(c)
+        clear_caches()
+    start = time.perf_counter()
+    for c in configs:
+        one(c)
+    return (time.perf_counter() - start) / len(configs)
+
+
+def in_process(calculon_src: Path, corpus: Path, repetitions: int) -> tuple[list[float], list[float]]:
+    """Seconds per estimate, Calculon and harness, one child process per tool and repetition."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+    def child(tool: str) -> float:
+        out = subprocess.run([sys.executable, __file__, "--calculon-src", str(calculon_src), "--corpus", str(corpus),
+                              "--measure-in-process", tool], check=True, cwd=ROOT, env=env,
+                             capture_output=True, text=True).stdout
+        return float(out.strip().splitlines()[-1])
+
+    return median_of_alternated(lambda: child("calculon"), lambda: child("harness"), repetitions)
 
 
 def whole_process(calculon_src: Path, batch: Path, systems_dir: Path, work: Path, repetitions: int
@@ -160,7 +186,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repetitions", type=int, default=5, help="alternated repetitions per comparison (default: 5)")
     parser.add_argument("--skip-in-process", action="store_true", help="only the whole-process comparison")
     parser.add_argument("--skip-whole-process", action="store_true", help="only the in-process comparison")
+    parser.add_argument("--measure-in-process", choices=("calculon", "harness"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.measure_in_process:  # child mode of the in-process comparison
+        sys.path.insert(0, str(ROOT))
+        print(measure_in_process(args.measure_in_process, args.calculon_src, args.corpus))
+        return 0
     if not (args.calculon_src / "calculon" / "llm" / "llm.py").is_file():
         parser.error(f"{args.calculon_src}: not a Calculon source checkout")
     if not args.corpus.is_file():
@@ -177,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
           f"Python {sys.version.split()[0]}")
     rows = []
     if not args.skip_in_process:
-        calc, ours = in_process(args.calculon_src, configs, systems, args.repetitions)
+        calc, ours = in_process(args.calculon_src, args.corpus, args.repetitions)
         rows.append(("in-process, ms per estimate", statistics.median(calc) * 1e3, statistics.median(ours) * 1e3))
     if not args.skip_whole_process:
         with tempfile.TemporaryDirectory(prefix="compare-calculon-speed-") as tmp:

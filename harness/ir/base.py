@@ -32,7 +32,10 @@ from harness.ir import canonical
 class Frozen(BaseModel):
     """A frozen, strict value object."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # defer_build: a class's validator and serializer are built on first use;
+    # IR classes built only by the passes (``trusted``) and written by the
+    # compiled canonical writers never need them on the estimate path.
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     #: True for value classes whose instances the passes share (constants,
     #: memoized facts): their canonical text is memoized per instance (see
@@ -64,7 +67,7 @@ class Frozen(BaseModel):
         (:data:`INTERN_LIMIT` per class, then cleared). ``model_fields_set`` of a shared
         instance is that of its first construction.
         """
-        spec = _construction(cls)
+        spec = _SPECS.get(cls) or _construction(cls)
         values = fields if tuple(fields) == spec.names else spec.complete(cls, fields)
         if spec.key is not None:
             table = _INTERNED[cls]
@@ -75,9 +78,12 @@ class Frozen(BaseModel):
         obj = cls.__new__(cls)
         setattr_ = object.__setattr__
         setattr_(obj, "__dict__", values)
-        setattr_(obj, "__pydantic_fields_set__", set(fields))
+        # Built with every field: all instances share one fields-set (pydantic
+        # mutates it only through attribute assignment, which a frozen model
+        # refuses, or on a copy made by ``model_copy``).
+        setattr_(obj, "__pydantic_fields_set__", spec.all_fields if values is fields else set(fields))
         setattr_(obj, "__pydantic_extra__", None)
-        setattr_(obj, "__pydantic_private__", spec.private())
+        setattr_(obj, "__pydantic_private__", None if spec.private is None else dict(spec.private))
         if spec.key is not None:
             if len(table) >= INTERN_LIMIT:
                 table.clear()
@@ -97,8 +103,9 @@ class _Construction:
     getter: Callable[[dict[str, Any]], tuple[Any, ...]]
     defaults: dict[str, Any]
     factories: tuple[tuple[str, Callable[[], Any]], ...]
-    private: Callable[[], dict[str, Any] | None]
+    private: dict[str, Any] | None  # private attributes' (immutable) defaults, copied per instance
     key: Callable[[dict[str, Any]], tuple] | None
+    all_fields: set[str]
 
     def complete(self, cls: type, fields: dict[str, Any]) -> dict[str, Any]:
         """All field values in declaration order: defaults filled, unknown names refused."""
@@ -120,8 +127,18 @@ class _Construction:
 _IMMUTABLE = (type(None), bool, int, float, str, tuple, frozenset)
 
 
-@functools.cache
+_SPECS: dict[type, _Construction] = {}
+
+
 def _construction(cls: type[BaseModel]) -> _Construction:
+    """The construction spec of ``cls``, computed once (see :data:`_SPECS`)."""
+    spec = _SPECS.get(cls)
+    if spec is None:
+        spec = _SPECS[cls] = _new_construction(cls)
+    return spec
+
+
+def _new_construction(cls: type[BaseModel]) -> _Construction:
     names = tuple(cls.__pydantic_fields__)
     defaults: dict[str, Any] = {}
     factories = []
@@ -135,9 +152,12 @@ def _construction(cls: type[BaseModel]) -> _Construction:
                 factories.append((name, functools.partial(field.get_default, call_default_factory=True)))
     getter = operator.itemgetter(*names) if len(names) > 1 else (lambda d, _n=names[0]: (d[_n],))
     private = cls.__private_attributes__
+    mutable = [n for n, a in private.items() if not isinstance(a.get_default(), _IMMUTABLE)]
+    if mutable:
+        raise TypeError(f"{cls.__name__}.trusted: private attribute(s) {mutable} need a per-instance copy")
     return _Construction(names, getter, defaults, tuple(factories),
-                         (lambda: {n: a.get_default() for n, a in private.items()}) if private else (lambda: None),
-                         _intern_key(cls) if getattr(cls, "INTERNED", False) else None)
+                         {n: a.get_default() for n, a in private.items()} if private else None,
+                         _intern_key(cls) if getattr(cls, "INTERNED", False) else None, set(names))
 
 
 # One table per class: keys are tuples of atoms (str, int, ids), which the
