@@ -142,3 +142,13 @@ def test_estimates_do_not_depend_on_memo_state(monkeypatch):
     clear_caches()
     assert [estimate(data).model_dump_json() for data in inputs] == reference
     assert [estimate(data).model_dump_json() for data in inputs] == reference
+
+
+def test_only_weighted_primitives_depend_on_the_optimizer_shards():
+    from harness.passes.rules import RULES, WEIGHTED
+
+    for case in load_cases(CASES_DIR):
+        for task in lower(case.estimate_input()).distributed.tasks:
+            rule = RULES[task.shape.kind]
+            same = rule(task.shape, 2, 1) == rule(task.shape, 2, 8)
+            assert same == (task.shape.kind not in WEIGHTED), task.name

@@ -187,6 +187,9 @@ RULES = {
 }
 
 
+#: Primitives with weights: the only ones whose facts depend on the optimizer shards.
+WEIGHTED = frozenset({"linear", "layer_norm"})
+
 _FACTS: dict[tuple, PrimitiveFacts] = {}
 FACTS_LIMIT = 8192
 
@@ -196,16 +199,20 @@ def derive(shape, bytes_per_element: int, optimizer_shards: int) -> PrimitiveFac
 
     Memoized: the facts are a pure function of the shape's class and field
     values and the two integers, and immutable, so recompute clones and layouts
-    that repeat a local shape share one set of facts. The key is the field
+    that repeat a local shape share one set of facts. The optimizer shards only
+    divide weight gradients and optimizer state, so a primitive without weights
+    (not in :data:`WEIGHTED`) is derived with one shard: identical facts, shared
+    across data-parallel layouts. The key is the field
     values (cheap to hash and compare, unlike a pydantic model's own
     ``__hash__`` / ``__eq__``); the memo is bounded.
     """
-    key = (type(shape), *shape.__dict__.values(), bytes_per_element, optimizer_shards)
+    shards = optimizer_shards if shape.kind in WEIGHTED else 1  # weightless facts do not depend on it
+    key = (type(shape), *shape.__dict__.values(), bytes_per_element, shards)
     facts = _FACTS.get(key)
     if facts is None:
         if len(_FACTS) >= FACTS_LIMIT:
             _FACTS.clear()
-        facts = _FACTS[key] = RULES[shape.kind](shape, bytes_per_element, optimizer_shards)
+        facts = _FACTS[key] = RULES[shape.kind](shape, bytes_per_element, shards)
     return facts
 
 
