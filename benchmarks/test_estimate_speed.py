@@ -26,7 +26,8 @@ from conftest import CASES_DIR
 
 def _per_estimate(benchmark, count: int) -> None:
     benchmark.extra_info["estimates_per_round"] = count
-    benchmark.extra_info["median_ms_per_estimate"] = benchmark.stats.stats.median / count * 1e3
+    if benchmark.stats is not None:  # None under --benchmark-disable (a smoke run)
+        benchmark.extra_info["median_ms_per_estimate"] = benchmark.stats.stats.median / count * 1e3
 
 
 def test_case_estimate_cold(benchmark, table5_case):
