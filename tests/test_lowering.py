@@ -105,3 +105,13 @@ def test_pass_invariant_violation_names_the_pass():
         TransformerDistribute().ensures(broken)
     with pytest.raises(PassError, match="pass transformer-plan-work: .*no tasks"):
         TransformerPlanWork().requires(DistributedTaskIR(shape=dist.shape, execution=dist.execution, tasks=()))
+
+
+def test_a_copied_artifact_gets_its_own_digest():
+    from harness.evidence import load_profile
+
+    profile = load_profile("a100_80g")
+    revision = profile.revision()
+    moved = profile.model_copy(update={"processing_mode": "roofline"})
+    assert moved.revision() != revision and profile.revision() == revision
+    assert moved.revision() == type(profile).model_validate(moved.model_dump()).revision()

@@ -229,6 +229,12 @@ class Artifact(Frozen):
         text = canonical.write(self, _schema_entries(type(self)))
         return canonical_json(self.to_data()) if text is None else text
 
+    def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False):
+        """A copy whose digest is recomputed (the cached one belongs to the original)."""
+        copy = super().model_copy(update=update, deep=deep)
+        copy.__pydantic_private__["_digest"] = None
+        return copy
+
     def digest(self) -> str:
         # The private ``_digest`` lives in ``__pydantic_private__``; reading and
         # writing that dict directly skips pydantic's slow attribute fallbacks.
