@@ -45,7 +45,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--harness-oracle", choices=("recorded", "live"), default="recorded",
                     help="Calculon oracle: vendored records (default) or a live checkout")
     group.addoption("--harness-calculon-src", default=os.environ.get("HARNESS_CALCULON_SRC"),
-                    help="Calculon 0.1.0 source checkout (oracle_live tests, --harness-oracle live)")
+                    help="Calculon 0.1.0 source checkout (oracle_live tests, --harness-oracle live); "
+                         "write --harness-calculon-src=PATH, since pytest pre-parses a separate value as a path")
     group.addoption("--differential-full", action="store_true",
                     help="check every record of the differential corpus (default: a fixed sample)")
 
