@@ -115,3 +115,10 @@ def test_a_copied_artifact_gets_its_own_digest():
     moved = profile.model_copy(update={"processing_mode": "roofline"})
     assert moved.revision() != revision and profile.revision() == revision
     assert moved.revision() == type(profile).model_validate(moved.model_dump()).revision()
+
+
+def test_distribute_requires_a_valid_layout_whoever_built_the_model_ir():
+    model = _lower("megatron-22B_full").model
+    bad = model.model_copy(update={"execution": model.execution.model_copy(update={"tensor_parallel": 7})})
+    with pytest.raises(PassError, match="pass transformer-distribute: execution.tensor_parallel: TP=7"):
+        TransformerDistribute().requires(bad)

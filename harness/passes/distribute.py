@@ -23,7 +23,7 @@ import dataclasses
 import functools
 from typing import Any
 
-from harness.ir.checks import unsupported_features
+from harness.ir.checks import layout_problems, unsupported_features
 from harness.ir.distributed import (
     BatchMatmulShape,
     CollectiveOp,
@@ -81,11 +81,13 @@ class TransformerDistribute(ModulePass[ModelIR, DistributedTaskIR]):
     name = "transformer-distribute"
 
     def requires(self, ir: ModelIR) -> None:
-        e, s = ir.execution, ir.shape
-        if unsupported_features(e):
+        """The ModelIR satisfies the import rules (harness.ir.checks), whoever built it."""
+        if unsupported_features(ir.execution):
             raise self.fail("overlap and offload are not representable in the portable plan")
-        if s.attention_heads % e.tensor_parallel or s.hidden % e.tensor_parallel or s.feedforward % e.tensor_parallel:
-            raise self.fail("TP must divide heads, hidden and feedforward")
+        problems = layout_problems(ir.shape, ir.execution)
+        if problems:
+            field, message = problems[0]
+            raise self.fail(f"{field}: {message}")
 
     def apply(self, ir: ModelIR) -> DistributedTaskIR:
         s, e = ir.shape, ir.execution
