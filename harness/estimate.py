@@ -7,6 +7,7 @@ no comparison data, no oracle.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any, Literal
 
@@ -17,12 +18,21 @@ from harness.cost.views import PEAK_ONLY, SYSTEM_EVIDENCE, CostView, clear_price
 from harness.errors import InputError
 from harness.evidence.profile import EvidenceProfile, load_profile
 from harness.ir.base import Frozen
+from harness.ir.concrete import ConcretePlanIR
 from harness.ir.portable import PortablePlanIR
 from harness.pipeline import Lowering, lower
 from harness.pipeline import clear_caches as clear_lowering_caches
 from harness.schedule.block import BlockTimes, block_times
 from harness.schedule.compose import Composition, compose
-from harness.schedule.memory import BlockMemory, StageMemory, block_memory, infeasibility, stage_memory
+from harness.schedule.memory import (
+    BlockMemory,
+    StageMemory,
+    block_memory,
+    concrete_infeasibility,
+    infeasibility,
+    stage_memory,
+)
+from harness.schedule.projection import calculon_projection
 from harness.workload import WorkloadMetrics, workload_metrics
 
 DEFAULT_VIEWS = (PEAK_ONLY, SYSTEM_EVIDENCE)
@@ -40,6 +50,8 @@ class Components(Frozen):
     data_parallel: float = Field(description="Exposed data-parallel gradient sync.")
     recommunication: float = Field(description="Exposed recommunication (all-gather redo, repeated collectives).")
     pipeline_bubble: float = Field(description="1F1B / interleaved pipeline bubble.")
+    forward_offload: float = Field(0.0, description="Exposed offload (tier-2) transfer time in the forward pass.")
+    backward_offload: float = Field(0.0, description="Exposed offload (tier-2) transfer time in the backward pass.")
 
 
 class MemoryBytes(Frozen):
@@ -51,7 +63,20 @@ class MemoryBytes(Frozen):
     weight_grad: float = Field(description="Weight gradients.")
     activation_grad: float = Field(description="Activation gradients.")
     optimizer: float = Field(description="Optimizer state.")
-    tier1_total: float = Field(description="Total required in memory tier 1.")
+    tier1_total: float = Field(description="Total required in memory tier 1 (offloaded figures: their staging copies).")
+    tier2_total: float = Field(0.0, description="Total required in memory tier 2 (offloaded figures).")
+
+
+class Requirements(Frozen):
+    """Bandwidths that keep the overlap and the offload hidden (reported, not applied), bytes/s."""
+
+    tp_overlap_per_s: float = Field(description="TP network bandwidth for the tiled GEMM/collective overlap.")
+    dp_overlap_chunk_per_s: float = Field(description="DP network bandwidth to hide the sync of all chunks but the last.")
+    dp_overlap_tail_per_s: float = Field(description="DP network bandwidth to hide the last chunk's sync.")
+    activation_offload_per_s: float = Field(description="Tier-2 bandwidth to offload a block's kept activations.")
+    weight_offload_per_s: float = Field(description="Tier-2 bandwidth to offload a block's weights.")
+    optimizer_offload_per_s: float = Field(description="Tier-2 bandwidth to offload weight gradients and optimizer state.")
+    offload_per_s: float = Field(description="Tier-2 bandwidth for everything offloaded.")
 
 
 class ViewEstimate(Frozen):
@@ -67,6 +92,8 @@ class ViewEstimate(Frozen):
     system_efficiency: float = Field(description="Compute time / total time.")
     total_efficiency: float = Field(description="Peak-matrix time of the useful work / total time.")
     sample_rate_per_s: float = Field(description="Samples per second.")
+    requirements: Requirements | None = Field(
+        None, description="Overlap/offload bandwidth requirements (layouts with TP/DP overlap or offload).")
 
 
 VIEW_JSON_FIELDS = ("total_s", "components_s", "memory_bytes", "workload")
@@ -118,9 +145,18 @@ def cost_view(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView) ->
 
 
 def view_estimate(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView, workload: WorkloadMetrics,
-                  stage: StageMemory) -> ViewEstimate:
-    _, comp = cost_view(plan, profile, view)
-    c = comp.components_s
+                  stage: StageMemory, concrete: ConcretePlanIR | None = None) -> ViewEstimate:
+    """One view; a ConcretePlanIR (TP/DP overlap, offload) is projected with the ``calculon-0.1.0`` projection."""
+    requirements = None
+    tier1, tier2 = stage.tier1_total, 0.0
+    if concrete is None:
+        _, comp = cost_view(plan, profile, view)
+        c, total = comp.components_s, comp.total_s
+    else:
+        projection = calculon_projection(concrete, pricer_for(profile, view, plan.datatype))
+        c, total = projection.components_s, projection.total_s
+        requirements = Requirements(**dataclasses.asdict(projection.requirements))
+        tier1, tier2 = concrete.tier1_total_bytes, concrete.tier2_total_bytes
     s = plan.schedule
     useful = workload.forward_flops
     if s.training:
@@ -128,16 +164,17 @@ def view_estimate(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView
     compute_time = c["forward"] + c["backward"] + c["optimizer"]
     perfect = s.blocks_per_stage * s.microbatches * useful / profile.matrix[plan.datatype].peak_flops_per_s
     return ViewEstimate(
-        view=view.name, total_s=comp.total_s, components_s=Components(**c),
+        view=view.name, total_s=total, components_s=Components(**c),
         memory_bytes=MemoryBytes(weight=stage.weight, activation=stage.activation,
                                  activation_checkpoint=stage.activation_checkpoint, weight_grad=stage.weight_grad,
                                  activation_grad=stage.activation_grad, optimizer=stage.optimizer,
-                                 tier1_total=stage.tier1_total),
+                                 tier1_total=tier1, tier2_total=tier2),
         workload=workload, useful_flops=useful,
         compute_efficiency=perfect / compute_time if compute_time else 0.0,
-        system_efficiency=compute_time / comp.total_s if comp.total_s else 0.0,
-        total_efficiency=perfect / comp.total_s if comp.total_s else 0.0,
-        sample_rate_per_s=s.global_batch / comp.total_s if comp.total_s else 0.0,
+        system_efficiency=compute_time / total if total else 0.0,
+        total_efficiency=perfect / total if total else 0.0,
+        sample_rate_per_s=s.global_batch / total if total else 0.0,
+        requirements=requirements,
     )
 
 
@@ -147,11 +184,15 @@ def estimate_lowering(lowering: Lowering, profile: EvidenceProfile,
     block: BlockMemory = block_memory(plan)
     stage = stage_memory(plan, block)
     workload = workload_metrics(plan, block)
-    reason = infeasibility(plan, stage, profile)
+    concrete = lowering.concretize()[0] if lowering.concurrent else None
+    if concrete is None:
+        reason = infeasibility(plan, stage, profile)
+    else:
+        reason = concrete_infeasibility(plan, concrete, profile)
     return Estimate(
         status="infeasible" if reason else "ok", reason=reason, system=profile.name,
         evidence_revision=profile.revision(), digests=lowering.digests(),
-        views={v.name: view_estimate(plan, profile, v, workload, stage) for v in views},
+        views={v.name: view_estimate(plan, profile, v, workload, stage, concrete) for v in views},
     )
 
 

@@ -15,8 +15,10 @@ from harness.ir import canonical
 from harness.ir.base import clear_interned
 from harness.ir.distributed import DistributedTaskIR
 from harness.ir.model import ModelIR
+from harness.ir.concrete import ConcretePlanIR
 from harness.ir.portable import PortablePlanIR
 from harness.passes.base import PassCheckpoint
+from harness.passes.concretize import TransformerConcretize
 from harness.passes.distribute import TransformerDistribute
 from harness.passes.importer import import_model
 from harness.passes.plan_work import TransformerPlanWork, clear_memos
@@ -34,8 +36,34 @@ class Lowering:
     checkpoints: tuple[PassCheckpoint, PassCheckpoint]
 
     def digests(self) -> dict[str, str]:
-        return {"model_ir": self.model.digest(), "distributed_task_ir": self.distributed.digest(),
-                "portable_plan_ir": self.plan.digest()}
+        """IR digests; the ConcretePlanIR's only when the layout asks for concurrency (the estimate of a
+        layout without it does not need the ConcretePlanIR: see :meth:`concretize`)."""
+        digests = {"model_ir": self.model.digest(), "distributed_task_ir": self.distributed.digest(),
+                   "portable_plan_ir": self.plan.digest()}
+        if self.concurrent:
+            digests["concrete_plan_ir"] = self.concretize()[0].digest()
+        return digests
+
+    @property
+    def concurrent(self) -> bool:
+        """The layout asks for TP/DP overlap or offload."""
+        e = self.model.execution
+        o = e.offload
+        return e.tp_overlap != "none" or e.dp_overlap or o.weights or o.activations or o.optimizer
+
+    def concretize(self) -> tuple[ConcretePlanIR, PassCheckpoint]:
+        """``transformer-concretize`` of the plan with the layout's options (memoized per lowering)."""
+        cached = _CONCRETE.get(id(self))
+        if cached is not None and cached[0] is self:
+            return cached[1]
+        result = TransformerConcretize.for_layout(self.model.execution).run(self.plan)
+        if len(_CONCRETE) > 4096:
+            _CONCRETE.clear()
+        _CONCRETE[id(self)] = (self, result)
+        return result
+
+
+_CONCRETE: dict[int, tuple[Lowering, tuple[ConcretePlanIR, PassCheckpoint]]] = {}
 
 
 _CACHE: dict[str, Lowering] = {}
@@ -59,6 +87,7 @@ def clear_caches() -> None:
     """Forget every memoized lowering: the ModelIR-keyed lowerings, the passes'
     memos, the interned IR values and their memoized canonical texts."""
     _CACHE.clear()
+    _CONCRETE.clear()
     clear_memos()
     clear_interned()
     canonical.clear_memo()
