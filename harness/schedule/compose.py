@@ -25,9 +25,6 @@ import dataclasses
 from harness.ir.portable import Schedule
 from harness.schedule.block import BlockTimes
 
-COMPONENTS = ("forward", "backward", "optimizer", "recompute", "tensor_parallel", "pipeline_parallel",
-              "data_parallel", "recommunication", "pipeline_bubble")
-
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class ChunkTimes:

@@ -15,7 +15,8 @@ working block's activations once; activation gradients of one block; one fp32
 unsharded gradient plus ``blocks - 1`` sharded ones; optimizer state for every
 block. Inference keeps the weights and one block's working activations.
 Tier-1 total = weights + activations + checkpoints + weight gradients +
-optimizer + activation gradients.
+optimizer + activation gradients. The figures are those of
+``harness.vocabulary.MEMORY_FIGURES`` (checked at import).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import dataclasses
 
 from harness.evidence.profile import EvidenceProfile
 from harness.ir.portable import PortablePlanIR
+from harness.vocabulary import MEMORY_FIGURES
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -47,6 +49,10 @@ class StageMemory:
     activation_grad: float
     optimizer: float
     tier1_total: float
+
+
+MEMORY_FIGURES.require((f.name for f in dataclasses.fields(StageMemory)), "harness.schedule.memory.StageMemory",
+                       ordered=True)
 
 
 def block_memory(plan: PortablePlanIR) -> BlockMemory:
