@@ -20,7 +20,7 @@ import random
 import pytest
 
 from harness.cases import load_cases
-from harness.cost.views import PEAK_ONLY, SYSTEM_EVIDENCE, pricer_for
+from harness.cost.views import COST_VIEWS, pricer_for
 from harness.errors import PassError
 from harness.estimate import estimate_lowering
 from harness.evidence.profile import load_profile
@@ -56,7 +56,7 @@ def test_no_overlap_estimate_is_the_concrete_plan_without_concurrency(record_id,
     est = estimate_lowering(lowering, profile)
     assert concrete.tier1_total_bytes == pytest.approx(est.views["system_evidence"].memory_bytes.tier1_total,
                                                        rel=0, abs=1.0)
-    for view in (PEAK_ONLY, SYSTEM_EVIDENCE):
+    for view in COST_VIEWS.values():
         projection = calculon_projection(concrete, pricer_for(profile, view, concrete.datatype))
         ours = est.views[view.name]
         assert projection.total_s == ours.total_s, record_id

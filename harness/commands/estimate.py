@@ -23,17 +23,18 @@ from pathlib import Path
 from typing import Any
 
 from harness.cases import load_case
-from harness.cost.views import VIEWS
+from harness.cost.views import COST_VIEWS
 from harness.errors import InputError
 from harness.estimate import DEFAULT_VIEWS, Estimate, estimate
 from harness.interop.calculon_batch import BatchLine, read_batch
+from harness.vocabulary import BATCH_STATUSES, VIEWS
 
 
 
 def register(sub) -> None:
     p = sub.add_parser("estimate", help="estimate cases with the peak-only and system-evidence views")
     p.add_argument("cases", nargs="*", metavar="CASE.yaml", help="case files")
-    p.add_argument("--view", choices=sorted(VIEWS), help="only this view")
+    p.add_argument("--view", choices=list(VIEWS), help="only this view")
     p.add_argument("--json", action="store_true", help="JSON list of {id, status, reason, views}")
     p.add_argument("--calculon-batch", type=Path, metavar="IN.jsonl",
                    help='Calculon-format batch, one {"id", "model", "execution", "system"} per line (.gz allowed)')
@@ -67,14 +68,14 @@ def run_batch(args, views) -> int:
     results = [batch_entry_json(e, views, str(args.calculon_batch)) for e in read_batch(args.calculon_batch)]
     _emit(results, args.output)
     counts = Counter(r["status"] for r in results)
-    summary = ", ".join(f"{counts[s]} {s}" for s in ("ok", "infeasible", "rejected", "invalid"))
+    summary = ", ".join(f"{counts[s]} {s}" for s in BATCH_STATUSES)
     where = args.output if args.output else "stdout"
     print(f"estimated {len(results)} batch lines to {where}: {summary}", file=sys.stderr)
     return 1 if counts["invalid"] else 0
 
 
 def run(args) -> int:
-    views = (VIEWS[args.view],) if args.view else DEFAULT_VIEWS
+    views = (COST_VIEWS[args.view],) if args.view else DEFAULT_VIEWS
     if args.calculon_batch is not None:
         return run_batch(args, views)
     results = []

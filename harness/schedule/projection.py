@@ -35,17 +35,14 @@ from __future__ import annotations
 
 import dataclasses
 
+from harness import calculon_compat as compat
 from harness.cost.views import PassCost, Pricer
 from harness.ir.concrete import ConcretePlanIR
 from harness.ir.portable import Message
 from harness.passes.rules import reduction_operations
 from harness.schedule.memory import block_memory
+from harness.vocabulary import COMPONENTS
 
-COMPONENTS = ("forward", "backward", "optimizer", "recompute", "tensor_parallel", "pipeline_parallel",
-              "data_parallel", "recommunication", "pipeline_bubble", "forward_offload", "backward_offload")
-#: Calculon's summation order of the total.
-TOTAL_ORDER = ("forward", "backward", "optimizer", "forward_offload", "backward_offload", "recompute",
-               "recommunication", "pipeline_bubble", "tensor_parallel", "pipeline_parallel", "data_parallel")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -344,11 +341,10 @@ def calculon_projection(c: ConcretePlanIR, pricer: Pricer) -> Projection:
         "forward_offload": chunk_sum(base_fw_ovh, edge_fw_ovh),
         "backward_offload": chunk_sum(base_bw_ovh, edge_bw_ovh) if training else 0,
     }
-    total = 0.0
-    for name in TOTAL_ORDER:
-        total += components[name]
+    components = {name: float(components[name]) for name in COMPONENTS}
+    total = compat.iteration_total(components)
     return Projection(
-        "calculon-0.1.0", {n: float(v) for n, v in components.items()}, total,
+        "calculon-0.1.0", components, total,
         Requirements(k.tp_req, dp_req_chunk, dp_req_tail, act_req, weight_req, optim_req, offload_req),
         {"base_forward": base_fw, "edge_forward": edge_fw, "base_backward": base_bw, "edge_backward": edge_bw})
 
