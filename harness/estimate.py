@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import Field
+from pydantic import Field, create_model
 
 from harness.cases import EstimateInput
-from harness.cost.views import PEAK_ONLY, SYSTEM_EVIDENCE, CostView, clear_pricers, pricer_for
+from harness.cost.views import COST_VIEWS, CostView, clear_pricers, pricer_for
 from harness.errors import InputError
 from harness.evidence.profile import EvidenceProfile, load_profile
 from harness.ir.base import Frozen
@@ -31,35 +31,22 @@ from harness.pipeline import clear_caches as clear_lowering_caches
 from harness.schedule.block import BlockTimes, block_times
 from harness.schedule.compose import Composition, compose
 from harness.schedule.memory import BlockMemory, StageMemory, block_memory, infeasibility, stage_memory
+from harness.vocabulary import COMPONENTS, ESTIMATE_STATUSES, MEMORY_FIGURES
 from harness.workload import WorkloadMetrics, workload_metrics
 
-DEFAULT_VIEWS = (PEAK_ONLY, SYSTEM_EVIDENCE)
+#: Both named views, in vocabulary order.
+DEFAULT_VIEWS = tuple(COST_VIEWS.values())
 
 
-class Components(Frozen):
-    """The nine timing components of one iteration, seconds."""
-
-    forward: float = Field(description="Forward compute.")
-    backward: float = Field(description="Activation- and weight-gradient compute.")
-    optimizer: float = Field(description="Optimizer step.")
-    recompute: float = Field(description="Recompute clones.")
-    tensor_parallel: float = Field(description="Exposed TP collectives (with their local work).")
-    pipeline_parallel: float = Field(description="Exposed pipeline p2p transfers.")
-    data_parallel: float = Field(description="Exposed data-parallel gradient sync.")
-    recommunication: float = Field(description="Exposed recommunication (all-gather redo, repeated collectives).")
-    pipeline_bubble: float = Field(description="1F1B / interleaved pipeline bubble.")
-
-
-class MemoryBytes(Frozen):
-    """Memory of one processor of the first stage, bytes."""
-
-    weight: float = Field(description="Weights.")
-    activation: float = Field(description="Activations (working and stored).")
-    activation_checkpoint: float = Field(description="Activation checkpoints (full recompute).")
-    weight_grad: float = Field(description="Weight gradients.")
-    activation_grad: float = Field(description="Activation gradients.")
-    optimizer: float = Field(description="Optimizer state.")
-    tier1_total: float = Field(description="Total required in memory tier 1.")
+#: The timing components of one iteration, seconds: one field per ``harness.vocabulary.COMPONENTS`` entry.
+Components = create_model("Components", __base__=Frozen, __module__=__name__,
+                          __doc__="The timing components of one iteration, seconds (harness.vocabulary.COMPONENTS).",
+                          **COMPONENTS.fields(float))
+#: Memory of one processor of the first stage, bytes: one field per ``harness.vocabulary.MEMORY_FIGURES`` entry.
+MemoryBytes = create_model("MemoryBytes", __base__=Frozen, __module__=__name__,
+                           __doc__="Memory of one processor of the first stage, bytes "
+                                   "(harness.vocabulary.MEMORY_FIGURES).",
+                           **MEMORY_FIGURES.fields(float))
 
 
 class ViewEstimate(Frozen):
@@ -83,7 +70,7 @@ VIEW_JSON_FIELDS = ("total_s", "components_s", "memory_bytes", "workload")
 class Estimate(Frozen):
     """Both views of one input, with its lowering digests and feasibility."""
 
-    status: Literal["ok", "infeasible"] = Field(description="ok, or infeasible on the profile's system.")
+    status: ESTIMATE_STATUSES.literal() = Field(description="ok, or infeasible on the profile's system.")
     reason: str | None = Field(description="Why infeasible (figures are still given).")
     system: str = Field(description="Evidence profile name.")
     evidence_revision: str = Field(description="SHA-256 of the evidence profile's canonical content.")
@@ -162,10 +149,7 @@ def view_estimate(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView
     perfect = s.blocks_per_stage * s.microbatches * useful / profile.matrix[plan.datatype].peak_flops_per_s
     return ViewEstimate(
         view=view.name, total_s=comp.total_s, components_s=Components(**c),
-        memory_bytes=MemoryBytes(weight=stage.weight, activation=stage.activation,
-                                 activation_checkpoint=stage.activation_checkpoint, weight_grad=stage.weight_grad,
-                                 activation_grad=stage.activation_grad, optimizer=stage.optimizer,
-                                 tier1_total=stage.tier1_total),
+        memory_bytes=MemoryBytes(**{name: getattr(stage, name) for name in MEMORY_FIGURES}),
         workload=workload, useful_flops=useful,
         compute_efficiency=perfect / compute_time if compute_time else 0.0,
         system_efficiency=compute_time / comp.total_s if comp.total_s else 0.0,

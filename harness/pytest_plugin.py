@@ -34,6 +34,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.vocabulary import PEAK_ONLY, SYSTEM_EVIDENCE
+
 MARKERS = {
     "calibration": "the Table 5 calibration experiment (estimates, then oracles)",
     "baseline_regression": "the CI gate: baseline contract and goldens",
@@ -169,10 +171,10 @@ def evidence_profile(case):
 def _view_fixture(view_name: str):
     @pytest.fixture(scope="session")
     def fixture(case, lowering, evidence_profile, comparison_gate):
-        from harness.cost.views import VIEWS
+        from harness.cost.views import COST_VIEWS
         from harness.estimate import estimate_lowering
 
-        est = estimate_lowering(lowering, evidence_profile, (VIEWS[view_name],))
+        est = estimate_lowering(lowering, evidence_profile, (COST_VIEWS[view_name],))
         comparison_gate.register_estimate(case.id, view_name)
         return est
 
@@ -180,8 +182,8 @@ def _view_fixture(view_name: str):
     return fixture
 
 
-peak_only_estimate = _view_fixture("peak_only")
-evidence_estimate = _view_fixture("system_evidence")
+peak_only_estimate = _view_fixture(PEAK_ONLY)
+evidence_estimate = _view_fixture(SYSTEM_EVIDENCE)
 
 
 @pytest.fixture(scope="session")

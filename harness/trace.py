@@ -171,12 +171,13 @@ def _require_physical(sim: Simulation, events: list[dict], source: str) -> None:
 
 
 def build_trace(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView, *, task_microbatches: int = 1,
-                label: str = "", source: str = "<input>") -> tuple[dict[str, Any], Simulation]:
+                label: str = "", source: str = "<input>",
+                max_operations: int = MAX_TRACE_OPERATIONS) -> tuple[dict[str, Any], Simulation]:
     """Simulate ``plan`` under ``view`` and return the trace document with the simulation.
 
     Bounded: :func:`check_trace_size` runs first; every time in the result is finite and non-negative.
     """
-    check_trace_size(plan, source, task_microbatches=task_microbatches)
+    check_trace_size(plan, source, task_microbatches=task_microbatches, max_operations=max_operations)
     block, comp = cost_view(plan, profile, view)
     sim = simulate(plan.schedule, block, comp)
     spans = task_spans(plan, profile, view) if task_microbatches > 0 else None

@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from harness.schedule.compose import COMPONENTS
+from harness.vocabulary import COMPONENTS
 
 pytestmark = pytest.mark.baseline_regression
 

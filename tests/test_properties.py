@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from harness.cases import EstimateInput
 from harness.errors import InputError
 from harness.estimate import cost_view, estimate, estimate_lowering
-from harness.cost.views import PEAK_ONLY, SYSTEM_EVIDENCE
+from harness.cost.views import COST_VIEWS
 from harness.evidence.calculon_export import calculon_system
 from harness.evidence.profile import EvidenceProfile, load_profile
 from harness.interop.calculon_format import input_from_calculon
@@ -124,7 +124,7 @@ def test_more_bandwidth_or_flops_never_slows_an_iteration(data, resource, factor
     profile = load_profile(config.input.system)
     lowering = lower(config.input)
     quicker = faster(profile, resource, factor)
-    for view in (PEAK_ONLY, SYSTEM_EVIDENCE):
+    for view in COST_VIEWS.values():
         _, base = cost_view(lowering.plan, profile, view)
         _, fast = cost_view(lowering.plan, quicker, view)
         assert fast.total_s <= base.total_s * (1 + 1e-12)

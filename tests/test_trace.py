@@ -12,7 +12,7 @@ from matplotlib.image import imread
 
 from harness.cases import load_case
 from harness.cli import main
-from harness.cost.views import VIEWS
+from harness.cost.views import COST_VIEWS as VIEWS
 from harness.estimate import cost_view
 from harness.evidence.profile import load_profile
 from harness.ir.portable import Schedule

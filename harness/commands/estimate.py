@@ -29,19 +29,18 @@ from pathlib import Path
 from typing import IO, Any, Iterator
 
 from harness.cases import load_case
-from harness.cost.views import VIEWS
+from harness.cost.views import COST_VIEWS
 from harness.errors import HarnessError, InputError
 from harness.estimate import DEFAULT_VIEWS, Estimate, estimate
 from harness.interop.calculon_batch import BatchLine, iter_batch
 from harness.outputs import atomic_output, check_output
-
-STATUSES = ("ok", "infeasible", "rejected", "invalid")
+from harness.vocabulary import BATCH_STATUSES, VIEWS
 
 
 def register(sub) -> None:
     p = sub.add_parser("estimate", help="estimate cases with the peak-only and system-evidence views")
     p.add_argument("cases", nargs="*", metavar="CASE.yaml", help="case files")
-    p.add_argument("--view", choices=sorted(VIEWS), help="only this view")
+    p.add_argument("--view", choices=list(VIEWS), help="only this view")
     p.add_argument("--json", action="store_true", help="JSON list of {id, status, reason, views}")
     p.add_argument("--calculon-batch", type=Path, metavar="IN.jsonl",
                    help='Calculon-format batch, one {"id", "model", "execution", "system"} per line (.gz allowed)')
@@ -127,7 +126,7 @@ def run_batch(args, views) -> int:
         for entry in lines:
             _write_entry(writer, entry, views, source, counts)
         writer.close()
-    summary = ", ".join(f"{counts[s]} {s}" for s in STATUSES)
+    summary = ", ".join(f"{counts[s]} {s}" for s in BATCH_STATUSES)
     where = args.output if args.output else "stdout"
     print(f"estimated {sum(counts.values())} batch lines to {where}: {summary}", file=sys.stderr)
     return 1 if counts["invalid"] else 0
@@ -140,7 +139,7 @@ def _write_entry(writer: JsonListWriter, entry: BatchLine, views, source: str, c
 
 
 def run(args) -> int:
-    views = (VIEWS[args.view],) if args.view else DEFAULT_VIEWS
+    views = (COST_VIEWS[args.view],) if args.view else DEFAULT_VIEWS
     if args.calculon_batch is not None:
         return run_batch(args, views)
     if not args.cases:

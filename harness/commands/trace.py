@@ -18,13 +18,14 @@ its counts, up front, not after minutes of simulation or an exhausted memory.
 from __future__ import annotations
 
 from harness.cases import load_case
-from harness.cost.views import VIEWS
+from harness.cost.views import COST_VIEWS
 from harness.errors import InputError
 from harness.estimate import check_tiers
 from harness.evidence.profile import load_profile
 from harness.outputs import check_output
 from harness.pipeline import lower
 from harness.trace import MAX_TRACE_OPERATIONS, build_trace, check_trace_size, write_trace
+from harness.vocabulary import SYSTEM_EVIDENCE, VIEWS
 
 
 def register(sub) -> None:
@@ -32,7 +33,7 @@ def register(sub) -> None:
     p.add_argument("case", metavar="CASE.yaml", help="case file")
     p.add_argument("--output", required=True, metavar="TRACE.json", help="Chrome trace event JSON to write")
     p.add_argument("--png", metavar="SCHEDULE.png", help="also draw the schedule as a Gantt chart")
-    p.add_argument("--view", choices=sorted(VIEWS), default="system_evidence", help="cost view (default: system_evidence)")
+    p.add_argument("--view", choices=list(VIEWS), default=SYSTEM_EVIDENCE, help=f"cost view (default: {SYSTEM_EVIDENCE})")
     p.add_argument("--task-microbatches", type=int, default=1, metavar="N",
                    help="nest block and task events in the operations of the first N microbatches (default 1)")
     p.add_argument("--max-operations", type=int, default=MAX_TRACE_OPERATIONS, metavar="N",
@@ -54,8 +55,8 @@ def run(args) -> int:
     check_tiers(data, profile, args.case)
     plan = lower(data, args.case).plan
     check_trace_size(plan, args.case, task_microbatches=args.task_microbatches, max_operations=args.max_operations)
-    doc, sim = build_trace(plan, profile, VIEWS[args.view], task_microbatches=args.task_microbatches,
-                           label=case.id, source=args.case)
+    doc, sim = build_trace(plan, profile, COST_VIEWS[args.view], task_microbatches=args.task_microbatches,
+                           label=case.id, source=args.case, max_operations=args.max_operations)
     write_trace(doc, args.output)
     if args.png:
         from harness.report.gantt import write_gantt

@@ -10,12 +10,14 @@ A view reads only the PortablePlanIR and an evidence profile. It prices:
   participants x offset``, ``time = latency + adjusted / (bandwidth x
   efficiency)``.
 
-A view names the *curve families* whose evidence it applies: ``matrix``,
-``vector`` (operation-size curves), ``memory`` (transfer-size curves) and
-``network`` (bandwidth efficiency). A family not applied has efficiency 1.0;
-peaks, latencies and collective volume models are always applied.
-``peak_only`` applies none, ``system_evidence`` all four. There is no other
-input: no model name, no per-case factor, no reference total, no overlap ratio.
+A view names the *curve families* whose evidence it applies
+(``harness.vocabulary.CURVE_FAMILIES``: ``matrix``, ``vector`` operation-size
+curves, ``memory`` transfer-size curves, ``network`` bandwidth efficiency). A
+family not applied has efficiency 1.0; peaks, latencies and collective volume
+models are always applied. The two named views (``harness.vocabulary.VIEWS``)
+are the ends: ``peak_only`` applies none, ``system_evidence`` all of them; any
+other subset is named ``curves:<family>+...``. There is no other input: no
+model name, no per-case factor, no reference total, no overlap ratio.
 """
 
 from __future__ import annotations
@@ -26,8 +28,7 @@ from typing import Generic, Iterable, NamedTuple, TypeVar
 from harness.errors import EvidenceError
 from harness.evidence.profile import ComputeEngine, EvidenceProfile
 from harness.ir.portable import Message, PlanTask, PortablePlanIR, Work
-
-CURVE_FAMILIES = ("matrix", "vector", "memory", "network")
+from harness.vocabulary import CURVE_FAMILIES, PEAK_ONLY, SYSTEM_EVIDENCE, VIEWS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,14 +44,15 @@ class CostView:
         unknown = families - set(CURVE_FAMILIES)
         if unknown:
             raise ValueError(f"unknown curve families {sorted(unknown)}")
-        name = {frozenset(): "peak_only", frozenset(CURVE_FAMILIES): "system_evidence"}.get(
+        name = {frozenset(): PEAK_ONLY, frozenset(CURVE_FAMILIES): SYSTEM_EVIDENCE}.get(
             families, "curves:" + "+".join(f for f in CURVE_FAMILIES if f in families))
         return cls(name, families)
 
 
-PEAK_ONLY = CostView.with_curves(())
-SYSTEM_EVIDENCE = CostView.with_curves(CURVE_FAMILIES)
-VIEWS = {v.name: v for v in (PEAK_ONLY, SYSTEM_EVIDENCE)}
+#: The named views (``harness.vocabulary.VIEWS``), by name, in vocabulary order.
+COST_VIEWS: dict[str, CostView] = {v.name: v for v in (CostView.with_curves(()),
+                                                      CostView.with_curves(CURVE_FAMILIES))}
+VIEWS.require(COST_VIEWS, "harness.cost.views.COST_VIEWS", ordered=True)
 
 
 class PassCost(NamedTuple):

@@ -34,6 +34,7 @@ from harness.errors import OracleRecordError
 from harness.estimate import Estimate, ViewEstimate, estimate
 from harness.interop.calculon_format import input_from_calculon
 from harness.oracles.records import OracleRecord
+from harness.vocabulary import COMPONENTS, MEMORY_FIGURES
 
 RELATIVE_BUDGET_PCT = 1e-9
 MEMORY_BUDGET_BYTES = 1.0
@@ -50,6 +51,8 @@ TIMING_FIELDS = {
     "components_s.recommunication": "recomm_exposed_time",
     "components_s.pipeline_bubble": "bubble_time",
 }
+COMPONENTS.require((m.split(".", 1)[1] for m in TIMING_FIELDS if m.startswith("components_s.")),
+                   "harness.oracles.calculon.TIMING_FIELDS", ordered=True)
 MEMORY_FIELDS = {
     "memory_bytes.weight": "weight_space",
     "memory_bytes.activation": "act_space",
@@ -59,6 +62,8 @@ MEMORY_FIELDS = {
     "memory_bytes.optimizer": "optimizer_space",
     "memory_bytes.tier1_total": "proc_mem_tier1_cap_req",
 }
+MEMORY_FIGURES.require((m.split(".", 1)[1] for m in MEMORY_FIELDS), "harness.oracles.calculon.MEMORY_FIELDS",
+                       ordered=True)
 # The 19 workload metrics; the two recompute ones come from explicit_recompute (None here).
 WORKLOAD_FIELDS: dict[str, str | None] = {
     "workload.forward_flops": "block_fw_flops",

@@ -19,6 +19,7 @@ from harness.evidence.profile import load_profile
 from harness.interop.calculon_format import calculon_from_input
 from harness.oracles.records import VENDOR_DIR, OracleIdentity, RecordIndex, ViewRecord, load_manifest
 from harness.oracles.runner import CalculonRunner
+from harness.vocabulary import PEAK_ONLY, VIEWS
 
 
 class RecordedCalculon:
@@ -58,7 +59,7 @@ class LiveCalculon:
         profile = load_profile(data.system)
         model, execution = calculon_from_input(data)
         out = {}
-        for view in ("system_evidence", "peak_only"):
-            result = self.runner.run(model, execution, calculon_system(profile, peak_only=view == "peak_only"))
+        for view in VIEWS:
+            result = self.runner.run(model, execution, calculon_system(profile, peak_only=view == PEAK_ONLY))
             out[view] = ViewRecord(error=result["error"]) if "error" in result else ViewRecord(stats=result)
         return out

@@ -35,11 +35,13 @@ from harness.oracles.records import (
 )
 from harness.oracles.runner import CALCULON_VERSION, DIGEST_RULE, CalculonRunner
 from harness.outputs import write_text
+from harness.vocabulary import PEAK_ONLY, VIEWS
 
 CALCULON_COMMIT = "caa4b11f8fe1fee3ba57adaacb7590d7deabd053"
 
 
-RECORD_VIEWS = ("system_evidence", "peak_only")
+#: The views recorded by default: every named view (``harness.vocabulary.VIEWS``).
+RECORD_VIEWS = tuple(VIEWS)
 
 
 def view_record(result: dict, training: bool, keep_layers: bool = True) -> dict:
@@ -64,7 +66,7 @@ def record_inputs(runner: CalculonRunner, inputs: Iterable[tuple[str, EstimateIn
         model, execution = calculon_from_input(data)
         out = {}
         for view in views:
-            result = runner.run(model, execution, calculon_system(profile, peak_only=view == "peak_only"))
+            result = runner.run(model, execution, calculon_system(profile, peak_only=view == PEAK_ONLY))
             out[view] = view_record(result, data.execution.training, keep_layers)
         records.append({"id": record_id, "system": data.system, "calculon_model": model,
                         "calculon_execution": execution, "views": out})

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from harness import calculon_compat as compat
 from harness.ir.checks import blocks_per_stage
 from harness.ir.distributed import CollectiveOp, CollectiveShape, DistributedTaskIR, Task
 from harness.ir.portable import (
@@ -151,13 +152,15 @@ class TransformerPlanWork(ModulePass[DistributedTaskIR, PortablePlanIR]):
         sharded = e.tp_communication in ("rs_ag", "p2p_rs_ag")
         boundary = (tokens // e.tensor_parallel if sharded else tokens) * s.hidden * e.bytes_per_element
         tier = e.network_tiers.pipeline
-        # Inference keeps a zero-byte backward slot: the schedule's edge block
-        # still pays the p2p latency there (Calculon 0.1.0 semantics).
-        backward_bytes = boundary if e.training else 0
+        # Inference keeps a zero-byte backward slot (a named Calculon rule): the
+        # schedule's edge block still pays the p2p latency there.
+        backward = None
+        if e.training or compat.inference_backward_p2p():
+            backward = Message.trusted(collective="p2p", message_bytes=boundary if e.training else 0,
+                                       participants=2, network_tier=tier)
         return PipelineTraffic.trusted(
             forward=Message.trusted(collective="p2p", message_bytes=boundary, participants=2, network_tier=tier),
-            backward=Message.trusted(collective="p2p", message_bytes=backward_bytes, participants=2,
-                                             network_tier=tier),
+            backward=backward,
             forward_transfers_per_microbatch=e.pipeline_interleaving,
             backward_transfers_per_microbatch=e.pipeline_interleaving if e.training else 0,
         )

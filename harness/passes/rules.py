@@ -6,12 +6,13 @@ Rules, with ``b`` bytes per element:
   reads X, W and writes Y; dgrad reads W, dY and writes dX; wgrad reads X, dY
   and writes dW.
 - batch matmul (both inputs activations): forward = 2BMNK, dgrad = 4BMNK
-  (gradients for both inputs), no wgrad.
+  (gradients for both inputs), no wgrad; dgrad reads dC and writes dA, dB.
 - layer norm: 9 / 14 / 7 operations per element (forward / dgrad / wgrad),
-  2 x hidden parameters.
-- softmax 5 / 8, GeLU 8 / 13, dropout 1 / 1 operations per element; dropout
-  keeps a one-byte mask per element (its stored activation), and its gradient
-  buffer is accounted at mask size (Calculon 0.1.0's accounting).
+  2 x hidden parameters; dgrad reads the weights and one tensor.
+- softmax 5 / 8, GeLU 8 / 13, dropout 1 / 1 operations per element; the
+  softmax and GeLU gradients read one tensor and write one; dropout keeps a
+  one-byte mask per element (its stored activation), and its gradient buffer
+  is accounted at mask size.
 - residual: forward one operation per output element, dgrad one per input.
 - fork: no forward work; dgrad sums ``users`` gradients.
 - TP collective: local reduction ``elements x (p-1)/p`` on the reducing side
@@ -20,12 +21,18 @@ Rules, with ``b`` bytes per element:
 - optimizer (Adam): 11 operations per weight-gradient element; touches the
   fp32 master copy (when the datatype is narrower) and two fp32 moments;
   sharded over DP with optimizer sharding. The state is counted once.
+
+The gradient traffic of batch matmul, layer norm, softmax and GeLU and the
+dropout gradient buffer follow Calculon 0.1.0's accounting rather than the
+traffic-from-dependencies rule; each is a named rule in
+:mod:`harness.calculon_compat` (the alternative there is the dependency form).
 """
 
 from __future__ import annotations
 
 import dataclasses
 
+from harness import calculon_compat as compat
 from harness.ir.distributed import (
     BatchMatmulShape,
     CollectiveShape,
@@ -93,7 +100,7 @@ def batch_matmul(s: BatchMatmulShape, b: int, shards: int) -> PrimitiveFacts:
     inputs, out = s.batch * (s.m * s.n + s.n * s.k), s.batch * s.m * s.k
     return PrimitiveFacts(
         forward=_work(ops, inputs * b, out * b, "matrix"),
-        activation_grad=_work(2 * ops, out * b, inputs * b, "matrix"),
+        activation_grad=_work(2 * ops, compat.batch_matmul_gradient_read_bytes(inputs, out, b), inputs * b, "matrix"),
         weight_grad=_NONE_MATRIX,
         optimizer=_NONE,
         capacity=_capacity(b, shards, activation=inputs * b, output=out, activation_grad=out * b),
@@ -105,7 +112,7 @@ def layer_norm(s: NormShape, b: int, shards: int) -> PrimitiveFacts:
     fw, dg, wg = LAYER_NORM_OPERATIONS
     return PrimitiveFacts(
         forward=_work(fw * a, (a + w) * b, a * b, "vector"),
-        activation_grad=_work(dg * a, (w + a) * b, a * b, "vector"),
+        activation_grad=_work(dg * a, compat.layer_norm_gradient_read_bytes(a, w, b), a * b, "vector"),
         weight_grad=_work(wg * a, 2 * a * b, w * b, "vector"),
         optimizer=_optimizer(w, 2 * w, b, shards),
         capacity=_capacity(b, shards, weights=w, activation=a * b, output=a, activation_grad=a * b, moments=2 * w),
@@ -122,12 +129,13 @@ def pointwise(s: PointwiseShape, b: int, shards: int) -> PrimitiveFacts:
             forward=forward,
             activation_grad=_work(dg * a, a * b + mask, a * b, "vector"),
             weight_grad=_NONE, optimizer=_NONE,
-            capacity=_capacity(b, shards, activation=mask, output=a, activation_grad=mask),
+            capacity=_capacity(b, shards, activation=mask, output=a,
+                               activation_grad=compat.dropout_gradient_bytes(a, b)),
         )
     kept = 0 if s.fused else a
     return PrimitiveFacts(
         forward=_work(fw * a, a * b, a * b, "vector"),
-        activation_grad=_work(dg * a, a * b, a * b, "vector"),
+        activation_grad=_work(dg * a, compat.pointwise_gradient_read_bytes(a, b), a * b, "vector"),
         weight_grad=_NONE, optimizer=_NONE,
         capacity=_capacity(b, shards, activation=kept * b, output=a, activation_grad=kept * b),
     )

@@ -29,19 +29,21 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from pydantic import Field, ValidationError
 
-from harness.cost.views import CURVE_FAMILIES
 from harness.errors import HarnessError, InputError
 from harness.estimate import Estimate
 from harness.explain import Attribution
 from harness.ir.base import Frozen
 from harness.outputs import atomic_output, check_output_dir
-from harness.schedule.compose import COMPONENTS
+from harness.vocabulary import COMPONENTS, CURVE_FAMILIES, PEAK_ONLY, SYSTEM_EVIDENCE
 
 PLOT_FILES = ("totals.png", "components.png", "gap_waterfall.png")
-SERIES = (("peak_only_total_s", "peak_only", "#9ecae1"), ("system_evidence_total_s", "system_evidence", "#3182bd"),
+SERIES = (("peak_only_total_s", PEAK_ONLY, "#9ecae1"), ("system_evidence_total_s", SYSTEM_EVIDENCE, "#3182bd"),
           ("calculon_total_s", "Calculon 0.1.0", "#fd8d3c"), ("paper_s", "paper", "#31a354"))
-FAMILY_COLORS = {"matrix": "tab:blue", "vector": "tab:orange", "memory": "tab:purple", "network": "tab:red"}
-COMPONENT_COLORS = dict(zip(COMPONENTS, colormaps["tab10"].colors))
+# One colour per vocabulary entry, from qualitative palettes long enough for new entries.
+FAMILY_COLORS = dict(zip(CURVE_FAMILIES, colormaps["Set1"].colors))
+COMPONENT_COLORS = dict(zip(COMPONENTS, colormaps["tab20"].colors[::2] + colormaps["tab20"].colors[1::2]))
+CURVE_FAMILIES.require(FAMILY_COLORS, "harness.report.plots.FAMILY_COLORS (palette too short)")
+COMPONENTS.require(COMPONENT_COLORS, "harness.report.plots.COMPONENT_COLORS (palette too short)")
 
 
 class PlotRow(Frozen):
@@ -60,8 +62,8 @@ class PlotRow(Frozen):
 def plot_row(case_id: str, est: Estimate, attribution: Attribution | None = None,
              calculon_total_s: float | None = None, paper_s: float | None = None) -> PlotRow:
     """A plot row from library results (the estimate must hold both default views)."""
-    return PlotRow(id=case_id, peak_only_total_s=est.views["peak_only"].total_s,
-                   system_evidence_total_s=est.views["system_evidence"].total_s,
+    return PlotRow(id=case_id, peak_only_total_s=est.views[PEAK_ONLY].total_s,
+                   system_evidence_total_s=est.views[SYSTEM_EVIDENCE].total_s,
                    calculon_total_s=calculon_total_s, paper_s=paper_s,
                    components_s={n: v.components_s.model_dump() for n, v in est.views.items()},
                    attribution_s=dict(attribution.attribution_s) if attribution else None)
@@ -184,7 +186,7 @@ def plot_waterfall(rows: list[PlotRow], path: Path) -> Path:
     for ax, row in zip(axes, rows):
         gap = row.system_evidence_total_s - row.peak_only_total_s
         floor = max(0.0, row.peak_only_total_s - 1.2 * abs(gap))
-        labels = ["peak_only", *CURVE_FAMILIES, "system_evidence"]
+        labels = [PEAK_ONLY, *CURVE_FAMILIES, SYSTEM_EVIDENCE]
         level = row.peak_only_total_s
         ax.bar(0, level - floor, 0.7, bottom=floor, color="#9ecae1")
         for x, family in enumerate(CURVE_FAMILIES, start=1):

@@ -11,19 +11,24 @@ Block figures (per microbatch where they are activations):
 
 Stage totals (training): 1F1B keeps ``m = min(microbatches, PP)`` microbatches
 in flight, ``m x (1 + (PP-1)/(interleaving x PP))`` with interleaving; the
-working block's activations once; activation gradients of one block; one fp32
-unsharded gradient plus ``blocks - 1`` sharded ones; optimizer state for every
-block. Inference keeps the weights and one block's working activations.
-Tier-1 total = weights + activations + checkpoints + weight gradients +
-optimizer + activation gradients.
+working block's activations once, next to ``blocks x m - 1`` stored ones;
+activation gradients of one block; one fp32 unsharded gradient plus ``blocks -
+1`` sharded ones; optimizer state for every block. Inference keeps the weights
+and one block's working activations. Tier-1 total = weights + activations +
+checkpoints + weight gradients + optimizer + activation gradients. The stored
+activations and the gradients follow Calculon 0.1.0's accounting, named in
+:mod:`harness.calculon_compat`. The figures are those of
+``harness.vocabulary.MEMORY_FIGURES`` (checked at import).
 """
 
 from __future__ import annotations
 
 import dataclasses
 
+from harness import calculon_compat as compat
 from harness.evidence.profile import EvidenceProfile
 from harness.ir.portable import PortablePlanIR
+from harness.vocabulary import MEMORY_FIGURES
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -47,6 +52,10 @@ class StageMemory:
     activation_grad: float
     optimizer: float
     tier1_total: float
+
+
+MEMORY_FIGURES.require((f.name for f in dataclasses.fields(StageMemory)), "harness.schedule.memory.StageMemory",
+                       ordered=True)
 
 
 def block_memory(plan: PortablePlanIR) -> BlockMemory:
@@ -89,9 +98,9 @@ def stage_memory(plan: PortablePlanIR, block: BlockMemory) -> StageMemory:
         act = block.activation_working_bytes
         checkpoint = blocks * block.activation_checkpoint_bytes * factor
     else:
-        act = block.activation_working_bytes + block.activation_storage_bytes * (blocks * factor - 1)
+        act = compat.activation_bytes(block.activation_working_bytes, block.activation_storage_bytes, blocks, factor)
         checkpoint = 0
-    wgrad = block.weight_grad_unsharded_bytes + block.weight_grad_bytes * (blocks - 1)
+    wgrad = compat.weight_grad_bytes(block.weight_grad_unsharded_bytes, block.weight_grad_bytes, blocks)
     optim = block.optimizer_bytes * blocks
     agrad = block.activation_grad_bytes
     total = weight + act + checkpoint + (wgrad + optim) + agrad
