@@ -15,8 +15,10 @@ from harness.ir import canonical
 from harness.ir.base import clear_interned
 from harness.ir.distributed import DistributedTaskIR
 from harness.ir.model import ModelIR
+from harness.ir.concrete import ConcretePlanIR
 from harness.ir.portable import PortablePlanIR
 from harness.passes.base import PassCheckpoint
+from harness.passes.concretize import TransformerConcretize
 from harness.passes.distribute import TransformerDistribute
 from harness.passes.importer import import_model
 from harness.passes.plan_work import TransformerPlanWork, clear_memos
@@ -33,9 +35,44 @@ class Lowering:
     plan: PortablePlanIR
     checkpoints: tuple[PassCheckpoint, PassCheckpoint]
 
-    def digests(self) -> dict[str, str]:
-        return {"model_ir": self.model.digest(), "distributed_task_ir": self.distributed.digest(),
-                "portable_plan_ir": self.plan.digest()}
+    def digests(self, concrete: bool = False) -> dict[str, str]:
+        """IR digests; with ``concrete`` the ConcretePlanIR's too (its canonical text is the largest of all, so
+        the estimate, which reports the first three, does not compute it)."""
+        digests = {"model_ir": self.model.digest(), "distributed_task_ir": self.distributed.digest(),
+                   "portable_plan_ir": self.plan.digest()}
+        if concrete:
+            digests["concrete_plan_ir"] = self.concrete().digest()
+        return digests
+
+    @property
+    def concurrent(self) -> bool:
+        """The layout asks for TP/DP overlap or offload."""
+        e = self.model.execution
+        o = e.offload
+        return e.tp_overlap != "none" or e.dp_overlap or o.weights or o.activations or o.optimizer
+
+    def concrete(self) -> ConcretePlanIR:
+        """``transformer-concretize`` of the plan with the layout's options, requires and ensures checked
+        (memoized per lowering; the checkpoint, which digests it, only on demand: :meth:`concretize`)."""
+        cached = _CONCRETE.get(id(self))
+        if cached is not None and cached[0] is self:
+            return cached[1]
+        concretize = TransformerConcretize.for_layout(self.model.execution)
+        concretize.requires(self.plan)
+        out = concretize.apply(self.plan)
+        concretize.ensures(out)
+        if len(_CONCRETE) > 4096:
+            _CONCRETE.clear()
+        _CONCRETE[id(self)] = (self, out)
+        return out
+
+    def concretize(self) -> tuple[ConcretePlanIR, PassCheckpoint]:
+        """The ConcretePlanIR and its PassCheckpoint (input and output digests)."""
+        out = self.concrete()
+        return out, TransformerConcretize.for_layout(self.model.execution).checkpoint(self.plan, out)
+
+
+_CONCRETE: dict[int, tuple[Lowering, ConcretePlanIR]] = {}
 
 
 _CACHE: dict[str, Lowering] = {}
@@ -59,6 +96,7 @@ def clear_caches() -> None:
     """Forget every memoized lowering: the ModelIR-keyed lowerings, the passes'
     memos, the interned IR values and their memoized canonical texts."""
     _CACHE.clear()
+    _CONCRETE.clear()
     clear_memos()
     clear_interned()
     canonical.clear_memo()

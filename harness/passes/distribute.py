@@ -14,7 +14,15 @@ Lowers one Transformer block to the task DAG of one TP rank:
 - clones recomputation as a graph transformation: ``full`` clones all forward
   compute; ``attn_only`` clones QK^T -> softmax -> dropout;
 - adds each recommunication (the sequence-parallel all-gather redo, or the
-  collectives that full recomputation repeats) as its own task.
+  collectives that full recomputation repeats) as its own task;
+- with TP overlap (ring or pipe) each TP collective and its adjacent linear
+  become one ``overlapped_linear`` task: the Q/K/V projections (one fused
+  GEMM, multihead) or the query projection (multiquery, whose unsplit key and
+  value projections follow a two-user fork of the gathered input) with the
+  attention ``f``; the output projection with the attention ``g``; the first
+  MLP linear with the MLP ``f``; the second with the MLP ``g``. Such a task
+  is recomputed only under full recomputation, and recommunicates like the
+  collective it absorbed (both clones exist under full recomputation).
 """
 
 from __future__ import annotations
@@ -23,10 +31,11 @@ import dataclasses
 import functools
 from typing import Any
 
-from harness.ir.checks import layout_problems, unsupported_features
+from harness.ir.checks import layout_problems
 from harness.ir.distributed import (
     BatchMatmulShape,
     CollectiveOp,
+    OverlappedLinearShape,
     CollectiveShape,
     DistributedTaskIR,
     ForkShape,
@@ -82,8 +91,6 @@ class TransformerDistribute(ModulePass[ModelIR, DistributedTaskIR]):
 
     def requires(self, ir: ModelIR) -> None:
         """The ModelIR satisfies the import rules (harness.ir.checks), whoever built it."""
-        if unsupported_features(ir.execution):
-            raise self.fail("overlap and offload are not representable in the portable plan")
         problems = layout_problems(ir.shape, ir.execution)
         if problems:
             field, message = problems[0]
@@ -104,16 +111,21 @@ class TransformerDistribute(ModulePass[ModelIR, DistributedTaskIR]):
         redo_attn = attn or e.seq_par_ag_redo
         redo_mlp = full or e.seq_par_ag_redo
 
+        base_split = e.tp_communication == "rs_ag"
+        edge_split = e.tp_communication in ("rs_ag", "p2p_rs_ag")
+
         def collective(role: str) -> CollectiveShape | None:
             if tp == 1:
                 return None
-            base_split = e.tp_communication == "rs_ag"
-            edge_split = e.tp_communication in ("rs_ag", "p2p_rs_ag")
             bf, bb = collective_ops(role, base_split)
             ef, eb = collective_ops(role, edge_split)
             return CollectiveShape.trusted(role=role, elements=full_act, participants=tp,
                                            sequence_sharded=e.sequence_parallel,
                                            base_forward=bf, base_backward=bb, edge_forward=ef, edge_backward=eb)
+
+        if e.tp_overlap != "none":
+            return DistributedTaskIR.trusted(shape=s, execution=e,
+                                             tasks=tuple(self._with_clones(self._overlapped_block(ir), e.training)))
 
         b = _BlockBuilder()
         prev = b.add("attn.fork", ForkShape.trusted(elements=outside_act, users=2), recompute=full)
@@ -167,6 +179,87 @@ class TransformerDistribute(ModulePass[ModelIR, DistributedTaskIR]):
         return DistributedTaskIR.trusted(shape=s, execution=e, tasks=tuple(self._with_clones(b, e.training)))
 
     @staticmethod
+    def _overlapped_block(ir: ModelIR) -> _BlockBuilder:
+        """The block under TP overlap (see the module rules); TP > 1 by the layout rules."""
+        s, e = ir.shape, ir.execution
+        tp = e.tensor_parallel
+        tokens = e.microbatch * s.sequence_length
+        full_act = tokens * s.hidden
+        outside_act = (tokens // tp) * s.hidden if e.sequence_parallel else full_act
+        local_heads = e.microbatch * s.attention_heads // tp
+        scores = s.attention_heads // tp * s.sequence_length**2 * e.microbatch
+        heads_width = s.attention_heads * s.head_size
+        full = e.recompute == "full"
+        attn = e.recompute in ("full", "attn_only")
+        redo_attn = attn or e.seq_par_ag_redo
+        redo_mlp = full or e.seq_par_ag_redo
+        split = e.tp_communication == "rs_ag"
+        edge_split = e.tp_communication in ("rs_ag", "p2p_rs_ag")
+
+        def overlapped(role: str, n: int, k: int) -> OverlappedLinearShape:
+            m = tokens
+            if role == "f":  # all-gather side: the output features are split
+                k //= tp
+                act, grad = (m * n // tp, m * k) if split else (m * n, 0)
+                elements = m * n
+            else:  # reduce side: the contraction is split
+                n //= tp
+                act, grad = (m * n, 2 * (m * k // tp)) if split else (0, 2 * m * k)
+                elements = m * k
+            bf, bb = collective_ops(role, split)
+            ef, eb = collective_ops(role, edge_split)
+            return OverlappedLinearShape.trusted(
+                role=role, m=m, n=n, k=k, elements=elements, participants=tp, activation_elements=act,
+                activation_grad_elements=grad, base_forward=bf, base_backward=bb, edge_forward=ef, edge_backward=eb)
+
+        b = _BlockBuilder()
+        reuse = dict(activation_stored=False, activation_reused=True)
+        prev = b.add("attn.fork", ForkShape.trusted(elements=outside_act, users=2), recompute=full)
+        prev = b.add("attn.layer_norm", NormShape.trusted(elements=outside_act, hidden=s.hidden), (prev,),
+                     recompute=full, **reuse)
+        if e.attention == "multihead":
+            q = k = v = b.add("attn.qkv_ag", overlapped("f", s.hidden, 3 * heads_width), (prev,), recompute=full,
+                              recommunicate=redo_attn)
+        else:
+            q = b.add("attn.query_ag", overlapped("f", s.hidden, heads_width), (prev,), recompute=full,
+                      recommunicate=redo_attn)
+            kv = b.add("attn.kv_fork", ForkShape.trusted(elements=full_act, users=2), (q,), recompute=redo_attn,
+                       activation_stored=not redo_attn)
+            k = b.add("attn.key", LinearShape.trusted(m=tokens, n=s.hidden, k=s.head_size), (kv,), recompute=full,
+                      **reuse)
+            v = b.add("attn.value", LinearShape.trusted(m=tokens, n=s.hidden, k=s.head_size), (kv,),
+                      recompute=full, **reuse)
+        prev = b.add("attn.qk_matmul", BatchMatmulShape.trusted(batch=local_heads, m=s.sequence_length,
+                     n=s.head_size, k=s.sequence_length), tuple(dict.fromkeys((q, k))), recompute=attn,
+                     output_stored=not attn)
+        prev = b.add("attn.softmax", PointwiseShape.trusted(kind="softmax", elements=scores), (prev,),
+                     recompute=attn, output_stored=not attn)
+        prev = b.add("attn.probs_dropout", PointwiseShape.trusted(kind="dropout", elements=scores), (prev,),
+                     recompute=attn, activation_stored=not attn)
+        prev = b.add("attn.pv_matmul", BatchMatmulShape.trusted(batch=local_heads, m=s.sequence_length,
+                     n=s.sequence_length, k=s.head_size), (prev, v), recompute=full)
+        prev = b.add("attn.out_proj_rs", overlapped("g", heads_width, s.hidden), (prev,), recompute=full,
+                     recommunicate=full)
+        prev = b.add("attn.dropout", PointwiseShape.trusted(kind="dropout", elements=outside_act), (prev,),
+                     recompute=full)
+        prev = b.add("attn.residual", ResidualShape.trusted(elements_a=outside_act, elements_b=outside_act),
+                     (prev, "attn.fork"), recompute=full, **reuse)
+        fork = prev = b.add("mlp.fork", ForkShape.trusted(elements=outside_act, users=2), (prev,), recompute=full)
+        prev = b.add("mlp.layer_norm", NormShape.trusted(elements=outside_act, hidden=s.hidden), (prev,),
+                     recompute=full, **reuse)
+        prev = b.add("mlp.fc1_ag", overlapped("f", s.hidden, s.feedforward), (prev,), recompute=full,
+                     recommunicate=redo_mlp)
+        prev = b.add("mlp.gelu", PointwiseShape.trusted(kind="gelu", elements=s.feedforward * tokens // tp,
+                     fused=e.fused_activation), (prev,), recompute=full)
+        prev = b.add("mlp.fc2_rs", overlapped("g", s.feedforward, s.hidden), (prev,), recompute=full,
+                     recommunicate=full)
+        prev = b.add("mlp.dropout", PointwiseShape.trusted(kind="dropout", elements=outside_act), (prev,),
+                     recompute=full)
+        b.add("mlp.residual", ResidualShape.trusted(elements_a=outside_act, elements_b=outside_act), (prev, fork),
+              recompute=full, **reuse)
+        return b
+
+    @staticmethod
     def _with_clones(b: _BlockBuilder, training: bool) -> list[Task]:
         """Forward tasks, then recompute clones and recommunication tasks.
 
@@ -180,12 +273,16 @@ class TransformerDistribute(ModulePass[ModelIR, DistributedTaskIR]):
         replaced: dict[str, str] = {}
         for task, recompute, recommunicate in b.tasks:
             deps = tuple(replaced.get(d, d) for d in task.depends_on)
+            sends = isinstance(task.shape, (CollectiveShape, OverlappedLinearShape)) and bool(
+                task.shape.base_forward or task.shape.edge_forward)
+            if recompute and recommunicate and sends and isinstance(task.shape, OverlappedLinearShape):
+                # An overlapped GEMM is recomputed and its collective re-sent: both clones.
+                clones.append(task.trusted_replace(name=_RECOMM + task.name, phase="recommunication",
+                                                   clone_of=task.name, depends_on=deps))
             if recompute:
                 clone = task.trusted_replace(name=_RECOMPUTE + task.name, phase="recompute", clone_of=task.name,
                                              depends_on=deps)
-            elif recommunicate and isinstance(task.shape, CollectiveShape) and (
-                task.shape.base_forward or task.shape.edge_forward
-            ):
+            elif recommunicate and sends:
                 clone = task.trusted_replace(name=_RECOMM + task.name, phase="recommunication",
                                              clone_of=task.name, depends_on=deps)
             else:
@@ -207,6 +304,7 @@ class TransformerDistribute(ModulePass[ModelIR, DistributedTaskIR]):
                 if original is None or original.phase != "forward" or (
                         original.shape is not task.shape and original.shape != task.shape):
                     raise self.fail(f"clone {task.name} does not repeat a forward task's shape")
-            if task.phase == "recommunication" and not isinstance(task.shape, CollectiveShape):
+            if task.phase == "recommunication" and not isinstance(task.shape, (CollectiveShape,
+                                                                               OverlappedLinearShape)):
                 raise self.fail(f"recommunication task {task.name} is not a collective")
             seen[task.name] = task
