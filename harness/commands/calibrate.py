@@ -14,7 +14,7 @@ from harness.errors import HarnessError
 
 def register(sub) -> None:
     p = sub.add_parser("calibrate", help="run the calibration experiment and write its report")
-    p.add_argument("--cases", type=Path, default=Path("cases"), help="case directory (default: cases)")
+    p.add_argument("--cases", type=Path, help="case directory (default: the project's cases/, else the packaged ones)")
     p.add_argument("--output", type=Path, default=Path("out/calibration/report.json"),
                    help="JSON report path (default: out/calibration/report.json)")
     p.add_argument("--oracle", choices=("recorded", "live"), default="recorded",

@@ -10,28 +10,31 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from harness import locations
 from harness.errors import HarnessError
 
 
 def register(sub) -> None:
     p = sub.add_parser("contract", help="check or (re)write the baseline regression contract")
     p.add_argument("action", choices=("check", "write"))
-    p.add_argument("--cases", type=Path, default=Path("cases"), help="case directory (default: cases)")
-    p.add_argument("--contract", type=Path, default=None, help="contract path (default: goldens/...)")
+    p.add_argument("--cases", type=Path, help="case directory (default: the project's cases/, else the packaged ones)")
+    p.add_argument("--contract", type=Path, default=None,
+                   help="contract path (default: the project's goldens/baseline_regression_contract.json, else the "
+                        "packaged one; write: the project's)")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
-    from harness.experiment.contract import CONTRACT_PATH, evaluate, load_contract, write_contract
+    from harness.experiment.contract import evaluate, load_contract, write_contract
     from harness.experiment.run import run_experiment
 
-    path = args.contract or CONTRACT_PATH
+    if args.action == "write" and os.environ.get("CI"):
+        raise HarnessError("the baseline contract is never rewritten under CI; update it locally for review")
     report = run_experiment(args.cases)
     if args.action == "write":
-        if os.environ.get("CI"):
-            raise HarnessError("the baseline contract is never rewritten under CI; update it locally for review")
-        print(f"wrote {write_contract(report, path)}")
+        print(f"wrote {write_contract(report, args.contract)}")
         return 0
+    path = args.contract or locations.current().contract_path()
     broken = evaluate(load_contract(path), report)
     for line in broken:
         print(f"BROKEN {line}")

@@ -10,12 +10,14 @@ Rules:
   decreasing thresholds; a request of size ``x`` takes the first point whose
   threshold is ``<= x``; a size below every threshold is an error, not a guess;
 - efficiencies are in (0, 1];
-- the profile's *revision* is the SHA-256 of its canonical content.
+- the profile's *revision* is the SHA-256 of its canonical content;
+- a profile is found by name: ``<directory>/<name>.yaml`` when a directory is
+  given, else the project's ``evidence/`` then the packaged profiles
+  (:mod:`harness.locations`).
 """
 
 from __future__ import annotations
 
-import functools
 import os
 import stat
 from pathlib import Path
@@ -24,11 +26,10 @@ from typing import ClassVar, Literal
 import yaml
 from pydantic import Field, ValidationError, field_validator
 
+from harness import locations
 from harness.errors import EvidenceError
 from harness.ir.base import Artifact, Frozen
 from harness.ir.distributed import CollectiveOp
-
-EVIDENCE_DIR = Path(__file__).resolve().parents[2] / "evidence"
 
 
 class CurvePoint(Frozen):
@@ -121,9 +122,11 @@ class EvidenceProfile(Artifact):
         return self.digest()
 
 
-@functools.lru_cache(maxsize=256)
 def profile_path(name: str, directory: Path | None = None) -> Path:
-    return (directory or EVIDENCE_DIR) / f"{name}.yaml"
+    """``<directory>/<name>.yaml``, or the profile ``name`` of the current locations."""
+    if directory is not None:
+        return Path(directory) / f"{name}.yaml"
+    return locations.current().profile_path(name)
 
 
 _CACHE: dict[tuple[Path, float], EvidenceProfile] = {}

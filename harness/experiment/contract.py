@@ -18,11 +18,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from harness import locations
 from harness.experiment.isolation import POLICY
 from harness.experiment.report import REPORT_SCHEMA, Report
 
 CONTRACT_SCHEMA = "blueprinting.baseline-regression-contract.v0"
-CONTRACT_PATH = Path(__file__).resolve().parents[2] / "goldens" / "baseline_regression_contract.json"
 AGGREGATES = ("peak_only_vs_calculon_mape_pct", "peak_only_vs_calculon_max_abs_pct", "evidence_vs_paper_mape_pct",
               "evidence_vs_paper_max_abs_pct", "peak_only_vs_paper_mape_pct")
 AGGREGATE_TOLERANCE_PCT = 1e-9  # absolute, in percentage points
@@ -72,15 +72,19 @@ def evaluate(contract: dict[str, Any], report: Report) -> list[str]:
     return broken
 
 
-def load_contract(path: Path = CONTRACT_PATH) -> dict[str, Any]:
+def load_contract(path: Path | None = None) -> dict[str, Any]:
+    """The contract at ``path``, default the current locations' (the project's, else the packaged one)."""
     from harness.errors import HarnessError
 
+    path = locations.current().contract_path() if path is None else path
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError) as error:
         raise HarnessError(f"{path}: cannot read the baseline contract ({error})") from None
 
 
-def write_contract(report: Report, path: Path = CONTRACT_PATH) -> Path:
+def write_contract(report: Report, path: Path | None = None) -> Path:
+    """Write the contract to ``path``, default the project's (never the installed package's)."""
+    path = locations.current().writable(locations.CONTRACT_FILE, "the baseline contract") if path is None else path
     path.write_text(json.dumps(build_contract(report), indent=1, sort_keys=True) + "\n")
     return path
