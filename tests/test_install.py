@@ -131,7 +131,8 @@ def test_every_command_runs_from_another_directory(installed, tmp_path):
     execution.write_text(json.dumps(e))
     installed.run("import", "calculon", "--model", str(model), "--execution", str(execution), "--system", "a100_80g",
                   "-o", str(tmp_path / "imported.yaml"))
-    assert load_case(tmp_path / "imported.yaml").estimate_input() == load_case(CASES_DIR / f"{CASE}.yaml").estimate_input()
+    original = load_case(CASES_DIR / f"{CASE}.yaml").estimate_input()
+    assert load_case(tmp_path / "imported.yaml").estimate_input() == original
     shutil.copy(ROOT / "docs" / "examples" / "calculon-batch.jsonl", tmp_path / "batch.jsonl")
     installed.run("estimate", "--calculon-batch", str(tmp_path / "batch.jsonl"), "--output", str(tmp_path / "out.json"),
                   expect=1)  # the example's last line is invalid
