@@ -99,8 +99,8 @@ def switched_off(*names: str) -> Iterator[None]:
 
 #: Calculon's order of the iteration total. Every component appears once (checked below); a new
 #: component is placed where Calculon adds its counterpart.
-CALCULON_TOTAL_ORDER = ("forward", "backward", "optimizer", "recompute", "recommunication", "pipeline_bubble",
-                        "tensor_parallel", "pipeline_parallel", "data_parallel")
+CALCULON_TOTAL_ORDER = ("forward", "backward", "optimizer", "forward_offload", "backward_offload", "recompute",
+                        "recommunication", "pipeline_bubble", "tensor_parallel", "pipeline_parallel", "data_parallel")
 COMPONENTS.require(CALCULON_TOTAL_ORDER, "harness.calculon_compat.CALCULON_TOTAL_ORDER")
 
 

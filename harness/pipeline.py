@@ -14,18 +14,20 @@ import dataclasses
 
 from harness.cases import EstimateInput
 from harness.ir import canonical
-from harness.ir.base import clear_interned
+from harness.ir.base import Artifact, clear_interned
+from harness.ir.concrete import ConcretePlanIR
 from harness.ir.distributed import DistributedTaskIR
 from harness.ir.model import ModelIR
 from harness.ir.portable import PortablePlanIR
-from harness.ir.base import Artifact
 from harness.passes.base import ModulePass, PassCheckpoint, parse_pipeline
+from harness.passes.concretize import TransformerConcretize
 from harness.passes.distribute import TransformerDistribute
 from harness.passes.importer import import_model
 from harness.passes.plan_work import TransformerPlanWork, clear_memos
 
 #: Every pass a pipeline spec may name.
-PASSES: dict[str, type[ModulePass]] = {p.name: p for p in (TransformerDistribute, TransformerPlanWork)}
+PASSES: dict[str, type[ModulePass]] = {p.name: p for p in (TransformerDistribute, TransformerPlanWork,
+                                                           TransformerConcretize)}
 #: The lowering pipeline (ModelIR -> DistributedTaskIR -> PortablePlanIR).
 PIPELINE_SPEC = "transformer-distribute,transformer-plan-work"
 PIPELINE = parse_pipeline(PIPELINE_SPEC, PASSES)
@@ -52,8 +54,34 @@ class Lowering:
         return cls(one(ModelIR), one(DistributedTaskIR), one(PortablePlanIR), checkpoints)
 
     def digests(self) -> dict[str, str]:
-        return {"model_ir": self.model.digest(), "distributed_task_ir": self.distributed.digest(),
-                "portable_plan_ir": self.plan.digest()}
+        """IR digests; the ConcretePlanIR's only when the layout asks for concurrency (the estimate of a
+        layout without it does not need the ConcretePlanIR: see :meth:`concretize`)."""
+        digests = {"model_ir": self.model.digest(), "distributed_task_ir": self.distributed.digest(),
+                   "portable_plan_ir": self.plan.digest()}
+        if self.concurrent:
+            digests["concrete_plan_ir"] = self.concretize()[0].digest()
+        return digests
+
+    @property
+    def concurrent(self) -> bool:
+        """The layout asks for TP/DP overlap or offload."""
+        e = self.model.execution
+        o = e.offload
+        return e.tp_overlap != "none" or e.dp_overlap or o.weights or o.activations or o.optimizer
+
+    def concretize(self) -> tuple[ConcretePlanIR, PassCheckpoint]:
+        """``transformer-concretize`` of the plan with the layout's options (memoized per lowering)."""
+        cached = _CONCRETE.get(id(self))
+        if cached is not None and cached[0] is self:
+            return cached[1]
+        result = TransformerConcretize.for_layout(self.model.execution).run(self.plan)
+        if len(_CONCRETE) > 4096:
+            _CONCRETE.clear()
+        _CONCRETE[id(self)] = (self, result)
+        return result
+
+
+_CONCRETE: dict[int, tuple[Lowering, tuple[ConcretePlanIR, PassCheckpoint]]] = {}
 
 
 _CACHE: dict[str, Lowering] = {}
@@ -86,6 +114,7 @@ def clear_caches() -> None:
     """Forget every memoized lowering: the ModelIR-keyed lowerings, the passes'
     memos, the interned IR values and their memoized canonical texts."""
     _CACHE.clear()
+    _CONCRETE.clear()
     clear_memos()
     clear_interned()
     canonical.clear_memo()

@@ -47,8 +47,8 @@ def test_options_are_typed_and_round_trip_through_the_spec():
     ("transformer-distribute{depth=3}", r"pass transformer-distribute: unknown option 'depth' \(options: block\)"),
     ("transformer-distribute{block}", r"pass transformer-distribute: option 'block' has no value"),
     ("transformer-plan-work{block=mlp}", r"pass transformer-plan-work: unknown option 'block' \(options: none\)"),
-    ("transformer-fuse", r"pass pipeline: unknown pass 'transformer-fuse' \(known: transformer-distribute, "
-                         r"transformer-plan-work\)"),
+    ("transformer-fuse", r"pass pipeline: unknown pass 'transformer-fuse' \(known: transformer-concretize, "
+                         r"transformer-distribute, transformer-plan-work\)"),
     ("transformer-plan-work,transformer-distribute", r"pass pipeline: transformer-plan-work produces "
                                                      r"PortablePlanIR but transformer-distribute takes ModelIR"),
     ("transformer-distribute{{", r"pass pipeline: cannot parse"),
@@ -135,3 +135,11 @@ def test_ir_types_come_from_the_generic_base():
     assert TransformerDistribute.ir_types() == (ModelIR, DistributedTaskIR)
     assert TransformerPlanWork.ir_types() == (DistributedTaskIR, PortablePlanIR)
     assert dataclasses.is_dataclass(TransformerPlanWork) and not dataclasses.fields(TransformerPlanWork)
+
+
+def test_a_core_without_an_overlapped_form_is_refused_under_tp_overlap(model, monkeypatch):
+    monkeypatch.setitem(patterns.CORES, "swiglu", SwiGLU())
+    overlapped = model.model_copy(update={"execution": model.execution.model_copy(update={"tp_overlap": "ring"})})
+    with pytest.raises(PassError, match="core pattern 'swiglu' has no form under TP overlap"):
+        TransformerDistribute(block=("attention", "swiglu")).apply(overlapped)
+    assert TransformerDistribute().apply(overlapped).task("attn.qkv_ag").shape.kind == "overlapped_linear"

@@ -25,17 +25,25 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from harness.cases import case_paths
     from harness.experiment.contract import evaluate, load_contract, write_contract
     from harness.experiment.run import run_experiment
+    from harness.outputs import check_output
 
-    if args.action == "write" and os.environ.get("CI"):
-        raise HarnessError("the baseline contract is never rewritten under CI; update it locally for review")
-    report = run_experiment(args.cases)
+    where = locations.current()
+    cases = args.cases or where.cases_dir()
+    inputs = case_paths(cases)
     if args.action == "write":
-        print(f"wrote {write_contract(report, args.contract)}")
+        if os.environ.get("CI"):
+            raise HarnessError("the baseline contract is never rewritten under CI; update it locally for review")
+        path = args.contract or where.writable(locations.CONTRACT_FILE, "the baseline contract")
+        check_output(path, option="--contract", inputs=inputs)
+        print(f"wrote {write_contract(run_experiment(cases), path)}")
         return 0
-    path = args.contract or locations.current().contract_path()
-    broken = evaluate(load_contract(path), report)
+    path = args.contract or where.contract_path()
+    contract = load_contract(path)  # a malformed contract fails before the experiment runs
+    report = run_experiment(cases)
+    broken = evaluate(contract, report)
     for line in broken:
         print(f"BROKEN {line}")
     print(f"{path}: {'honoured' if not broken else f'{len(broken)} broken entr' + ('y' if len(broken) == 1 else 'ies')}")

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.cases import load_cases
+from harness.cases import case_paths, load_cases
+from harness.errors import InputError
 from harness.interop.calculon_batch import require_valid
 from harness.oracles.record import RECORD_VIEWS, record_inputs, write_record_file
 from harness import locations
 from harness.oracles.runner import CalculonRunner
+from harness.outputs import check_output
 
 
 def view_list(text: str) -> tuple[str, ...]:
@@ -47,13 +49,19 @@ def register(sub) -> None:
 
 
 def run_record(args) -> int:
+    relative = Path(args.output)
+    if relative.is_absolute() or ".." in relative.parts or not relative.parts:
+        raise InputError(args.output, "--output", "must be a path inside the vendor directory (relative, no '..')")
+    cases = args.cases or locations.current().cases_dir()
+    vendor = args.vendor or locations.current().writable(locations.VENDOR_SUBDIR, "vendored Calculon records")
+    sources = [args.batch] if args.batch is not None else case_paths(cases)
+    check_output(vendor / args.output, option="--output", inputs=sources)
+    check_output(vendor / "MANIFEST.json", option="--vendor", inputs=sources)
     runner = CalculonRunner(args.calculon_src)
     if args.batch is not None:
         inputs = require_valid(args.batch)
     else:
-        cases = args.cases or locations.current().cases_dir()
         inputs = [(c.comparison.oracle_record or c.id, c.estimate_input()) for c in load_cases(cases)]
-    vendor = args.vendor or locations.current().writable(locations.VENDOR_SUBDIR, "vendored Calculon records")
     records, revisions = record_inputs(runner, inputs, args.views, args.keep_layers)
     path = write_record_file(runner, args.output, records, revisions, vendor)
     refused = sum(1 for r in records if any("error" in v for v in r["views"].values()))

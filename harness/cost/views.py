@@ -126,17 +126,17 @@ class Pricer:
         self.matrix = self._engine(profile.matrix, "matrix", datatype)
         self.vector = self._engine(profile.vector, "vector", datatype)
         self.roofline = profile.processing_mode == "roofline"
-        where = f"evidence profile {profile.name}"
-        # engine -> (peak FLOP/s, applied operation-size curve or None, what the curve is, for errors)
+        self._where = where = f"evidence profile {profile.name}"
+        # engine -> (peak FLOP/s, applied operation-size curve or None, (source, field) for errors)
         self._engines = {
             engine: (spec.peak_flops_per_s, spec.operation_size_efficiency if engine in view.curves else None,
-                     f"{where}: {engine} operation-size curve")
+                     (where, f"{engine}.{datatype}.operation_size_efficiency"))
             for engine, spec in (("matrix", self.matrix), ("vector", self.vector))
         }
         tier = profile.memory_tier1
         self._memory = (tier.bandwidth_bytes_per_s,
                         tier.transfer_size_efficiency if "memory" in view.curves else None,
-                        f"{where}: memory transfer-size curve")
+                        (where, "memory_tier1.transfer_size_efficiency"))
         self._network_curves = "network" in view.curves
         # id(instance) -> price, with the instance held alive by its memo (one
         # table per pass kind: the optimizer step runs on the vector engine)
@@ -146,23 +146,34 @@ class Pricer:
 
     def _engine(self, engines: dict[str, ComputeEngine], family: str, datatype: str) -> ComputeEngine:
         if datatype not in engines:
-            raise EvidenceError(f"evidence profile {self.profile.name}: {family}: no {datatype} engine "
-                                f"(has {sorted(engines)})")
+            raise EvidenceError(f"evidence profile {self.profile.name}", family,
+                                f"no {datatype} engine (has {sorted(engines)})")
         return engines[datatype]
 
     def compute_s(self, operations: float, engine: str) -> float:
         if operations == 0:
             return 0.0
         peak, curve, what = self._engines[engine]
-        eff = 1.0 if curve is None else curve.efficiency(operations, what)
+        eff = 1.0 if curve is None else curve.efficiency(operations, *what)
         return operations / (peak * eff)
 
     def memory_s(self, size_bytes: float) -> float:
         if size_bytes == 0:
             return 0.0
         bandwidth, curve, what = self._memory
-        eff = 1.0 if curve is None else curve.efficiency(size_bytes, what)
+        eff = 1.0 if curve is None else curve.efficiency(size_bytes, *what)
         return size_bytes / (bandwidth * eff)
+
+    def tier2_s(self, size_bytes: float) -> float:
+        """Time to move ``size_bytes`` over the memory tier-2 link (the ``memory`` curve family applies)."""
+        if size_bytes == 0:
+            return 0.0
+        tier = self.profile.memory_tier2
+        eff = 1.0
+        if "memory" in self.view.curves:
+            eff = tier.transfer_size_efficiency.efficiency(size_bytes, f"evidence profile {self.profile.name}",
+                                                           "memory_tier2.transfer_size_efficiency")
+        return size_bytes / (tier.bandwidth_bytes_per_s * eff)
 
     def work(self, work: Work, optimizer: bool = False) -> PassCost:
         """Compute and memory time of one pass (the optimizer step runs on the vector engine)."""
@@ -187,8 +198,8 @@ class Pricer:
         try:
             net = self.profile.networks[message.network_tier]
         except IndexError:
-            raise EvidenceError(f"evidence profile {self.profile.name}: no network tier {message.network_tier} "
-                                f"(has {len(self.profile.networks)})") from None
+            raise EvidenceError(self._where, "networks", f"no network tier {message.network_tier} "
+                                                         f"(has {len(self.profile.networks)})") from None
         model = net.collectives[message.collective]
         adjusted = message.message_bytes * model.volume_multiplier
         adjusted += adjusted / message.participants * model.participant_offset

@@ -3,8 +3,9 @@
 After xDSL's ``ModulePass`` / ``PassPipeline`` and torch.fx's ``PassBase``:
 
 - a pass is a small frozen dataclass with a ``name`` and *typed options*
-  (its dataclass fields: ``bool``, ``int``, ``float``, ``str`` or a tuple of
-  those, each with a default), checked when the pass is built;
+  (its dataclass fields: ``bool``, ``int``, ``float``, ``str``, a
+  ``Literal`` of those or a tuple of them, each with a default), checked when
+  the pass is built;
 - it states what it *requires* of its input and what it *ensures* of its
   output; both are checked around ``apply`` and a failure raises
   :class:`PassError` naming the pass;
@@ -137,6 +138,8 @@ class ModulePass(ABC, Generic[In, Out]):
 
 
 def _is_option(value: Any, annotation: Any) -> bool:
+    if typing.get_origin(annotation) is typing.Literal:
+        return any(value == choice and type(value) is type(choice) for choice in typing.get_args(annotation))
     if typing.get_origin(annotation) is tuple:
         item = typing.get_args(annotation)[0]
         return isinstance(value, tuple) and all(_is_option(v, item) for v in value)
@@ -150,6 +153,8 @@ def _is_option(value: Any, annotation: Any) -> bool:
 
 
 def _describe(annotation: Any) -> str:
+    if typing.get_origin(annotation) is typing.Literal:
+        return "one of " + ", ".join(map(repr, typing.get_args(annotation)))
     if typing.get_origin(annotation) is tuple:
         return f"tuple of {_describe(typing.get_args(annotation)[0])}"
     return getattr(annotation, "__name__", str(annotation))
@@ -163,6 +168,11 @@ def _format(value: Any) -> str:
 
 def _parse(text: str, annotation: Any, pass_name: str, option: str) -> Any:
     try:
+        if typing.get_origin(annotation) is typing.Literal:
+            for choice in typing.get_args(annotation):
+                if _format(choice) == text:
+                    return choice
+            raise ValueError(text)
         if typing.get_origin(annotation) is tuple:
             item = typing.get_args(annotation)[0]
             return tuple(_parse(part, item, pass_name, option) for part in text.split(",") if part)

@@ -16,15 +16,23 @@ Lowers one Transformer block to the task DAG of one TP rank:
 - clones recomputation as a graph transformation: ``full`` clones all forward
   compute; ``attn_only`` clones QK^T -> softmax -> dropout;
 - adds each recommunication (the sequence-parallel all-gather redo, or the
-  collectives that full recomputation repeats) as its own task.
+  collectives that full recomputation repeats) as its own task;
+- with TP overlap (ring or pipe) each TP collective and its adjacent linear
+  become one ``overlapped_linear`` task: the Q/K/V projections (one fused
+  GEMM, multihead) or the query projection (multiquery, whose unsplit key and
+  value projections follow a two-user fork of the gathered input) with the
+  attention ``f``; the output projection with the attention ``g``; the first
+  MLP linear with the MLP ``f``; the second with the MLP ``g``. Such a task
+  is recomputed only under full recomputation, and recommunicates like the
+  collective it absorbed (both clones exist under full recomputation).
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from harness.ir.checks import layout_problems, unsupported_features
-from harness.ir.distributed import CollectiveShape, DistributedTaskIR, Task
+from harness.ir.checks import layout_problems
+from harness.ir.distributed import CollectiveShape, DistributedTaskIR, OverlappedLinearShape, Task
 from harness.ir.model import ModelIR
 from harness.passes.base import ModulePass
 from harness.passes.patterns import CORES, Block, BlockBuilder, ResidualSubBlock, with_clones
@@ -46,8 +54,6 @@ class TransformerDistribute(ModulePass[ModelIR, DistributedTaskIR]):
 
     def requires(self, ir: ModelIR) -> None:
         """The ModelIR satisfies the import rules (harness.ir.checks), whoever built it."""
-        if unsupported_features(ir.execution):
-            raise self.fail("overlap and offload are not representable in the portable plan")
         problems = layout_problems(ir.shape, ir.execution)
         if problems:
             field, message = problems[0]
@@ -74,6 +80,7 @@ class TransformerDistribute(ModulePass[ModelIR, DistributedTaskIR]):
                 if original is None or original.phase != "forward" or (
                         original.shape is not task.shape and original.shape != task.shape):
                     raise self.fail(f"clone {task.name} does not repeat a forward task's shape")
-            if task.phase == "recommunication" and not isinstance(task.shape, CollectiveShape):
+            if task.phase == "recommunication" and not isinstance(task.shape, (CollectiveShape,
+                                                                               OverlappedLinearShape)):
                 raise self.fail(f"recommunication task {task.name} is not a collective")
             seen[task.name] = task

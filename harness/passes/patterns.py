@@ -2,8 +2,10 @@
 
 A Transformer block of one tensor-parallel rank is a sequence of residual
 sub-blocks (:class:`ResidualSubBlock`): fork, layer norm, ``f`` collective,
-a *core* pattern, ``g`` collective, dropout, residual. The cores are the
-patterns that differ between architectures: :class:`MultiHeadAttention`
+a *core* pattern, ``g`` collective, dropout, residual. Under TP overlap
+(ring or pipe) the core absorbs the two collectives into its first and last
+linear (``overlapped_linear`` tasks, :meth:`Block.overlapped`). The cores are
+the patterns that differ between architectures: :class:`MultiHeadAttention`
 (multi-head or multi-query attention) and :class:`GeluMLP`. Adding SwiGLU or
 grouped-query attention is a new core pattern registered in :data:`CORES`
 (and named in the pass's ``block`` option or chosen from the ModelIR), not an
@@ -27,6 +29,7 @@ import functools
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
+from harness.errors import PassError
 from harness.ir.distributed import (
     BatchMatmulShape,
     CollectiveOp,
@@ -34,6 +37,7 @@ from harness.ir.distributed import (
     ForkShape,
     LinearShape,
     NormShape,
+    OverlappedLinearShape,
     PointwiseShape,
     ResidualShape,
     Retention,
@@ -69,6 +73,35 @@ class Block:
         full_act = tokens * s.hidden
         outside = (tokens // e.tensor_parallel) * s.hidden if e.sequence_parallel else full_act
         return cls(s, e, tokens, full_act, outside, e.recompute == "full", e.recompute in ("full", "attn_only"))
+
+    @property
+    def overlap(self) -> bool:
+        """TP overlap: the collectives are fused into the adjacent linears."""
+        return self.execution.tp_overlap != "none"
+
+    def overlapped(self, role: str, n: int, k: int) -> OverlappedLinearShape:
+        """A linear ``[tokens, n] x [n, k]`` (unsplit sizes) fused with the ``f`` or ``g`` collective.
+
+        ``f`` (all-gather side) splits the output features, ``g`` (reduce side)
+        the contraction; the kept activation and gradient buffers follow the
+        collective (Calculon 0.1.0's accounting).
+        """
+        e = self.execution
+        tp, m = e.tensor_parallel, self.tokens
+        split = e.tp_communication == "rs_ag"
+        if role == "f":
+            k //= tp
+            act, grad = (m * n // tp, m * k) if split else (m * n, 0)
+            elements = m * n
+        else:
+            n //= tp
+            act, grad = (m * n, 2 * (m * k // tp)) if split else (0, 2 * m * k)
+            elements = m * k
+        bf, bb = collective_ops(role, split)
+        ef, eb = collective_ops(role, e.tp_communication in ("rs_ag", "p2p_rs_ag"))
+        return OverlappedLinearShape.trusted(
+            role=role, m=m, n=n, k=k, elements=elements, participants=tp, activation_elements=act,
+            activation_grad_elements=grad, base_forward=bf, base_backward=bb, edge_forward=ef, edge_backward=eb)
 
     def collective(self, role: str) -> CollectiveShape | None:
         """The ``f`` (entering a TP region) or ``g`` (leaving it) collective; None without TP."""
@@ -120,7 +153,15 @@ class CorePattern(ABC):
 
     @abstractmethod
     def emit(self, b: Block, out: BlockBuilder, prev: str) -> str:
-        """Append the core's tasks after ``prev``; return the last one."""
+        """Append the core's tasks after ``prev`` (the ``f`` collective); return the last one (before ``g``)."""
+
+    def emit_overlapped(self, b: Block, out: BlockBuilder, prev: str) -> str:
+        """The same under TP overlap: the first linear absorbs ``f`` (recommunicating like it), the last ``g``.
+
+        A core that does not define it cannot be lowered with TP overlap.
+        """
+        raise PassError("transformer-distribute", f"core pattern {self.name!r} has no form under TP overlap "
+                                                  f"(tp_overlap={b.execution.tp_overlap})")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,13 +176,16 @@ class ResidualSubBlock:
                        recompute=full)
         prev = out.add(f"{p}.layer_norm", NormShape.trusted(elements=act, hidden=b.shape.hidden), (fork,),
                        recompute=full, **REUSED)
-        f = b.collective("f")
-        if f:
-            prev = out.add(f"{p}.tp_f", f, (prev,), recommunicate=self.core.redo_input(b))
-        prev = self.core.emit(b, out, prev)
-        g = b.collective("g")
-        if g:
-            prev = out.add(f"{p}.tp_g", g, (prev,), recommunicate=full, activation_stored=False)
+        if b.overlap:
+            prev = self.core.emit_overlapped(b, out, prev)
+        else:
+            f = b.collective("f")
+            if f:
+                prev = out.add(f"{p}.tp_f", f, (prev,), recommunicate=self.core.redo_input(b))
+            prev = self.core.emit(b, out, prev)
+            g = b.collective("g")
+            if g:
+                prev = out.add(f"{p}.tp_g", g, (prev,), recommunicate=full, activation_stored=False)
         prev = out.add(f"{p}.dropout", PointwiseShape.trusted(kind="dropout", elements=act), (prev,), recompute=full)
         return out.add(f"{p}.residual", ResidualShape.trusted(elements_a=act, elements_b=act), (prev, fork),
                        recompute=full, **REUSED)
@@ -163,12 +207,9 @@ class MultiHeadAttention(CorePattern):
         return b.attention or b.execution.seq_par_ag_redo
 
     def emit(self, b: Block, out: BlockBuilder, prev: str) -> str:
-        s, e, full, attn = b.shape, b.execution, b.full, b.attention
-        tp = e.tensor_parallel
-        local_heads = e.microbatch * s.attention_heads // tp
-        scores = s.attention_heads // tp * s.sequence_length**2 * e.microbatch
-        proj = s.attention_heads * s.head_size // tp
-        kv_width = proj if e.attention == "multihead" else s.head_size
+        s, full = b.shape, b.full
+        proj = s.attention_heads * s.head_size // b.execution.tensor_parallel
+        kv_width = proj if b.execution.attention == "multihead" else s.head_size
         redo = self.redo_input(b)
         qkv = out.add("attn.qkv_fork", ForkShape.trusted(elements=b.full_act, users=3), (prev,), recompute=redo,
                       activation_stored=not redo)
@@ -178,15 +219,45 @@ class MultiHeadAttention(CorePattern):
                     **REUSED)
         v = out.add("attn.value", LinearShape.trusted(m=b.tokens, n=s.hidden, k=kv_width), (qkv,), recompute=full,
                     **REUSED)
+        prev = self._scores(b, out, (q, k), v)
+        return out.add("attn.out_proj", LinearShape.trusted(m=b.tokens, n=proj, k=s.hidden), (prev,), recompute=full)
+
+    def emit_overlapped(self, b: Block, out: BlockBuilder, prev: str) -> str:
+        """Q/K/V as one fused GEMM with ``f`` (multihead), or the query with ``f`` and the unsplit key and
+        value after a two-user fork of the gathered input (multiquery); the output projection with ``g``."""
+        s, full = b.shape, b.full
+        width = s.attention_heads * s.head_size
+        redo = self.redo_input(b)
+        if b.execution.attention == "multihead":
+            q = k = v = out.add("attn.qkv_ag", b.overlapped("f", s.hidden, 3 * width), (prev,), recompute=full,
+                                recommunicate=redo)
+        else:
+            q = out.add("attn.query_ag", b.overlapped("f", s.hidden, width), (prev,), recompute=full,
+                        recommunicate=redo)
+            kv = out.add("attn.kv_fork", ForkShape.trusted(elements=b.full_act, users=2), (q,), recompute=redo,
+                         activation_stored=not redo)
+            k = out.add("attn.key", LinearShape.trusted(m=b.tokens, n=s.hidden, k=s.head_size), (kv,),
+                        recompute=full, **REUSED)
+            v = out.add("attn.value", LinearShape.trusted(m=b.tokens, n=s.hidden, k=s.head_size), (kv,),
+                        recompute=full, **REUSED)
+        prev = self._scores(b, out, tuple(dict.fromkeys((q, k))), v)
+        return out.add("attn.out_proj_rs", b.overlapped("g", width, s.hidden), (prev,), recompute=full,
+                       recommunicate=full)
+
+    @staticmethod
+    def _scores(b: Block, out: BlockBuilder, qk: tuple[str, ...], v: str) -> str:
+        """QK^T -> softmax -> probability dropout -> PV (the recomputed region under ``attn_only``)."""
+        s, e, attn = b.shape, b.execution, b.attention
+        local_heads = e.microbatch * s.attention_heads // e.tensor_parallel
+        scores = s.attention_heads // e.tensor_parallel * s.sequence_length**2 * e.microbatch
         prev = out.add("attn.qk_matmul", BatchMatmulShape.trusted(batch=local_heads, m=s.sequence_length,
-                       n=s.head_size, k=s.sequence_length), (q, k), recompute=attn, output_stored=not attn)
+                       n=s.head_size, k=s.sequence_length), qk, recompute=attn, output_stored=not attn)
         prev = out.add("attn.softmax", PointwiseShape.trusted(kind="softmax", elements=scores), (prev,),
                        recompute=attn, output_stored=not attn)
         prev = out.add("attn.probs_dropout", PointwiseShape.trusted(kind="dropout", elements=scores), (prev,),
                        recompute=attn, activation_stored=not attn)
-        prev = out.add("attn.pv_matmul", BatchMatmulShape.trusted(batch=local_heads, m=s.sequence_length,
-                       n=s.sequence_length, k=s.head_size), (prev, v), recompute=full)
-        return out.add("attn.out_proj", LinearShape.trusted(m=b.tokens, n=proj, k=s.hidden), (prev,), recompute=full)
+        return out.add("attn.pv_matmul", BatchMatmulShape.trusted(batch=local_heads, m=s.sequence_length,
+                       n=s.sequence_length, k=s.head_size), (prev, v), recompute=b.full)
 
 
 class GeluMLP(CorePattern):
@@ -203,10 +274,23 @@ class GeluMLP(CorePattern):
         inner = s.feedforward // e.tensor_parallel
         prev = out.add("mlp.fc1", LinearShape.trusted(m=b.tokens, n=s.hidden, k=inner), (prev,), recompute=full,
                        activation_stored=not self.redo_input(b))
-        gelu = PointwiseShape.trusted(kind="gelu", elements=s.feedforward * b.tokens // e.tensor_parallel,
-                                      fused=e.fused_activation)
-        prev = out.add("mlp.gelu", gelu, (prev,), recompute=full)
+        prev = self._gelu(b, out, prev)
         return out.add("mlp.fc2", LinearShape.trusted(m=b.tokens, n=inner, k=s.hidden), (prev,), recompute=full)
+
+    def emit_overlapped(self, b: Block, out: BlockBuilder, prev: str) -> str:
+        s = b.shape
+        prev = out.add("mlp.fc1_ag", b.overlapped("f", s.hidden, s.feedforward), (prev,), recompute=b.full,
+                       recommunicate=self.redo_input(b))
+        prev = self._gelu(b, out, prev)
+        return out.add("mlp.fc2_rs", b.overlapped("g", s.feedforward, s.hidden), (prev,), recompute=b.full,
+                       recommunicate=b.full)
+
+    @staticmethod
+    def _gelu(b: Block, out: BlockBuilder, prev: str) -> str:
+        e = b.execution
+        gelu = PointwiseShape.trusted(kind="gelu", elements=b.shape.feedforward * b.tokens // e.tensor_parallel,
+                                      fused=e.fused_activation)
+        return out.add("mlp.gelu", gelu, (prev,), recompute=b.full)
 
 
 #: Core patterns by name (the pass's ``block`` option names them, in block order).
@@ -217,9 +301,11 @@ def with_clones(out: BlockBuilder, training: bool) -> list[Task]:
     """Forward tasks, then (training) recompute clones and recommunication tasks.
 
     A flagged compute task gets a ``recompute/`` clone; a flagged collective
-    whose forward is not the identity gets a ``recommunication/`` clone. A
-    clone consumes the clones of its producers where they exist, so the
-    recompute region is its own sub-DAG hanging off stored activations.
+    (or overlapped linear) whose forward is not the identity gets a
+    ``recommunication/`` clone; an overlapped linear flagged for both gets
+    both (the recommunication first). A clone consumes the clones of its
+    producers where they exist, so the recompute region is its own sub-DAG
+    hanging off stored activations.
     """
     forward = [task for task, _, _ in out.tasks]
     if not training:
@@ -228,12 +314,15 @@ def with_clones(out: BlockBuilder, training: bool) -> list[Task]:
     replaced: dict[str, str] = {}
     for task, recompute, recommunicate in out.tasks:
         deps = tuple(replaced.get(d, d) for d in task.depends_on)
+        sends = isinstance(task.shape, (CollectiveShape, OverlappedLinearShape)) and bool(
+            task.shape.base_forward or task.shape.edge_forward)
+        if recompute and recommunicate and sends and isinstance(task.shape, OverlappedLinearShape):
+            clones.append(task.trusted_replace(name=RECOMMUNICATION + task.name, phase="recommunication",
+                                               clone_of=task.name, depends_on=deps))
         if recompute:
             clone = task.trusted_replace(name=RECOMPUTE + task.name, phase="recompute", clone_of=task.name,
                                          depends_on=deps)
-        elif recommunicate and isinstance(task.shape, CollectiveShape) and (
-            task.shape.base_forward or task.shape.edge_forward
-        ):
+        elif recommunicate and sends:
             clone = task.trusted_replace(name=RECOMMUNICATION + task.name, phase="recommunication",
                                          clone_of=task.name, depends_on=deps)
         else:
