@@ -137,6 +137,7 @@ def clear_caches() -> None:
     never depend on it."""
     clear_lowering_caches()
     clear_pricers()
+    _PROJECTIONS.clear()
 
 
 def check_tiers(data: EstimateInput, profile: EvidenceProfile, source: str) -> None:
@@ -161,6 +162,23 @@ def cost_view(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView) ->
     return block, compose(plan.schedule, block, p.forward_transfers_per_microbatch, p.backward_transfers_per_microbatch)
 
 
+_PROJECTIONS: dict[tuple[int, int], tuple[ConcretePlanIR, object, object]] = {}
+
+
+def projected(concrete: ConcretePlanIR, pricer):
+    """:func:`calculon_projection` memoized per (ConcretePlanIR, pricer) instance (a pure function of two
+    immutable values; the instances are held alive by the memo; bounded)."""
+    key = (id(concrete), id(pricer))
+    hit = _PROJECTIONS.get(key)
+    if hit is not None and hit[0] is concrete and hit[1] is pricer:
+        return hit[2]
+    if len(_PROJECTIONS) > 4096:
+        _PROJECTIONS.clear()
+    result = calculon_projection(concrete, pricer)
+    _PROJECTIONS[key] = (concrete, pricer, result)
+    return result
+
+
 def view_estimate(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView, workload: WorkloadMetrics,
                   stage: StageMemory, concrete: ConcretePlanIR | None = None) -> ViewEstimate:
     """One view; a ConcretePlanIR (TP/DP overlap, offload) is projected with the ``calculon-0.1.0`` projection."""
@@ -170,7 +188,7 @@ def view_estimate(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView
         _, comp = cost_view(plan, profile, view)
         c, total = comp.components_s, comp.total_s
     else:
-        projection = calculon_projection(concrete, pricer_for(profile, view, plan.datatype))
+        projection = projected(concrete, pricer_for(profile, view, plan.datatype))
         c, total = projection.components_s, projection.total_s
         requirements = Requirements(**dataclasses.asdict(projection.requirements))
         memory.update(tier1_total=concrete.tier1_total_bytes, tier2_total=concrete.tier2_total_bytes)
@@ -199,7 +217,7 @@ def estimate_lowering(lowering: Lowering, profile: EvidenceProfile,
     block: BlockMemory = block_memory(plan)
     stage = stage_memory(plan, block)
     workload = workload_metrics(plan, block)
-    concrete = lowering.concretize()[0] if lowering.concurrent else None
+    concrete = lowering.concrete() if lowering.concurrent else None
     if concrete is None:
         reason = infeasibility(plan, stage, profile)
     else:

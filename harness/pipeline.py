@@ -53,13 +53,13 @@ class Lowering:
 
         return cls(one(ModelIR), one(DistributedTaskIR), one(PortablePlanIR), checkpoints)
 
-    def digests(self) -> dict[str, str]:
-        """IR digests; the ConcretePlanIR's only when the layout asks for concurrency (the estimate of a
-        layout without it does not need the ConcretePlanIR: see :meth:`concretize`)."""
+    def digests(self, concrete: bool = False) -> dict[str, str]:
+        """IR digests; with ``concrete`` the ConcretePlanIR's too (its canonical text is the largest of all, so
+        the estimate, which reports the first three, does not compute it)."""
         digests = {"model_ir": self.model.digest(), "distributed_task_ir": self.distributed.digest(),
                    "portable_plan_ir": self.plan.digest()}
-        if self.concurrent:
-            digests["concrete_plan_ir"] = self.concretize()[0].digest()
+        if concrete:
+            digests["concrete_plan_ir"] = self.concrete().digest()
         return digests
 
     @property
@@ -69,19 +69,28 @@ class Lowering:
         o = e.offload
         return e.tp_overlap != "none" or e.dp_overlap or o.weights or o.activations or o.optimizer
 
-    def concretize(self) -> tuple[ConcretePlanIR, PassCheckpoint]:
-        """``transformer-concretize`` of the plan with the layout's options (memoized per lowering)."""
+    def concrete(self) -> ConcretePlanIR:
+        """``transformer-concretize`` of the plan with the layout's options, requires and ensures checked
+        (memoized per lowering; the checkpoint, which digests it, only on demand: :meth:`concretize`)."""
         cached = _CONCRETE.get(id(self))
         if cached is not None and cached[0] is self:
             return cached[1]
-        result = TransformerConcretize.for_layout(self.model.execution).run(self.plan)
+        concretize = TransformerConcretize.for_layout(self.model.execution)
+        concretize.requires(self.plan)
+        out = concretize.apply(self.plan)
+        concretize.ensures(out)
         if len(_CONCRETE) > 4096:
             _CONCRETE.clear()
-        _CONCRETE[id(self)] = (self, result)
-        return result
+        _CONCRETE[id(self)] = (self, out)
+        return out
+
+    def concretize(self) -> tuple[ConcretePlanIR, PassCheckpoint]:
+        """The ConcretePlanIR and its PassCheckpoint (input and output digests)."""
+        out = self.concrete()
+        return out, TransformerConcretize.for_layout(self.model.execution).checkpoint(self.plan, out)
 
 
-_CONCRETE: dict[int, tuple[Lowering, tuple[ConcretePlanIR, PassCheckpoint]]] = {}
+_CONCRETE: dict[int, tuple[Lowering, ConcretePlanIR]] = {}
 
 
 _CACHE: dict[str, Lowering] = {}

@@ -126,7 +126,11 @@ class ModulePass(ABC, Generic[In, Out]):
         self.requires(ir)
         out = self.apply(ir)
         self.ensures(out)
-        checkpoint = PassCheckpoint(
+        return out, self.checkpoint(ir, out)
+
+    def checkpoint(self, ir: In, out: Out) -> PassCheckpoint:
+        """The record of this pass having turned ``ir`` into ``out``."""
+        return PassCheckpoint(
             pass_name=self.name,
             pass_options=self.options(),
             input_schema=ir.SCHEMA_NAME,
@@ -134,7 +138,6 @@ class ModulePass(ABC, Generic[In, Out]):
             output_schema=out.SCHEMA_NAME,
             output_digest=out.digest(),
         )
-        return out, checkpoint
 
 
 def _is_option(value: Any, annotation: Any) -> bool:

@@ -119,7 +119,7 @@ class _Tiles:
         if message is None:
             return 0
         t = self.pricer.message_s(message)
-        if reducing:  # recommunication-without-reduction: callers pass False for a re-sent message
+        if reducing:
             t = t + self.pricer.compute_s(
                 reduction_operations(message.collective, message.message_bytes, b, message.participants), "vector")
         return t
@@ -144,9 +144,8 @@ class _Tiles:
         else:
             time = tile + (n - 1) * tile + (n - 1) * net_tile * pu
             exposed = 0
-        if self.pipe:  # doubled-pipe-tile
-            exposed += net_tile
-            time += net_tile
+        if self.pipe:
+            time, exposed = compat.pipe_tile(time, exposed, net_tile)
         return time, exposed
 
     def required(self, message: Message | None, f: float) -> float:
@@ -180,7 +179,9 @@ def _block(c: ConcretePlanIR, pricer: Pricer) -> _Block:
             msgs = task.messages
             fw_s, fw_exp = tiles.time(fw, tiles.net(msgs.forward_base, b, True))
             fw_base, fw_edge = tiles.net(msgs.forward_base, b, True), tiles.net(msgs.forward_edge, b, True)
-            fw_exp_base = fw_exp_edge = fw_exp  # edge-block-equals-base-block
+            fw_exp_base = fw_exp
+            fw_exp_edge = tiles.time(fw, tiles.net(compat.edge_tile_message(msgs.forward_base, msgs.forward_edge),
+                                                   b, True))[1]
             k.tp_req = max(k.tp_req, tiles.required(msgs.forward_base, fw.compute_s))
             k.tp_req = max(k.tp_req, tiles.required(msgs.forward_edge, fw.compute_s))
         elif kind == "tp_collective":
@@ -200,15 +201,26 @@ def _block(c: ConcretePlanIR, pricer: Pricer) -> _Block:
         k.fw_exp_edge += fw_exp_edge
         if not training:
             continue
-        if task.name in recomputed:  # prefix-counter-recompute-windows: the running forward totals
-            k.re_flops_s += k.fw_flops_s
-            k.re_mem_s += k.fw_mem_s
+        if task.name in recomputed:  # the DP windows read the running forward totals (or the layers' own)
+            k.re_flops_s += compat.recompute_window_s(k.fw_flops_s, fw.compute_s)
+            k.re_mem_s += compat.recompute_window_s(k.fw_mem_s, fw.memory_s)
             k.re_s += fw_s
+        reduces = compat.resent_reduces()
+        if kind == "overlapped_linear" and again is not None:
+            tiled = compat.weight_grad_tiled(task.name in recomputed)
+            redo_base = tiles.net(again.messages.forward_base, b, reduces)
+            redo_edge = tiles.net(compat.edge_tile_message(again.messages.forward_base, again.messages.forward_edge),
+                                  b, reduces)
+            # the pass the re-sent message is tiled with: the recomputed GEMM, else the weight gradient
+            redo_pass = fw if task.name in recomputed else wg
+            tiled_exp_base = tiles.time(redo_pass, redo_base)[1]
+            tiled_exp_edge = tiles.time(redo_pass, redo_edge)[1]
         if again is not None:
             if kind == "overlapped_linear":
-                r_base = tiles.net(again.messages.forward_base, b, False)
-                r_edge = tiles.net(again.messages.forward_edge, b, False)
-                r_exp_base = r_exp_edge = fw_exp  # stateful-exposed-time
+                r_base = tiles.net(again.messages.forward_base, b, reduces)
+                r_edge = tiles.net(again.messages.forward_edge, b, reduces)
+                r_exp_base = compat.recommunication_exposed(fw_exp, tiled_exp_base)
+                r_exp_edge = compat.recommunication_exposed(fw_exp, tiled_exp_edge)
             else:
                 rc = pricer.task(again).passes["forward"]
                 r_base, r_edge = rc.network_base_s, rc.network_edge_s
@@ -221,11 +233,12 @@ def _block(c: ConcretePlanIR, pricer: Pricer) -> _Block:
             msgs = task.messages
             ag_s, ag_exp = tiles.time(ag, tiles.net(msgs.backward_base, b, True))
             ag_base, ag_edge = tiles.net(msgs.backward_base, b, True), tiles.net(msgs.backward_edge, b, True)
-            ag_exp_base = ag_exp_edge = ag_exp
+            ag_exp_base = ag_exp
+            ag_exp_edge = tiles.time(ag, tiles.net(compat.edge_tile_message(msgs.backward_base, msgs.backward_edge),
+                                                   b, True))[1]
             k.tp_req = max(k.tp_req, tiles.required(msgs.backward_base, ag.compute_s))
             k.tp_req = max(k.tp_req, tiles.required(msgs.backward_edge, ag.compute_s))
-            # weight-grad-tiled-against-recommunication (without reduction)
-            redo = tiles.net(again.messages.forward_base, b, False) if again is not None else 0
+            redo = redo_base if again is not None and tiled else 0
             wg_s, _ = tiles.time(wg, redo)
         elif kind == "tp_collective":
             ag_s = wg_s = 0
@@ -383,11 +396,14 @@ def _data_parallel(c: ConcretePlanIR, pricer: Pricer, k: _Block, base_bw: float,
     chunk_compute = bpc * compute
     overlappable = s.chunks_per_stage - 1
     last_size = bpc - 1
-    window = pp * chunk_win  # dp-window-microbatches-equal-pp
-    overlap_compute = pp * chunk_compute
+    window_mb = compat.dp_window_microbatches(nmb, pp)
+    window = window_mb * chunk_win
+    overlap_compute = window_mb * chunk_compute
     chunk_dp = bpc * bdt
-    same_pp = dp_tier == pp_tier  # dp-same-tier-as-pp-when-pp-1
-    if same_pp:  # dp-collision-floor-division
+    same_pp = compat.dp_collides_with_pp(dp_tier == pp_tier, pp)
+    if not compat.dp_collides_with_pp(True, pp):  # no pipeline traffic: no p2p in the windows
+        bw_pp = 0
+    if same_pp:
         collided = min(chunk_dp // chunk_bw, nmb % pp if nmb % pp != 0 else pp)
     else:
         collided = 0
@@ -407,7 +423,7 @@ def _data_parallel(c: ConcretePlanIR, pricer: Pricer, k: _Block, base_bw: float,
     req_chunk = bpc * dp_size / chunk_time * scalars if chunk_time > 0 else 0
     if nbase > 0:
         last_window = chunk_win - bw_pp - (base_bw + edge_bw) / 2
-        if not sharding:  # dp-optimizer-credit-twice
+        if not sharding and compat.last_window_optimizer_credit():
             last_window += k.opt_s - k.opt_mem_s
     else:
         last_window = 0
@@ -419,4 +435,4 @@ def _data_parallel(c: ConcretePlanIR, pricer: Pricer, k: _Block, base_bw: float,
     exposed = chunks_exposed + last_exposed
     tail_time = last_window + last_size * bdt * pu
     req_tail = bpc * dp_size / tail_time * scalars if tail_time > 0 else 0
-    return bdt + exposed, req_chunk, req_tail  # dp-one-block-always-exposed
+    return compat.dp_exposed_s(bdt, exposed), req_chunk, req_tail
