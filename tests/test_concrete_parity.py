@@ -22,7 +22,7 @@ from harness.interop.calculon_batch import require_valid
 from harness.interop.calculon_format import calculon_from_input
 from harness.oracles.calculon import calculon_verdict, check_record
 from harness.oracles.configspace import OVERLAP_FEATURES, feature_counts
-from harness.oracles.records import VENDOR_DIR, load_manifest, load_record_file
+from harness.oracles.records import load_manifest, load_record_file, vendor_dir
 from harness.oracles.reference import read_reference
 
 from conftest import REFERENCE_DIR
@@ -30,7 +30,7 @@ from conftest import REFERENCE_DIR
 pytestmark = pytest.mark.differential
 
 CORPUS = "records/overlap.json.gz"
-INPUTS = VENDOR_DIR / "overlap" / "inputs.jsonl.gz"
+INPUTS = vendor_dir() / "overlap" / "inputs.jsonl.gz"
 PUBLIC = REFERENCE_DIR / "oracle-records" / "overlap-public.json"
 SAMPLE_SIZE = 60
 SAMPLE_SEED = 20261130

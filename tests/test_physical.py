@@ -21,14 +21,14 @@ from harness import calculon_compat as compat
 from harness.cost.views import COST_VIEWS, pricer_for
 from harness.evidence.profile import load_profile
 from harness.interop.calculon_batch import require_valid
-from harness.oracles.records import VENDOR_DIR
+from harness.oracles.records import vendor_dir
 from harness.passes.concretize import TransformerConcretize
 from harness.pipeline import lower
 from harness.schedule.physical import physical_projection, run_program
 from harness.schedule.projection import calculon_projection
 
-OVERLAP = require_valid(VENDOR_DIR / "overlap" / "inputs.jsonl.gz")
-DIFFERENTIAL = require_valid(VENDOR_DIR / "differential" / "inputs.jsonl.gz")
+OVERLAP = require_valid(vendor_dir() / "overlap" / "inputs.jsonl.gz")
+DIFFERENTIAL = require_valid(vendor_dir() / "differential" / "inputs.jsonl.gz")
 
 
 def _sample():
