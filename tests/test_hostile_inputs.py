@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.evidence import profile as profile_module
 
 from conftest import CASES_DIR, ROOT
 
@@ -254,13 +253,16 @@ HOSTILE_PROFILES = [
 
 @pytest.fixture
 def evidence_dir(tmp_path, monkeypatch):
-    """A copy of evidence/ the commands read instead (the loader's directory, patched)."""
-    directory = tmp_path / "evidence"
+    """A project directory whose evidence/ (a copy of ours) the commands read ($HARNESS_PROJECT)."""
+    from harness import locations
+
+    project = tmp_path / "project"
+    directory = project / "evidence"
     shutil.copytree(EVIDENCE, directory)
-    monkeypatch.setattr(profile_module, "EVIDENCE_DIR", directory)
-    profile_module.profile_path.cache_clear()
+    monkeypatch.setenv(locations.ENV_PROJECT, str(project))
+    locations.reset()
     yield directory
-    profile_module.profile_path.cache_clear()
+    locations.reset()
 
 
 @pytest.mark.parametrize("command", ["lower-ok", "estimate", "estimate-json", "explain", "trace", "calibrate"])

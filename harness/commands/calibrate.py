@@ -42,7 +42,7 @@ def run(args) -> int:
     check_output(args.output, inputs=inputs, others=plot_paths)
     if args.plots:
         check_output_dir(args.plots, option="--plots", inputs=inputs)
-    load_case_files(args.cases)  # a bad case fails here, before the oracle's records are loaded
+    load_case_files(cases)  # a bad case fails here, before the oracle's records are loaded
 
     if args.oracle == "live":
         if args.calculon_src is None:
