@@ -36,7 +36,7 @@ from harness.cost.views import COST_VIEWS
 from harness.errors import HarnessError, InputError
 from harness.estimate import DEFAULT_VIEWS, Estimate, clear_caches, estimate
 from harness.interop.calculon_batch import BatchLine, iter_batch
-from harness.outputs import atomic_output, check_output
+from harness.outputs import atomic_output, check_output, data_files
 from harness.vocabulary import BATCH_STATUSES, VIEWS
 
 
@@ -124,7 +124,7 @@ def run_batch(args, views) -> int:
     if args.cases:
         raise InputError("--calculon-batch", "CASE.yaml", "give case files or a batch, not both")
     if args.output is not None:
-        check_output(args.output, inputs=[args.calculon_batch])
+        check_output(args.output, inputs=[args.calculon_batch, *data_files()])
     source = str(args.calculon_batch)
     lines = iter_batch(args.calculon_batch)
     counts: Counter[str] = Counter()
@@ -157,7 +157,7 @@ def run(args) -> int:
     if not args.cases:
         raise InputError("estimate", "CASE.yaml", "give at least one case file (or --calculon-batch IN.jsonl)")
     if args.output is not None:
-        check_output(args.output, inputs=args.cases)
+        check_output(args.output, inputs=[*args.cases, *data_files()])
     results = []
     for path in args.cases:
         case = load_case(path)
