@@ -392,6 +392,7 @@ HOSTILE_LINES = [  # (id, raw line, field, message)
     ("system-missing", _line(id="i", system="nope"), "system", "no evidence profile named 'nope'"),
     ("id-control", _line(id="j\u0007"), "id", "without control characters"),
     ("list", "[1, 2]", "<root>", "a batch line must be a JSON object"),
+    ("newline-key", _line(id="k")[:-1] + ', "\\n": 1}', "\\n", "unknown field"),  # found by the fuzz: one line
 ]
 
 

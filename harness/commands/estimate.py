@@ -33,7 +33,7 @@ from typing import IO, Any, Iterator
 
 from harness.cases import load_case
 from harness.cost.views import COST_VIEWS
-from harness.errors import HarnessError, InputError
+from harness.errors import HarnessError, InputError, one_line
 from harness.estimate import DEFAULT_VIEWS, Estimate, clear_caches, estimate
 from harness.interop.calculon_batch import BatchLine, iter_batch
 from harness.outputs import atomic_output, check_output, data_files
@@ -79,7 +79,8 @@ def batch_entry_json(entry: BatchLine, views=DEFAULT_VIEWS, source: str = "<batc
         message = error.message if isinstance(error, InputError) else str(error)
     except (ArithmeticError, ValueError, RecursionError) as error:  # a bug; the batch still goes on
         field, message = "<estimate>", f"internal error {type(error).__name__}: {error}"
-    return {"id": entry.id, "status": "invalid", "reason": f"line {entry.line}: {field}: {message}", "views": {}}
+    return {"id": entry.id, "status": "invalid", "reason": one_line(f"line {entry.line}: {field}: {message}"),
+            "views": {}}
 
 
 def dumps(data: Any, indent: int | None = 1) -> str:
