@@ -29,7 +29,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from harness.cases import case_paths
+    from harness.cases import case_paths, load_case_files
     from harness.experiment.run import run_experiment
     from harness.experiment.tables import print_report
     from harness.oracles.calculon_oracle import LiveCalculon, RecordedCalculon
@@ -42,6 +42,7 @@ def run(args) -> int:
     check_output(args.output, inputs=inputs, others=plot_paths)
     if args.plots:
         check_output_dir(args.plots, option="--plots", inputs=inputs)
+    load_case_files(cases)  # a bad case fails here, before the oracle's records are loaded
 
     if args.oracle == "live":
         if args.calculon_src is None:
