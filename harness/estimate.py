@@ -172,6 +172,7 @@ def cost_view(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView) ->
 
 
 _PROJECTIONS: dict[tuple[int, int], tuple[ConcretePlanIR, object, object]] = {}
+PROJECTIONS_LIMIT = 4096  # bound of _PROJECTIONS: cleared when full
 
 
 def projected(concrete: ConcretePlanIR, pricer):
@@ -181,7 +182,7 @@ def projected(concrete: ConcretePlanIR, pricer):
     hit = _PROJECTIONS.get(key)
     if hit is not None and hit[0] is concrete and hit[1] is pricer:
         return hit[2]
-    if len(_PROJECTIONS) > 4096:
+    if len(_PROJECTIONS) >= PROJECTIONS_LIMIT:
         _PROJECTIONS.clear()
     result = calculon_projection(concrete, pricer)
     _PROJECTIONS[key] = (concrete, pricer, result)

@@ -23,6 +23,8 @@ from harness.schedule.compose import chunk_times, compose
 from harness.schedule.simulate import simulate
 from harness.trace import build_trace, task_spans
 
+from conftest import calculon_figures
+
 CASES = Path(__file__).resolve().parents[1] / "cases"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -55,8 +57,9 @@ def test_trace_document_layout_and_operation_events():
     step = [e for e in complete(doc) if e["cat"] == "optimizer"]
     assert len(step) == 1 and step[0]["pid"] == 0 and step[0]["tid"] == 1
     assert (step[0]["ts"] + step[0]["dur"]) / 1e6 == pytest.approx(sim.total_s, rel=1e-9)
-    assert (step[0]["ts"] + step[0]["dur"]) / 1e6 == pytest.approx(cost_view(plan, profile, VIEWS["peak_only"])[1].total_s,
-                                                                   rel=1e-9)
+    # the trace ends where Calculon 0.1.0's iteration ends (the closed form is exact for this schedule)
+    assert (step[0]["ts"] + step[0]["dur"]) / 1e6 == pytest.approx(
+        calculon_figures("gpt3-175B_seqsel", "peak_only")["total_s"], rel=1e-9)
 
 
 def test_nested_blocks_and_tasks_fill_their_operation():
