@@ -563,3 +563,13 @@ def test_record_edited_with_its_digest_is_one_error_line(tmp_path, capsys, value
                            tmp_path / "report.json")
     one_error_line(status, err, "total_time", "is not a finite number")
     assert not (tmp_path / "report.json").exists()
+
+
+@pytest.mark.parametrize("content", [b"", b"\n  \n\n", gzip.compress(b"")])
+def test_empty_batch_is_an_error_not_an_empty_success(tmp_path, capsys, content):
+    path = tmp_path / ("in.jsonl.gz" if content.startswith(b"\x1f\x8b") else "in.jsonl")
+    path.write_bytes(content)
+    output = tmp_path / "out.json"
+    one_error_line(*run(capsys, "estimate", "--calculon-batch", path, "--output", output)[::2],
+                   f"{path}: <file>: no batch lines")
+    assert not output.exists()

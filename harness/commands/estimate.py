@@ -12,7 +12,8 @@ or memory capacity; figures still given), ``rejected`` (TP/DP overlap or
 offload; no views) or ``invalid`` (reason ``line N: field: message``; no
 views). A bad line never stops the batch (an estimate that fails for one
 line makes that line ``invalid``); the exit status is 1 when any line is
-invalid, 0 otherwise. The batch is streamed: each line is read, estimated and
+invalid, 0 otherwise. A batch without any line (empty or blank) is an error,
+like a calibration without cases. The batch is streamed: each line is read, estimated and
 written before the next, and the estimate path's memo tables (lowerings,
 interned IR values, prices; results never depend on them) are cleared every
 :data:`BATCH_CACHE_LINES` lines, so memory does not grow with the file
@@ -130,10 +131,11 @@ def run_batch(args, views) -> int:
     lines = iter_batch(args.calculon_batch)
     counts: Counter[str] = Counter()
     first = next(lines, None)  # a file that cannot be read fails here, before the output is touched
+    if first is None:
+        raise InputError(source, "<file>", "no batch lines (the file is empty or blank): nothing to estimate")
     with _destination(args.output) as handle:
         writer = JsonListWriter(handle)
-        for entry in ([first] if first is not None else []):
-            _write_entry(writer, entry, views, source, counts)
+        _write_entry(writer, first, views, source, counts)
         for entry in lines:
             _write_entry(writer, entry, views, source, counts)
         writer.close()

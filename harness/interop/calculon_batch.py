@@ -144,6 +144,8 @@ def require_valid(path: Path | str) -> list[tuple[str, EstimateInput]]:
         if entry.status != "valid":
             raise InputError(str(path), f"line {entry.line}: {entry.field}", f"{entry.message} ({entry.status})")
         out.append((entry.id, entry.input))
+    if not out:
+        raise InputError(str(path), "<file>", "no batch lines (the file is empty or blank)")
     return out
 
 
