@@ -33,10 +33,10 @@ from typing import IO, Any, Iterator
 
 from harness.cases import load_case
 from harness.cost.views import COST_VIEWS
-from harness.errors import HarnessError, InputError
+from harness.errors import HarnessError, InputError, one_line
 from harness.estimate import DEFAULT_VIEWS, Estimate, clear_caches, estimate
 from harness.interop.calculon_batch import BatchLine, iter_batch
-from harness.outputs import atomic_output, check_output
+from harness.outputs import atomic_output, check_output, data_files
 from harness.vocabulary import BATCH_STATUSES, VIEWS
 
 
@@ -79,7 +79,8 @@ def batch_entry_json(entry: BatchLine, views=DEFAULT_VIEWS, source: str = "<batc
         message = error.message if isinstance(error, InputError) else str(error)
     except (ArithmeticError, ValueError, RecursionError) as error:  # a bug; the batch still goes on
         field, message = "<estimate>", f"internal error {type(error).__name__}: {error}"
-    return {"id": entry.id, "status": "invalid", "reason": f"line {entry.line}: {field}: {message}", "views": {}}
+    return {"id": entry.id, "status": "invalid", "reason": one_line(f"line {entry.line}: {field}: {message}"),
+            "views": {}}
 
 
 def dumps(data: Any, indent: int | None = 1) -> str:
@@ -124,7 +125,7 @@ def run_batch(args, views) -> int:
     if args.cases:
         raise InputError("--calculon-batch", "CASE.yaml", "give case files or a batch, not both")
     if args.output is not None:
-        check_output(args.output, inputs=[args.calculon_batch])
+        check_output(args.output, inputs=[args.calculon_batch, *data_files()])
     source = str(args.calculon_batch)
     lines = iter_batch(args.calculon_batch)
     counts: Counter[str] = Counter()
@@ -157,7 +158,7 @@ def run(args) -> int:
     if not args.cases:
         raise InputError("estimate", "CASE.yaml", "give at least one case file (or --calculon-batch IN.jsonl)")
     if args.output is not None:
-        check_output(args.output, inputs=args.cases)
+        check_output(args.output, inputs=[*args.cases, *data_files()])
     results = []
     for path in args.cases:
         case = load_case(path)

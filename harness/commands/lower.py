@@ -32,7 +32,7 @@ def run(args) -> int:
     lowering = lower(case.estimate_input(), args.case)
     ir = {"model": lowering.model, "distributed": lowering.distributed, "portable": lowering.plan}[args.stage]
     if args.json:
-        print(json.dumps({"digest": ir.digest(), "ir": ir.to_data()}, indent=1, sort_keys=True))
+        print(json.dumps({"digest": ir.digest(), "ir": ir.to_data()}, indent=1, sort_keys=True, allow_nan=False))
     elif args.canonical:
         print(ir.canonical())
     else:

@@ -24,7 +24,7 @@ from harness.interop.calculon_batch import require_valid
 from harness.oracles.record import RECORD_VIEWS, record_inputs, runner_identity, write_record_file
 from harness import locations
 from harness.oracles.runner import CalculonRunner
-from harness.outputs import check_output
+from harness.outputs import check_output, data_files
 
 
 def view_list(text: str) -> tuple[str, ...]:
@@ -67,8 +67,9 @@ def run_record(args) -> int:
     cases = args.cases or locations.current().cases_dir()
     vendor = args.vendor or locations.current().writable(locations.VENDOR_SUBDIR, "vendored Calculon records")
     sources = [args.batch] if args.batch is not None else case_paths(cases)
-    check_output(vendor / args.output, option="--output", inputs=sources)
-    check_output(vendor / "MANIFEST.json", option="--vendor", inputs=sources)
+    protected = [*sources, *data_files(vendor=False)]
+    check_output(vendor / args.output, option="--output", inputs=protected)
+    check_output(vendor / "MANIFEST.json", option="--vendor", inputs=protected)
     runner = CalculonRunner(args.calculon_src)
     if args.batch is not None:
         inputs = require_valid(args.batch)
