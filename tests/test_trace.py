@@ -52,6 +52,7 @@ def test_trace_document_layout_and_operation_events():
     first = sim.ops[3][10]
     event = next(e for e in ops if e["pid"] == 3 and (e["args"]["microbatch"], e["args"]["chunk"], e["args"]["phase"])
                  == (first.microbatch, first.chunk, first.phase))
+    # events are quantized to nanoseconds: 1e-3 us per timestamp, 2e-3 us per duration (two timestamps)
     assert event["ts"] == pytest.approx(first.start_s * 1e6, abs=1e-3)
     assert event["dur"] == pytest.approx(first.duration_s * 1e6, abs=2e-3)
     step = [e for e in complete(doc) if e["cat"] == "optimizer"]
