@@ -13,9 +13,9 @@ import pytest
 
 from harness.estimate import clear_caches, estimate
 from harness.interop.calculon_batch import require_valid
-from harness.oracles.records import VENDOR_DIR
+from harness.oracles.records import vendor_dir
 
-LAYOUTS = [d for _, d in require_valid(VENDOR_DIR / "overlap" / "inputs.jsonl.gz")[:100]]
+LAYOUTS = [d for _, d in require_valid(vendor_dir() / "overlap" / "inputs.jsonl.gz")[:100]]
 
 
 def without_concurrency(data):

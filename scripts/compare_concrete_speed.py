@@ -13,7 +13,7 @@ import time
 
 from harness.estimate import clear_caches, estimate
 from harness.interop.calculon_batch import require_valid
-from harness.oracles.records import VENDOR_DIR
+from harness.oracles.records import vendor_dir
 
 
 def _plain(data):
@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--count", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args(argv)
-    overlap = [d for _, d in require_valid(VENDOR_DIR / "overlap" / "inputs.jsonl.gz")[:args.count]]
+    overlap = [d for _, d in require_valid(vendor_dir() / "overlap" / "inputs.jsonl.gz")[:args.count]]
     sets = {"overlap": overlap, "plain": [_plain(d) for d in overlap]}
     cold = {k: [] for k in sets}
     warm = {k: [] for k in sets}

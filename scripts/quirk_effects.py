@@ -2,8 +2,11 @@
 
 Usage (from the repository root)::
 
-    python scripts/quirk_effects.py [--records ../shared/reference/oracle-records/overlap-public.json | --vendored]
-                                    [--limit N]
+    python scripts/quirk_effects.py [--records REFERENCE.json | --vendored] [--limit N]
+
+Default: the 300 shared overlap records (vendored as
+``records/public-overlap.json.gz``); ``--records``: a shared reference
+record file; ``--vendored``: the project's 3000-configuration overlap corpus.
 
 For every view estimate of the records Calculon estimated, every named
 difference of :mod:`harness.schedule.differences` (the compatibility rules
@@ -28,8 +31,6 @@ from harness.oracles.records import load_record_file
 from harness.oracles.reference import read_reference
 from harness.pipeline import lower
 from harness.schedule.differences import RELATIVE, SCHEDULE_DIFFERENCES, differences
-
-PUBLIC = Path(__file__).resolve().parents[2] / "shared" / "reference" / "oracle-records" / "overlap-public.json"
 
 
 def measure(records) -> list:
@@ -66,12 +67,14 @@ def effects(records) -> list[tuple[str, int, int, float]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--records", type=Path, default=PUBLIC, help="a shared reference record file")
+    parser.add_argument("--records", type=Path, default=None, help="a shared reference record file")
     parser.add_argument("--vendored", action="store_true", help="the vendored overlap corpus instead")
     parser.add_argument("--limit", type=int, default=None, help="only the first N records")
     args = parser.parse_args(argv)
-    records = load_record_file("records/overlap.json.gz").records if args.vendored else \
-        read_reference(args.records).records
+    if args.records is not None:
+        records = read_reference(args.records).records
+    else:
+        records = load_record_file("records/overlap.json.gz" if args.vendored else "records/public-overlap.json.gz").records
     print("| difference | view estimates it changes | of | largest change of the total |")
     print("|---|---|---|---|")
     for name, changed, total, largest in effects(records[:args.limit]):

@@ -26,15 +26,15 @@ from harness.estimate import estimate_lowering
 from harness.evidence.profile import load_profile
 from harness.interop.calculon_batch import require_valid
 from harness.ir.concrete import ConcretePlanIR
-from harness.oracles.records import VENDOR_DIR
+from harness.oracles.records import vendor_dir
 from harness.passes.concretize import TransformerConcretize
 from harness.pipeline import lower
 from harness.schedule.projection import calculon_projection
 
 from conftest import CASES_DIR
 
-INPUTS = VENDOR_DIR / "differential" / "inputs.jsonl.gz"
-OVERLAP_INPUTS = VENDOR_DIR / "overlap" / "inputs.jsonl.gz"
+INPUTS = vendor_dir() / "differential" / "inputs.jsonl.gz"
+OVERLAP_INPUTS = vendor_dir() / "overlap" / "inputs.jsonl.gz"
 
 
 def _no_overlap_inputs():

@@ -32,7 +32,7 @@ from harness.cost.views import COST_VIEWS, pricer_for
 from harness.evidence.profile import load_profile
 from harness.interop.calculon_batch import require_valid
 from harness.interop.calculon_format import input_from_calculon
-from harness.oracles.records import VENDOR_DIR
+from harness.oracles.records import load_record_file, vendor_dir
 from harness.passes.concretize import TransformerConcretize
 from harness.pipeline import lower
 from harness.schedule.differences import differences
@@ -40,11 +40,10 @@ from harness.schedule.physical import Assumptions, physical_schedule, run_progra
 from harness.schedule.projection import calculon_projection
 from harness.estimate import estimate_lowering
 
-from conftest import CASES_DIR, REFERENCE_DIR
+from conftest import CASES_DIR
 
-OVERLAP = require_valid(VENDOR_DIR / "overlap" / "inputs.jsonl.gz")
-DIFFERENTIAL = require_valid(VENDOR_DIR / "differential" / "inputs.jsonl.gz")
-PUBLIC = REFERENCE_DIR / "oracle-records" / "overlap-public.json"
+OVERLAP = require_valid(vendor_dir() / "overlap" / "inputs.jsonl.gz")
+DIFFERENTIAL = require_valid(vendor_dir() / "differential" / "inputs.jsonl.gz")
 
 
 def _concrete(data):
@@ -133,11 +132,9 @@ def test_without_concurrency_the_physical_projection_is_the_estimate(record_id, 
 
 
 def _public(n: int | None, seed: int = 17):
-    from harness.oracles.reference import read_reference
-
-    if not PUBLIC.is_file():
-        return []
-    records = [r for r in read_reference(PUBLIC).records if all(v.error is None for v in r.views.values())]
+    """The shared overlap records Calculon estimated (vendored as records/public-overlap.json.gz)."""
+    records = [r for r in load_record_file("records/public-overlap.json.gz").records
+               if all(v.error is None for v in r.views.values())]
     return records if n is None else random.Random(seed).sample(records, n)
 
 

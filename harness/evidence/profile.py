@@ -9,7 +9,10 @@ Rules:
 - a curve is a list of ``(threshold, efficiency)`` points with strictly
   decreasing thresholds; a request of size ``x`` takes the first point whose
   threshold is ``<= x``; a size below every threshold is an error, not a guess;
-- the profile's *revision* is the SHA-256 of its canonical content.
+- the profile's *revision* is the SHA-256 of its canonical content;
+- a profile is found by name: ``<directory>/<name>.yaml`` when a directory is
+  given, else the project's ``evidence/`` then the packaged profiles
+  (:mod:`harness.locations`).
 
 Physical bounds (every estimate priced with a valid profile is finite and
 non-negative; see :mod:`harness.ir.model` for the input sizes):
@@ -49,7 +52,6 @@ the bytes are read and their SHA-256 decides.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import os
 import re
@@ -61,12 +63,11 @@ from typing import ClassVar, Literal
 import yaml
 from pydantic import ConfigDict, Field, field_validator
 
+from harness import locations
 from harness.errors import EvidenceError, InputError
 from harness.inputs import decode, parse_yaml, read_bytes, validate
 from harness.ir.base import Artifact, Frozen
 from harness.ir.distributed import CollectiveOp
-
-EVIDENCE_DIR = Path(__file__).resolve().parents[2] / "evidence"
 
 MIN_EFFICIENCY = 1e-4
 MIN_PEAK_FLOPS_PER_S, MAX_PEAK_FLOPS_PER_S = 1e6, 1e24
@@ -191,9 +192,11 @@ class EvidenceProfile(Artifact):
         return self.digest()
 
 
-@functools.lru_cache(maxsize=256)
 def profile_path(name: str, directory: Path | None = None) -> Path:
-    return (directory or EVIDENCE_DIR) / f"{name}.yaml"
+    """``<directory>/<name>.yaml``, or the profile ``name`` of the current locations."""
+    if directory is not None:
+        return Path(directory) / f"{name}.yaml"
+    return locations.current().profile_path(name)
 
 
 def check_profile_name(name: object, source: str = "--system", field: str = "system") -> str:
@@ -213,6 +216,7 @@ class _Cached:
 
 
 _CACHE: dict[Path, _Cached] = {}
+PROFILES_LIMIT = 256  # bound of _CACHE: cleared when full
 
 
 def load_profile(name: str, directory: Path | None = None) -> EvidenceProfile:
@@ -237,7 +241,7 @@ def load_profile(name: str, directory: Path | None = None) -> EvidenceProfile:
         profile = cached.profile
     else:
         profile = parse_profile(data, str(path), name)
-    if len(_CACHE) >= 256:
+    if len(_CACHE) >= PROFILES_LIMIT:
         _CACHE.clear()
     _CACHE[path] = _Cached(identity, digest, read_ns, profile)
     return profile
