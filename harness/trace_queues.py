@@ -44,15 +44,32 @@ from harness.trace import MAX_TRACE_EVENTS, MAX_TRACE_OPERATIONS, trace_size
 EXPOSED = "exposed"
 
 
+def _jobs(program) -> int:
+    """Jobs a program's commands run as (harness.schedule.queues: a whole pass is two, a collective with local
+    work three)."""
+    count = 0
+    for c in program.commands:
+        if c.kind == "compute":
+            count += 2 if c.phase == "whole" else 1
+        else:
+            count += 3 if c.work is not None else 1
+    return count
+
+
 def queue_trace_size(concrete: ConcretePlanIR, task_microbatches: int) -> tuple[int, int]:
-    """(pipeline operations, an upper bound of the events) from the plan's shape and commands only."""
+    """(pipeline operations, an upper bound of the events) from the plan's shape and commands only.
+
+    Per recorded block at most four events per job: its interval (a background sync: one per stretch it
+    progressed, each ended by a job start or a memory phase), the compute queue's idle stretches, the pieces of
+    a transfer between memory phases; the step likewise.
+    """
     s = concrete.schedule
     operations, _ = trace_size(concrete, 0)  # a ConcretePlanIR carries the plan's schedule and tasks
     recorded = s.chunks_per_stage * (2 if s.training else 1) * min(task_microbatches, s.microbatches)
-    commands = max((len(p.commands) for p in concrete.programs if p.kind in ("forward", "backward")), default=0)
-    per_block = 8 * commands + 8  # phases, preempted background stretches, waits, transfers
-    tail = 8 * s.blocks_per_stage * (len(concrete.program("optimizer").commands) + 4) \
-        if concrete.program("optimizer") else 0
+    per_block = 4 * max((_jobs(p) for p in concrete.programs if p.kind in ("forward", "backward")), default=0) + 8
+    step = concrete.program("optimizer")
+    dp = concrete.program("data_parallel")
+    tail = 4 * s.blocks_per_stage * ((_jobs(step) if step else 0) + (_jobs(dp) if dp else 0)) + 8
     events = 4 * s.pipeline_parallel + 16 + operations + recorded * s.blocks_per_chunk * per_block + tail
     return operations, events
 
@@ -120,9 +137,11 @@ def _require_physical(events: list[dict], figures: dict[str, float], source: str
 
 def build_queue_trace(concrete: ConcretePlanIR, profile: EvidenceProfile, view: CostView, *,
                       task_microbatches: int = 1, label: str = "", source: str = "<input>",
-                      max_operations: int = MAX_TRACE_OPERATIONS) -> tuple[dict[str, Any], PhysicalSchedule]:
+                      max_operations: int = MAX_TRACE_OPERATIONS,
+                      max_events: int = MAX_TRACE_EVENTS) -> tuple[dict[str, Any], PhysicalSchedule]:
     """Schedule ``concrete`` under ``view`` and return the trace document with the schedule (see the module rules)."""
-    check_queue_trace_size(concrete, source, task_microbatches=task_microbatches, max_operations=max_operations)
+    check_queue_trace_size(concrete, source, task_microbatches=task_microbatches, max_operations=max_operations,
+                           max_events=max_events)
     pricer = pricer_for(profile, view, concrete.datatype)
     schedule = physical_schedule(concrete, pricer, record_microbatches=task_microbatches)
     calculon = calculon_projection(concrete, pricer)

@@ -46,10 +46,9 @@ def test_concurrency_concrete_plan_ir_digest(case_file, golden_snapshot):
 
 def test_concurrency_cases_stay_out_of_the_contract():
     """The baseline contract, the plugin's ``case`` fixture and the experiment read ``cases/*.yaml`` only."""
-    from harness.experiment.contract import CONTRACT_PATH
-    import json
+    from harness.experiment.contract import load_contract
 
-    contract_ids = set(json.loads(CONTRACT_PATH.read_text())["portable_plan_digests"])
+    contract_ids = set(load_contract()["portable_plan_digests"])
     top = {c.id for c in load_cases(CASES_DIR)}
     assert contract_ids == top
     assert not {c.id for c in CONCURRENCY_CASES} & top

@@ -25,7 +25,7 @@ from harness.errors import InputError
 from harness.evidence.profile import load_profile
 from harness.pipeline import lower
 from harness.schedule.projection import calculon_projection
-from harness.trace_queues import build_queue_trace, check_queue_trace_size
+from harness.trace_queues import build_queue_trace, check_queue_trace_size, queue_trace_size
 
 CONCURRENCY = Path(__file__).resolve().parents[1] / "cases" / "concurrency"
 PIPE = "megatron-22B_overlap"  # TP 8, pipe, rs_ag, DP overlap with sharding, PP 2 x 2 chunks
@@ -45,7 +45,9 @@ def _trace(name: str, view: str = "system_evidence", microbatches: int | None = 
     concrete = lower(data).concrete()
     profile = load_profile(data.system)
     n = concrete.schedule.microbatches if microbatches is None else microbatches
-    doc, schedule = build_queue_trace(concrete, profile, COST_VIEWS[view], task_microbatches=n, label=case.id)
+    # every microbatch is traced here, above the command's memory bound (harness.trace.MAX_TRACE_EVENTS)
+    doc, schedule = build_queue_trace(concrete, profile, COST_VIEWS[view], task_microbatches=n, label=case.id,
+                                      max_events=10 ** 7)
     return doc, schedule, concrete, profile
 
 
@@ -186,7 +188,7 @@ def test_exposed_tp_time_is_the_closed_forms_where_no_rule_applies():
     concrete = lower(data).concrete()
     profile = load_profile(data.system)
     doc, _ = build_queue_trace(concrete, profile, COST_VIEWS["system_evidence"],
-                               task_microbatches=concrete.schedule.microbatches)
+                               task_microbatches=concrete.schedule.microbatches, max_events=10 ** 7)
     exposed = math.fsum(e["args"]["duration_s"] for e in doc["traceEvents"]
                         if e["ph"] == "X" and e["name"] == "tensor_parallel" and e["cat"] == "exposed")
     from harness.cost.views import pricer_for
@@ -199,6 +201,11 @@ def test_exposed_tp_time_is_the_closed_forms_where_no_rule_applies():
 def test_an_oversized_queue_trace_is_refused_up_front():
     _, data = _case(PIPE)
     concrete = lower(data).concrete()
+    operations, events = queue_trace_size(concrete, 16)
+    assert operations == 2 * 2 * 16 * 2  # stages x chunks x microbatches x phases
+    doc, _ = build_queue_trace(concrete, load_profile(data.system), COST_VIEWS["peak_only"], task_microbatches=16,
+                               max_events=events)
+    assert len(doc["traceEvents"]) <= events  # the bound holds
     with pytest.raises(InputError) as info:
         check_queue_trace_size(concrete, "x.yaml", task_microbatches=16, max_events=1000)
     assert "\n" not in str(info.value) and str(info.value).startswith("x.yaml: --task-microbatches: ")
