@@ -14,7 +14,7 @@ import sys
 
 from harness.errors import HarnessError
 
-COMMANDS = ("lower", "estimate", "oracle", "trace", "explain", "calibrate", "contract", "import_calculon")
+COMMANDS = ("lower", "estimate", "oracle", "trace", "explain", "calibrate", "contract", "import_calculon", "search")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from harness.cases import EstimateInput
-from harness.cost.views import PEAK_ONLY, SYSTEM_EVIDENCE, CostView, clear_pricers, pricer_for
+from harness.cost.views import PEAK_ONLY, SYSTEM_EVIDENCE, CostView, Pricer, clear_pricers, pricer_for
 from harness.errors import InputError
 from harness.evidence.profile import EvidenceProfile, load_profile
 from harness.ir.base import Frozen
@@ -108,9 +108,16 @@ def check_tiers(data: EstimateInput, profile: EvidenceProfile, source: str) -> N
                              f"evidence profile {profile.name} has no {data.execution.datatype} {family} engine")
 
 
-def cost_view(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView) -> tuple[BlockTimes, Composition]:
-    """Block critical paths and the composed iteration under one view."""
-    pricer = pricer_for(profile, view, plan.datatype)
+def cost_view(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView,
+              pricer: Pricer | None = None) -> tuple[BlockTimes, Composition]:
+    """Block critical paths and the composed iteration under one view.
+
+    ``pricer`` replaces the view's shared pricer: anything with ``task`` and
+    ``message_s`` (the search passes one that prices every tier placement at
+    once, as arrays; the arithmetic here is elementwise, so each element is
+    bit-identical to the scalar estimate of that placement).
+    """
+    pricer = pricer_for(profile, view, plan.datatype) if pricer is None else pricer
     costs = tuple(map(pricer.task, plan.tasks))
     block = block_times(plan, costs, pricer)
     p = plan.pipeline

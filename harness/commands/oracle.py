@@ -1,4 +1,4 @@
-"""``harness oracle record --calculon-src PATH [--cases DIR | --batch IN.jsonl] [--output REL]``.
+"""``harness oracle record --calculon-src PATH [--cases DIR | --batch IN.jsonl | --search ...] [--output REL]``.
 
 Runs a local Calculon checkout on every case, or on every line of a
 Calculon-format batch (see :mod:`harness.interop.calculon_batch`; every line
@@ -6,6 +6,12 @@ must be valid and supported), and writes the project's own record file under
 ``vendor/calculon-0.1.0/`` plus its manifest. ``--views`` chooses the recorded
 views (default both); ``--no-layers`` drops per-layer figures (the explicit
 recompute sums are kept).
+
+``--search --model M --system S --procs N --max-batch B --datatype DT [--top K]
+[--mbs-break] [--fused-activation true|false|all] [--no-tp-overlap]
+[--no-dp-overlap] [--cpus C]`` records Calculon's optimal-execution search
+instead (its stock search command, in-process, debug logging off; see
+:mod:`harness.oracles.search_record`) into ``search/*.json``.
 """
 
 from __future__ import annotations
@@ -13,10 +19,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.cases import load_cases
+from harness.errors import InputError
 from harness.interop.calculon_batch import require_valid
 from harness.oracles.record import RECORD_VIEWS, record_inputs, write_record_file
 from harness.oracles.records import VENDOR_DIR
 from harness.oracles.runner import CalculonRunner
+from harness.oracles.search_record import record_search
+from harness.search.request import search_problem
+from harness.search.space import FUSED_CHOICES, SpaceOptions
 
 
 def view_list(text: str) -> tuple[str, ...]:
@@ -36,6 +46,8 @@ def register(sub) -> None:
     source.add_argument("--cases", type=Path, default=Path("cases"), help="case directory (default: cases)")
     source.add_argument("--batch", type=Path, metavar="IN.jsonl",
                         help='Calculon-format batch, one {"id", "model", "execution", "system"} per line (.gz allowed)')
+    source.add_argument("--search", action="store_true",
+                        help="record Calculon's optimal-execution search (see the search options)")
     r.add_argument("--output", default="records/cases.json",
                    help="record file, relative to the vendor directory (.gz: gzip-compressed)")
     r.add_argument("--vendor", type=Path, default=VENDOR_DIR, help=f"vendor directory (default: {VENDOR_DIR})")
@@ -43,10 +55,45 @@ def register(sub) -> None:
                    help=f"views to record (default: {','.join(RECORD_VIEWS)})")
     r.add_argument("--no-layers", dest="keep_layers", action="store_false",
                    help="drop per-layer figures (explicit recompute sums are kept)")
+    g = r.add_argument_group("search options (with --search)")
+    g.add_argument("--model", type=Path, help="Calculon model JSON or case YAML")
+    g.add_argument("--system", help="evidence profile name or YAML path")
+    g.add_argument("--procs", type=int, help="processors")
+    g.add_argument("--max-batch", type=int, help="maximum global batch")
+    g.add_argument("--datatype", default="float16", help="datatype (default: float16)")
+    g.add_argument("--top", type=int, default=5, help="Calculon's -t (default: 5)")
+    g.add_argument("--mbs-break", action="store_true", help="Calculon's -m")
+    g.add_argument("--fused-activation", choices=sorted(FUSED_CHOICES), default="true", help="Calculon's -f")
+    g.add_argument("--no-tp-overlap", action="store_true", help="Calculon's --no-tp-overlap")
+    g.add_argument("--no-dp-overlap", action="store_true", help="Calculon's --no-dp-overlap")
+    g.add_argument("--cpus", type=int, help="Calculon's -c (default: all cores)")
     r.set_defaults(func=run_record)
 
 
+def run_search_record(args) -> int:
+    missing = [flag for flag, value in (("--model", args.model), ("--system", args.system), ("--procs", args.procs),
+                                        ("--max-batch", args.max_batch)) if value is None]
+    if missing:
+        raise InputError("<command line>", missing[0], "required with --search")
+    if args.output == "records/cases.json":
+        raise InputError("<command line>", "--output", "give the search record's path, e.g. search/NAME.json")
+    options = SpaceOptions(fused_activation=FUSED_CHOICES[args.fused_activation], tp_overlap=not args.no_tp_overlap,
+                           dp_overlap=not args.no_dp_overlap, mbs_break=args.mbs_break)
+    problem = search_problem(args.model, args.system, args.procs, args.max_batch, args.datatype, top=args.top,
+                             options=options)
+    runner = CalculonRunner(args.calculon_src)
+    path, data = record_search(runner, problem, args.output, args.cpus, args.vendor)
+    c = data["counts"]
+    best = data["top"][0]["stats"]["sample_rate"] if data["top"] else None
+    print(f"wrote Calculon's search ({c['executions']} executions, {c['good']} good, {c['bad']} bad; best sample rate "
+          f"{best}; {data['elapsed_s']} s on {data['cpus']} cpus) to {path} (Calculon source sha256 "
+          f"{runner.source_digest})")
+    return 0
+
+
 def run_record(args) -> int:
+    if args.search:
+        return run_search_record(args)
     runner = CalculonRunner(args.calculon_src)
     if args.batch is not None:
         inputs = require_valid(args.batch)

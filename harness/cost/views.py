@@ -182,10 +182,15 @@ class Pricer:
         """Network time of one message; the identity (None) costs nothing."""
         if message is None:
             return 0.0
+        return self.message_on_tier_s(message, message.network_tier)
+
+    def message_on_tier_s(self, message: Message, tier: int) -> float:
+        """Network time of ``message`` if it travelled on network ``tier`` (the search
+        prices one plan's messages on every tier placement with it)."""
         try:
-            net = self.profile.networks[message.network_tier]
+            net = self.profile.networks[tier]
         except IndexError:
-            raise EvidenceError(f"evidence profile {self.profile.name}: no network tier {message.network_tier} "
+            raise EvidenceError(f"evidence profile {self.profile.name}: no network tier {tier} "
                                 f"(has {len(self.profile.networks)})") from None
         model = net.collectives[message.collective]
         adjusted = message.message_bytes * model.volume_multiplier

@@ -72,11 +72,22 @@ def record_inputs(runner: CalculonRunner, inputs: Iterable[tuple[str, EstimateIn
 
 def write_record_file(runner: CalculonRunner, relative: str, records: list[dict], revisions: dict[str, str],
                       vendor: Path = VENDOR_DIR) -> Path:
-    identity = OracleIdentity(name="calculon", version=CALCULON_VERSION, commit=CALCULON_COMMIT,
-                              source_tree_sha256=runner.source_digest, digest_rule=DIGEST_RULE)
+    identity = oracle_identity(runner)
     path = vendor / relative
     write_json(path, {"schema": RECORDS_SCHEMA, "oracle": identity.model_dump(), "evidence_revisions": revisions,
                       "records": records})
+    update_manifest(identity, relative, path, vendor)
+    return path
+
+
+def oracle_identity(runner: CalculonRunner) -> OracleIdentity:
+    return OracleIdentity(name="calculon", version=CALCULON_VERSION, commit=CALCULON_COMMIT,
+                          source_tree_sha256=runner.source_digest, digest_rule=DIGEST_RULE)
+
+
+def update_manifest(identity: OracleIdentity, relative: str, path: Path, vendor: Path = VENDOR_DIR) -> None:
+    """List ``relative`` (written at ``path``) in the manifest with its SHA-256 (other files kept
+    when the oracle identity is unchanged)."""
     manifest_path = vendor / "MANIFEST.json"
     files = {}
     if manifest_path.is_file():
@@ -87,4 +98,3 @@ def write_record_file(runner: CalculonRunner, relative: str, records: list[dict]
     manifest_path.write_text(json.dumps(
         {"schema": MANIFEST_SCHEMA, "oracle": identity.model_dump(), "files": dict(sorted(files.items()))},
         indent=1, sort_keys=True) + "\n")
-    return path

@@ -98,6 +98,12 @@ def load_manifest(vendor: Path = VENDOR_DIR) -> Manifest:
 
 def load_record_file(relative: str, vendor: Path = VENDOR_DIR) -> OracleRecordFile:
     """Load one record file after checking its digest against the manifest."""
+    return load_checked(relative, OracleRecordFile, vendor)
+
+
+def load_checked(relative: str, kind: type, vendor: Path = VENDOR_DIR):
+    """Load one vendored file as ``kind`` (a model with an ``oracle`` identity) after checking
+    its digest and its oracle identity against the manifest."""
     manifest = load_manifest(vendor)
     path = vendor / relative
     if relative not in manifest.files:
@@ -109,7 +115,7 @@ def load_record_file(relative: str, vendor: Path = VENDOR_DIR) -> OracleRecordFi
         raise OracleRecordError(f"{path}: SHA-256 {digest} does not match the manifest's {manifest.files[relative]} "
                                 f"(corrupted or edited)")
     try:
-        data = OracleRecordFile.model_validate(read_json(path))
+        data = kind.model_validate(read_json(path))
     except (ValidationError, ValueError) as error:
         raise OracleRecordError(f"{path}: not a valid record file: {str(error).splitlines()[0]}") from None
     if data.oracle != manifest.oracle:

@@ -21,6 +21,7 @@ optimizer + activation gradients.
 from __future__ import annotations
 
 import dataclasses
+from typing import Iterable
 
 from harness.evidence.profile import EvidenceProfile
 from harness.ir.portable import PortablePlanIR
@@ -98,18 +99,32 @@ def stage_memory(plan: PortablePlanIR, block: BlockMemory) -> StageMemory:
     return StageMemory(weight, act, checkpoint, wgrad, agrad, optim, total)
 
 
-def infeasibility(plan: PortablePlanIR, memory: StageMemory, profile: EvidenceProfile) -> str | None:
-    """Why the configuration cannot run on the profile's system, or None."""
+def network_problem(groups: Iterable[tuple[int, int]], profile: EvidenceProfile) -> str | None:
+    """Why parallel groups placed as ``(network tier, group size)`` do not fit the
+    profile's networks, or None: the groups sharing a tier multiply; their
+    product must not exceed the tier's size and, on a tier that must be filled,
+    must divide it."""
     need: dict[int, int] = {}
-    for use in plan.network_use:
-        need[use.network_tier] = need.get(use.network_tier, 1) * use.group_size
+    for tier, size in groups:
+        need[tier] = need.get(tier, 1) * size
     for tier, size in sorted(need.items()):
         net = profile.networks[tier]
         if size > net.size_processors:
             return f"network tier {tier} is not big enough: its groups need {size} processors, it connects {net.size_processors}"
         if net.must_be_filled and net.size_processors % size:
             return f"network tier {tier} is not fully used: groups of {size} do not tile its {net.size_processors} processors"
+    return None
+
+
+def memory_problem(memory: StageMemory, profile: EvidenceProfile) -> str | None:
+    """Why the stage's memory does not fit memory tier 1, or None."""
     capacity = profile.memory_tier1.capacity_bytes
     if memory.tier1_total > capacity:
         return f"memory tier 1 needs {memory.tier1_total:.0f} bytes but has {capacity} bytes"
     return None
+
+
+def infeasibility(plan: PortablePlanIR, memory: StageMemory, profile: EvidenceProfile) -> str | None:
+    """Why the configuration cannot run on the profile's system (networks first, then memory), or None."""
+    return (network_problem(((u.network_tier, u.group_size) for u in plan.network_use), profile)
+            or memory_problem(memory, profile))

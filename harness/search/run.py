@@ -1,0 +1,170 @@
+"""Run a search: in this process, on an embedded Dask ``LocalCluster``, or on a cluster.
+
+Rules:
+
+- the space is cut into tasks of whole groups, in group order (about eight
+  tasks per worker, balanced by execution count); a worker keeps one running
+  top K per search (its pruning bound) across the tasks it runs;
+- the driver merges the groups' top K lists (:class:`TopK`: the result is the
+  same for any split and any completion order), adds the counts, and hands
+  the groups' rows to ``on_rows`` in group order (the Parquet file is written
+  in that order, whatever order the tasks finish in);
+- ``workers=1`` without a scheduler runs in this process (no cluster);
+  ``workers=W`` starts a ``LocalCluster`` of W single-threaded worker
+  processes; ``scheduler="tcp://HOST:PORT"`` uses an existing cluster.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+import uuid
+from typing import Callable, Iterable
+
+from harness.search.evaluate import SearchProblem, evaluate_group
+from harness.search.pareto import pareto_frontier
+from harness.search.results import Candidate, Counts, GroupOutcome, TopK
+from harness.search.space import GroupLayout, layouts
+
+TASKS_PER_WORKER = 8
+
+# Per worker process: search token -> running top K (the pruning bound).
+_RUNNING: dict[str, TopK] = {}
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchRun:
+    """The merged outcome of a search."""
+
+    counts: Counts
+    best: list[Candidate]
+    groups: int
+    space_executions: int  # executions of the unbroken nesting (the progress total)
+    elapsed_s: float
+    workers: int
+    where: str
+    points: tuple | None  # (sample rates, tier-1 bytes) of every feasible execution, with --pareto
+    frontier: list[Candidate]
+
+
+def space(problem: SearchProblem) -> list[GroupLayout]:
+    return list(layouts(problem.shape, problem.processors, problem.max_batch, problem.options, problem.networks,
+                        problem.has_tier2))
+
+
+def evaluate_chunk(problem: SearchProblem, chunk: list[GroupLayout], token: str) -> list[GroupOutcome]:
+    """Evaluate whole groups in a worker (its running top K kept under ``token``)."""
+    best = _RUNNING.get(token)
+    if best is None:
+        if len(_RUNNING) > 16:
+            _RUNNING.clear()
+        best = _RUNNING[token] = TopK(problem.top)
+    return [evaluate_group(problem, layout, best) for layout in chunk]
+
+
+def chunks(items: list[GroupLayout], count: int) -> list[list[GroupLayout]]:
+    """Cut ``items`` (in order) into about ``count`` runs of similar execution counts."""
+    total = sum(i.executions for i in items) or 1
+    target = total / max(count, 1)
+    out: list[list[GroupLayout]] = [[]]
+    acc = 0.0
+    for item in items:
+        if out[-1] and acc >= target:
+            out.append([])
+            acc = 0.0
+        out[-1].append(item)
+        acc += item.executions
+    return [c for c in out if c]
+
+
+class _Merger:
+    """Merges outcomes as they arrive; releases rows in group order."""
+
+    def __init__(self, problem: SearchProblem, on_rows: Callable | None, on_progress: Callable | None) -> None:
+        self.best = TopK(problem.top)
+        self.counts = Counts()
+        self.on_rows = on_rows
+        self.on_progress = on_progress
+        self.pending: dict[int, GroupOutcome] = {}
+        self.next_group = 0
+        self.points: list = []
+        self.frontier: list[Candidate] = []
+
+    def add(self, outcomes: Iterable[GroupOutcome], order: list[int]) -> None:
+        for outcome in outcomes:
+            self.counts.add(outcome.counts)
+            for candidate in outcome.best:
+                self.best.offer(candidate)
+            if outcome.points is not None:
+                self.points.append((outcome.group, outcome.points))
+            self.frontier = pareto_frontier([*self.frontier, *outcome.frontier])
+            if self.on_progress:
+                self.on_progress(outcome.counts)
+            if self.on_rows is not None:
+                self.pending[outcome.group] = outcome
+        while self.on_rows is not None and self.next_group < len(order) and order[self.next_group] in self.pending:
+            outcome = self.pending.pop(order[self.next_group])
+            self.next_group += 1
+            if outcome.rows is not None:
+                self.on_rows(outcome.rows)
+
+    def merged_points(self):
+        if not self.points:
+            return None
+        import numpy as np
+
+        self.points.sort(key=lambda item: item[0])
+        return (np.concatenate([p[1][0] for p in self.points]), np.concatenate([p[1][1] for p in self.points]))
+
+
+def run_search(problem: SearchProblem, *, workers: int | None = None, scheduler: str | None = None,
+               on_rows: Callable | None = None, on_progress: Callable | None = None,
+               on_start: Callable[[int], None] | None = None) -> SearchRun:
+    """Evaluate the whole space (see the module rules)."""
+    start = time.perf_counter()
+    items = space(problem)
+    if on_start:
+        on_start(sum(i.executions for i in items))
+    order = [i.group.index for i in items]
+    merger = _Merger(problem, on_rows, on_progress)
+    if scheduler is None and (workers or os.cpu_count() or 1) == 1:
+        token = uuid.uuid4().hex
+        for item in items:
+            merger.add(evaluate_chunk(problem, [item], token), order)
+        _RUNNING.pop(token, None)
+        used, where = 1, "in-process"
+    else:
+        used, where = _run_dask(problem, items, order, merger, workers, scheduler)
+    return SearchRun(merger.counts, merger.best.entries(), len(items), sum(i.executions for i in items),
+                     time.perf_counter() - start, used, where, merger.merged_points(), merger.frontier)
+
+
+def _run_dask(problem: SearchProblem, items: list[GroupLayout], order: list[int], merger: _Merger,
+              workers: int | None, scheduler: str | None) -> tuple[int, str]:
+    from distributed import Client, LocalCluster, as_completed
+
+    cluster = None
+    if scheduler is None:
+        workers = workers or os.cpu_count() or 1
+        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
+                               worker_dashboard_address=None)
+        client = Client(cluster)
+        where = f"LocalCluster of {workers} workers"
+    else:
+        client = Client(scheduler)
+        where = f"cluster at {scheduler}"
+    try:
+        used = len(client.scheduler_info()["workers"]) or 1
+        token = uuid.uuid4().hex
+        remote = client.scatter(problem, broadcast=True)
+        futures = [client.submit(evaluate_chunk, remote, chunk, token, pure=False)
+                   for chunk in chunks(items, used * TASKS_PER_WORKER)]
+        for future in as_completed(futures):
+            merger.add(future.result(), order)
+            future.release()
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+    return used, where
