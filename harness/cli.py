@@ -2,19 +2,44 @@
 
 Each command lives in ``harness/commands/<name>.py`` and exposes
 ``register(subparsers)``; the command's function returns an exit status.
-A :class:`HarnessError` is printed as one line on stderr (exit 2), never as a
-traceback.
+Every command takes ``--project DIR`` (before or after the command name): the
+project directory of :mod:`harness.locations`.
+
+Errors are one line on stderr, never a traceback:
+
+- a :class:`HarnessError` (bad input, a missing record, ...): ``error: ...``,
+  exit 2;
+- an operating-system error the command did not anticipate (a full disk while
+  writing to stdout): ``error: <file>: <reason>``, exit 2;
+- out of memory: ``error: out of memory ...``, exit 3;
+- anything else is a bug: ``error: internal error ...``, exit 3 (set
+  ``HARNESS_DEBUG=1`` to see the traceback);
+- an interrupt (Ctrl-C): exit 130.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
-from harness.errors import HarnessError
+from harness import locations
+from harness.errors import HarnessError, one_line
 
 COMMANDS = ("lower", "estimate", "oracle", "trace", "explain", "calibrate", "contract", "import_calculon", "search")
+
+
+PROJECT_HELP = (f"project directory with evidence/, cases/, vendor/, goldens/ (default: ${locations.ENV_PROJECT}, else "
+                "the working directory or its nearest ancestor with evidence/ or cases/; then the packaged data)")
+
+
+def _add_project(parser: argparse.ArgumentParser, default) -> None:
+    parser.add_argument("--project", type=str, default=default, metavar="DIR", help=PROJECT_HELP)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for subparser in action.choices.values():
+                _add_project(subparser, argparse.SUPPRESS)  # a subcommand's default must not hide the global one
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -22,15 +47,35 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(f"harness.commands.{name}").register(sub)
+    _add_project(parser, None)
     return parser
+
+
+def _error(text: str, status: int) -> int:
+    print(f"error: {one_line(text)}", file=sys.stderr)
+    return status
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        locations.configure(args.project)
         return int(args.func(args) or 0)
     except HarnessError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+        return _error(str(error), 2)
     except BrokenPipeError:
         return 0
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except MemoryError:
+        return _error("out of memory (the input is too large for this machine)", 3)
+    except OSError as error:
+        if os.environ.get("HARNESS_DEBUG"):
+            raise
+        return _error(f"{error.filename or '<output>'}: {error.strerror or error}", 2)
+    except Exception as error:  # noqa: BLE001 - the last line of defence: one line, never a traceback
+        if os.environ.get("HARNESS_DEBUG"):
+            raise
+        return _error(f"internal error {type(error).__name__}: {error} (a bug: please report it with the "
+                      "command; HARNESS_DEBUG=1 shows the traceback)", 3)

@@ -3,55 +3,72 @@
 ``estimate(input)`` lowers the anonymous input once and costs the same plan
 under each view. It reads the evidence profile and nothing else: no case id,
 no comparison data, no oracle.
+
+Final guard (:func:`require_physical`): every figure of an estimate (totals,
+components, memory, workload, efficiencies, sample rate) is finite and
+non-negative, or the estimate is a :class:`NonPhysicalEstimateError` naming
+the input and the figure, never an ``ok``. The input and evidence bounds
+(:mod:`harness.ir.model`, :mod:`harness.evidence.profile`) are meant to make
+it unreachable; it stays as the last line of defence.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import Field
+from pydantic import Field, create_model
 
 from harness.cases import EstimateInput
-from harness.cost.views import PEAK_ONLY, SYSTEM_EVIDENCE, CostView, Pricer, clear_pricers, pricer_for
+from harness.cost.views import COST_VIEWS, CostView, Pricer, clear_pricers, pricer_for
 from harness.errors import InputError
 from harness.evidence.profile import EvidenceProfile, load_profile
 from harness.ir.base import Frozen
+from harness.ir.concrete import ConcretePlanIR
 from harness.ir.portable import PortablePlanIR
 from harness.pipeline import Lowering, lower
 from harness.pipeline import clear_caches as clear_lowering_caches
 from harness.schedule.block import BlockTimes, block_times
 from harness.schedule.compose import Composition, compose
-from harness.schedule.memory import BlockMemory, StageMemory, block_memory, infeasibility, stage_memory
+from harness.schedule.memory import (
+    BlockMemory,
+    StageMemory,
+    block_memory,
+    concrete_infeasibility,
+    infeasibility,
+    stage_memory,
+)
+from harness.schedule.projection import calculon_projection
+from harness.vocabulary import COMPONENTS, ESTIMATE_STATUSES, MEMORY_FIGURES
 from harness.workload import WorkloadMetrics, workload_metrics
 
-DEFAULT_VIEWS = (PEAK_ONLY, SYSTEM_EVIDENCE)
+#: Both named views, in vocabulary order.
+DEFAULT_VIEWS = tuple(COST_VIEWS.values())
 
 
-class Components(Frozen):
-    """The nine timing components of one iteration, seconds."""
-
-    forward: float = Field(description="Forward compute.")
-    backward: float = Field(description="Activation- and weight-gradient compute.")
-    optimizer: float = Field(description="Optimizer step.")
-    recompute: float = Field(description="Recompute clones.")
-    tensor_parallel: float = Field(description="Exposed TP collectives (with their local work).")
-    pipeline_parallel: float = Field(description="Exposed pipeline p2p transfers.")
-    data_parallel: float = Field(description="Exposed data-parallel gradient sync.")
-    recommunication: float = Field(description="Exposed recommunication (all-gather redo, repeated collectives).")
-    pipeline_bubble: float = Field(description="1F1B / interleaved pipeline bubble.")
+#: The timing components of one iteration, seconds: one field per ``harness.vocabulary.COMPONENTS`` entry.
+Components = create_model("Components", __base__=Frozen, __module__=__name__,
+                          __doc__="The timing components of one iteration, seconds (harness.vocabulary.COMPONENTS).",
+                          **COMPONENTS.fields(float))
+#: Memory of one processor of the first stage, bytes: one field per ``harness.vocabulary.MEMORY_FIGURES`` entry.
+MemoryBytes = create_model("MemoryBytes", __base__=Frozen, __module__=__name__,
+                           __doc__="Memory of one processor of the first stage, bytes "
+                                   "(harness.vocabulary.MEMORY_FIGURES).",
+                           **MEMORY_FIGURES.fields(float))
 
 
-class MemoryBytes(Frozen):
-    """Memory of one processor of the first stage, bytes."""
+class Requirements(Frozen):
+    """Bandwidths that keep the overlap and the offload hidden (reported, not applied), bytes/s."""
 
-    weight: float = Field(description="Weights.")
-    activation: float = Field(description="Activations (working and stored).")
-    activation_checkpoint: float = Field(description="Activation checkpoints (full recompute).")
-    weight_grad: float = Field(description="Weight gradients.")
-    activation_grad: float = Field(description="Activation gradients.")
-    optimizer: float = Field(description="Optimizer state.")
-    tier1_total: float = Field(description="Total required in memory tier 1.")
+    tp_overlap_per_s: float = Field(description="TP network bandwidth for the tiled GEMM/collective overlap.")
+    dp_overlap_chunk_per_s: float = Field(description="DP network bandwidth to hide the sync of all chunks but the last.")
+    dp_overlap_tail_per_s: float = Field(description="DP network bandwidth to hide the last chunk's sync.")
+    activation_offload_per_s: float = Field(description="Tier-2 bandwidth to offload a block's kept activations.")
+    weight_offload_per_s: float = Field(description="Tier-2 bandwidth to offload a block's weights.")
+    optimizer_offload_per_s: float = Field(description="Tier-2 bandwidth to offload weight gradients and optimizer state.")
+    offload_per_s: float = Field(description="Tier-2 bandwidth for everything offloaded.")
 
 
 class ViewEstimate(Frozen):
@@ -67,6 +84,8 @@ class ViewEstimate(Frozen):
     system_efficiency: float = Field(description="Compute time / total time.")
     total_efficiency: float = Field(description="Peak-matrix time of the useful work / total time.")
     sample_rate_per_s: float = Field(description="Samples per second.")
+    requirements: Requirements | None = Field(
+        None, description="Overlap/offload bandwidth requirements (layouts with TP/DP overlap or offload).")
 
 
 VIEW_JSON_FIELDS = ("total_s", "components_s", "memory_bytes", "workload")
@@ -75,7 +94,7 @@ VIEW_JSON_FIELDS = ("total_s", "components_s", "memory_bytes", "workload")
 class Estimate(Frozen):
     """Both views of one input, with its lowering digests and feasibility."""
 
-    status: Literal["ok", "infeasible"] = Field(description="ok, or infeasible on the profile's system.")
+    status: ESTIMATE_STATUSES.literal() = Field(description="ok, or infeasible on the profile's system.")
     reason: str | None = Field(description="Why infeasible (figures are still given).")
     system: str = Field(description="Evidence profile name.")
     evidence_revision: str = Field(description="SHA-256 of the evidence profile's canonical content.")
@@ -87,12 +106,38 @@ class Estimate(Frozen):
         return {name: v.model_dump(mode="json", include=set(VIEW_JSON_FIELDS)) for name, v in self.views.items()}
 
 
+class NonPhysicalEstimateError(InputError):
+    """An estimate figure came out negative, NaN or infinite: an error naming the input, never an ``ok``."""
+
+
+_INF = math.inf
+
+
+def _check_figures(source: str, prefix: str, figures: dict[str, Any], profile: EvidenceProfile) -> None:
+    for name, value in figures.items():
+        if not 0.0 <= value < _INF:  # False for NaN, negatives and infinities
+            raise NonPhysicalEstimateError(
+                source, f"{prefix}{name}", f"{value!r} is not a finite, non-negative figure: this input and evidence "
+                f"profile {profile.name} (revision {profile.revision()[:12]}) drive the arithmetic out of range")
+
+
+def require_physical(est: "Estimate", profile: EvidenceProfile, source: str) -> "Estimate":
+    """``est`` if every figure of every view is finite and non-negative (see the module rules)."""
+    for name, view in est.views.items():
+        _check_figures(source, f"{name}.", {k: v for k, v in view.__dict__.items() if isinstance(v, (int, float))}, profile)
+        _check_figures(source, f"{name}.components_s.", view.components_s.__dict__, profile)
+        _check_figures(source, f"{name}.memory_bytes.", view.memory_bytes.__dict__, profile)
+        _check_figures(source, f"{name}.workload.", view.workload.__dict__, profile)
+    return est
+
+
 def clear_caches() -> None:
     """Forget everything the estimate path memoizes (lowerings, interned IR
     values, canonical texts, prices), e.g. to measure a cold estimate; results
     never depend on it."""
     clear_lowering_caches()
     clear_pricers()
+    _PROJECTIONS.clear()
 
 
 def check_tiers(data: EstimateInput, profile: EvidenceProfile, source: str) -> None:
@@ -124,10 +169,36 @@ def cost_view(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView,
     return block, compose(plan.schedule, block, p.forward_transfers_per_microbatch, p.backward_transfers_per_microbatch)
 
 
+_PROJECTIONS: dict[tuple[int, int], tuple[ConcretePlanIR, object, object]] = {}
+
+
+def projected(concrete: ConcretePlanIR, pricer):
+    """:func:`calculon_projection` memoized per (ConcretePlanIR, pricer) instance (a pure function of two
+    immutable values; the instances are held alive by the memo; bounded)."""
+    key = (id(concrete), id(pricer))
+    hit = _PROJECTIONS.get(key)
+    if hit is not None and hit[0] is concrete and hit[1] is pricer:
+        return hit[2]
+    if len(_PROJECTIONS) > 4096:
+        _PROJECTIONS.clear()
+    result = calculon_projection(concrete, pricer)
+    _PROJECTIONS[key] = (concrete, pricer, result)
+    return result
+
+
 def view_estimate(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView, workload: WorkloadMetrics,
-                  stage: StageMemory) -> ViewEstimate:
-    _, comp = cost_view(plan, profile, view)
-    c = comp.components_s
+                  stage: StageMemory, concrete: ConcretePlanIR | None = None) -> ViewEstimate:
+    """One view; a ConcretePlanIR (TP/DP overlap, offload) is projected with the ``calculon-0.1.0`` projection."""
+    requirements = None
+    memory = {name: getattr(stage, name) for name in MEMORY_FIGURES}
+    if concrete is None:
+        _, comp = cost_view(plan, profile, view)
+        c, total = comp.components_s, comp.total_s
+    else:
+        projection = projected(concrete, pricer_for(profile, view, plan.datatype))
+        c, total = projection.components_s, projection.total_s
+        requirements = Requirements(**dataclasses.asdict(projection.requirements))
+        memory.update(tier1_total=concrete.tier1_total_bytes, tier2_total=concrete.tier2_total_bytes)
     s = plan.schedule
     useful = workload.forward_flops
     if s.training:
@@ -135,31 +206,34 @@ def view_estimate(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView
     compute_time = c["forward"] + c["backward"] + c["optimizer"]
     perfect = s.blocks_per_stage * s.microbatches * useful / profile.matrix[plan.datatype].peak_flops_per_s
     return ViewEstimate(
-        view=view.name, total_s=comp.total_s, components_s=Components(**c),
-        memory_bytes=MemoryBytes(weight=stage.weight, activation=stage.activation,
-                                 activation_checkpoint=stage.activation_checkpoint, weight_grad=stage.weight_grad,
-                                 activation_grad=stage.activation_grad, optimizer=stage.optimizer,
-                                 tier1_total=stage.tier1_total),
+        view=view.name, total_s=total, components_s=Components(**c),
+        memory_bytes=MemoryBytes(**memory),
         workload=workload, useful_flops=useful,
         compute_efficiency=perfect / compute_time if compute_time else 0.0,
-        system_efficiency=compute_time / comp.total_s if comp.total_s else 0.0,
-        total_efficiency=perfect / comp.total_s if comp.total_s else 0.0,
-        sample_rate_per_s=s.global_batch / comp.total_s if comp.total_s else 0.0,
+        system_efficiency=compute_time / total if total else 0.0,
+        total_efficiency=perfect / total if total else 0.0,
+        sample_rate_per_s=s.global_batch / total if total else 0.0,
+        requirements=requirements,
     )
 
 
 def estimate_lowering(lowering: Lowering, profile: EvidenceProfile,
-                      views: tuple[CostView, ...] = DEFAULT_VIEWS) -> Estimate:
+                      views: tuple[CostView, ...] = DEFAULT_VIEWS, source: str = "<input>") -> Estimate:
+    """Both views of a lowering; every figure checked by :func:`require_physical`."""
     plan = lowering.plan
     block: BlockMemory = block_memory(plan)
     stage = stage_memory(plan, block)
     workload = workload_metrics(plan, block)
-    reason = infeasibility(plan, stage, profile)
-    return Estimate(
+    concrete = lowering.concrete() if lowering.concurrent else None
+    if concrete is None:
+        reason = infeasibility(plan, stage, profile)
+    else:
+        reason = concrete_infeasibility(plan, concrete, profile)
+    return require_physical(Estimate(
         status="infeasible" if reason else "ok", reason=reason, system=profile.name,
         evidence_revision=profile.revision(), digests=lowering.digests(),
-        views={v.name: view_estimate(plan, profile, v, workload, stage) for v in views},
-    )
+        views={v.name: view_estimate(plan, profile, v, workload, stage, concrete) for v in views},
+    ), profile, source)
 
 
 def estimate(data: EstimateInput, views: tuple[CostView, ...] = DEFAULT_VIEWS, *, source: str = "<input>",
@@ -167,4 +241,4 @@ def estimate(data: EstimateInput, views: tuple[CostView, ...] = DEFAULT_VIEWS, *
     """Lower ``data`` and cost it under ``views`` with its evidence profile."""
     profile = load_profile(data.system, evidence_dir)
     check_tiers(data, profile, source)
-    return estimate_lowering(lower(data, source), profile, views)
+    return estimate_lowering(lower(data, source), profile, views, source)

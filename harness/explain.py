@@ -25,14 +25,15 @@ from pathlib import Path
 from pydantic import Field
 
 from harness.cases import EstimateInput
-from harness.cost.views import CURVE_FAMILIES, CostView, Pricer
+from harness.cost.views import CostView, Pricer
 from harness.estimate import check_tiers, cost_view
 from harness.evidence.profile import EvidenceProfile, load_profile
 from harness.ir.base import Frozen
 from harness.ir.portable import Message, PlanTask, PortablePlanIR
 from harness.pipeline import Lowering, lower
 from harness.schedule.block import BlockTimes, block_times
-from harness.schedule.compose import COMPONENTS, compose
+from harness.schedule.compose import compose
+from harness.vocabulary import COMPONENTS, CURVE_FAMILIES
 
 ZERO_BLOCK = BlockTimes(*(0.0 for _ in dataclasses.fields(BlockTimes)))
 
@@ -41,7 +42,9 @@ COMPONENT_PASSES = {
     "forward": ("forward",), "backward": ("activation_grad", "weight_grad"), "optimizer": ("optimizer",),
     "recompute": ("forward",), "tensor_parallel": ("forward", "activation_grad"), "pipeline_parallel": (),
     "data_parallel": (), "recommunication": (), "pipeline_bubble": ("forward", "activation_grad", "weight_grad"),
+    "forward_offload": (), "backward_offload": (),
 }
+COMPONENTS.require(COMPONENT_PASSES, "harness.explain.COMPONENT_PASSES")
 
 
 @dataclasses.dataclass(frozen=True)

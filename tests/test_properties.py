@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from harness.cases import EstimateInput
 from harness.errors import InputError
 from harness.estimate import cost_view, estimate, estimate_lowering
-from harness.cost.views import PEAK_ONLY, SYSTEM_EVIDENCE
+from harness.cost.views import COST_VIEWS
 from harness.evidence.calculon_export import calculon_system
 from harness.evidence.profile import EvidenceProfile, load_profile
 from harness.interop.calculon_format import input_from_calculon
@@ -124,7 +124,7 @@ def test_more_bandwidth_or_flops_never_slows_an_iteration(data, resource, factor
     profile = load_profile(config.input.system)
     lowering = lower(config.input)
     quicker = faster(profile, resource, factor)
-    for view in (PEAK_ONLY, SYSTEM_EVIDENCE):
+    for view in COST_VIEWS.values():
         _, base = cost_view(lowering.plan, profile, view)
         _, fast = cost_view(lowering.plan, quicker, view)
         assert fast.total_s <= base.total_s * (1 + 1e-12)
@@ -168,7 +168,9 @@ BREAKS = {
                                "execution.activation_recompute"),
     "sharding with one replica": (_one_replica_sharding, "execution.optimizer_sharding"),
     "interleaving with one stage": (_one_stage_interleaving, "execution.pipeline_interleaving"),
-    "overlap": (_set(tensor_par_overlap="pipe"), "execution.tensor_par_overlap"),
+    "overlap with one TP rank": (lambda m, e: e.update(tensor_par_overlap="pipe", tensor_par=1,
+                                                       num_procs=e["pipeline_par"] * e["data_par"]),
+                                 "execution.tensor_par_overlap"),
 }
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from harness.cases import load_case
-from harness.cost.views import VIEWS
+from harness.cost.views import COST_VIEWS as VIEWS
 from harness.errors import HarnessError
 from harness.estimate import cost_view
 from harness.evidence.profile import load_profile

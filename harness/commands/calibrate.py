@@ -2,19 +2,23 @@
 
 Runs the Table 5 experiment (estimates first, then oracles), prints the
 results and parity tables, writes the JSON report, and exits 1 when a budget
-is violated.
+is violated. A case directory that is missing, not a directory or holds no
+case is an error (exit 2), never "all met" on zero cases. The report and the
+plots are checked before the experiment runs and written atomically
+(:mod:`harness.outputs`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from harness import locations
 from harness.errors import HarnessError
 
 
 def register(sub) -> None:
     p = sub.add_parser("calibrate", help="run the calibration experiment and write its report")
-    p.add_argument("--cases", type=Path, default=Path("cases"), help="case directory (default: cases)")
+    p.add_argument("--cases", type=Path, help="case directory (default: the project's cases/, else the packaged ones)")
     p.add_argument("--output", type=Path, default=Path("out/calibration/report.json"),
                    help="JSON report path (default: out/calibration/report.json)")
     p.add_argument("--oracle", choices=("recorded", "live"), default="recorded",
@@ -25,9 +29,19 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from harness.cases import case_paths
     from harness.experiment.run import run_experiment
     from harness.experiment.tables import print_report
     from harness.oracles.calculon_oracle import LiveCalculon, RecordedCalculon
+    from harness.outputs import check_output, check_output_dir, write_text
+    from harness.report.plots import PLOT_FILES
+
+    cases = args.cases or locations.current().cases_dir()
+    inputs = case_paths(cases)
+    plot_paths = [args.plots / name for name in PLOT_FILES] if args.plots else []
+    check_output(args.output, inputs=inputs, others=plot_paths)
+    if args.plots:
+        check_output_dir(args.plots, option="--plots", inputs=inputs)
 
     if args.oracle == "live":
         if args.calculon_src is None:
@@ -35,9 +49,8 @@ def run(args) -> int:
         oracle = LiveCalculon(args.calculon_src)
     else:
         oracle = RecordedCalculon()
-    report = run_experiment(args.cases, oracle)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(report.to_json() + "\n")
+    report = run_experiment(cases, oracle)
+    write_text(args.output, report.to_json() + "\n")
     print_report(report)
     print(f"report: {args.output}")
     if args.plots:

@@ -13,16 +13,17 @@ import json
 from typing import Any
 
 from harness.cases import load_case
-from harness.cost.views import CURVE_FAMILIES, VIEWS
+from harness.cost.views import COST_VIEWS
 from harness.estimate import DEFAULT_VIEWS
 from harness.explain import Attribution, ViewTasks, attribute_input, by_task_input
+from harness.vocabulary import CURVE_FAMILIES, VIEWS
 
 
 def register(sub) -> None:
     p = sub.add_parser("explain", help="split the evidence gap over curve families (Shapley), or components by task")
     p.add_argument("cases", nargs="+", metavar="CASE.yaml", help="case files")
     p.add_argument("--by-task", action="store_true", help="list each component's plan tasks instead")
-    p.add_argument("--view", choices=sorted(VIEWS), help="with --by-task: only this view")
+    p.add_argument("--view", choices=list(VIEWS), help="with --by-task: only this view")
     p.add_argument("--json", action="store_true", help="JSON list, one object per case")
     p.set_defaults(func=run)
 
@@ -59,7 +60,7 @@ def run(args) -> int:
     for path in args.cases:
         case = load_case(path)
         if args.by_task:
-            views = (VIEWS[args.view],) if args.view else DEFAULT_VIEWS
+            views = (COST_VIEWS[args.view],) if args.view else DEFAULT_VIEWS
             results.append((case.id, by_task_input(case.estimate_input(), views, source=path)))
         else:
             results.append((case.id, attribute_input(case.estimate_input(), source=path)))

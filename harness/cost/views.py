@@ -10,12 +10,14 @@ A view reads only the PortablePlanIR and an evidence profile. It prices:
   participants x offset``, ``time = latency + adjusted / (bandwidth x
   efficiency)``.
 
-A view names the *curve families* whose evidence it applies: ``matrix``,
-``vector`` (operation-size curves), ``memory`` (transfer-size curves) and
-``network`` (bandwidth efficiency). A family not applied has efficiency 1.0;
-peaks, latencies and collective volume models are always applied.
-``peak_only`` applies none, ``system_evidence`` all four. There is no other
-input: no model name, no per-case factor, no reference total, no overlap ratio.
+A view names the *curve families* whose evidence it applies
+(``harness.vocabulary.CURVE_FAMILIES``: ``matrix``, ``vector`` operation-size
+curves, ``memory`` transfer-size curves, ``network`` bandwidth efficiency). A
+family not applied has efficiency 1.0; peaks, latencies and collective volume
+models are always applied. The two named views (``harness.vocabulary.VIEWS``)
+are the ends: ``peak_only`` applies none, ``system_evidence`` all of them; any
+other subset is named ``curves:<family>+...``. There is no other input: no
+model name, no per-case factor, no reference total, no overlap ratio.
 """
 
 from __future__ import annotations
@@ -26,8 +28,7 @@ from typing import Generic, Iterable, NamedTuple, TypeVar
 from harness.errors import EvidenceError
 from harness.evidence.profile import ComputeEngine, EvidenceProfile
 from harness.ir.portable import Message, PlanTask, PortablePlanIR, Work
-
-CURVE_FAMILIES = ("matrix", "vector", "memory", "network")
+from harness.vocabulary import CURVE_FAMILIES, PEAK_ONLY, SYSTEM_EVIDENCE, VIEWS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,14 +44,15 @@ class CostView:
         unknown = families - set(CURVE_FAMILIES)
         if unknown:
             raise ValueError(f"unknown curve families {sorted(unknown)}")
-        name = {frozenset(): "peak_only", frozenset(CURVE_FAMILIES): "system_evidence"}.get(
+        name = {frozenset(): PEAK_ONLY, frozenset(CURVE_FAMILIES): SYSTEM_EVIDENCE}.get(
             families, "curves:" + "+".join(f for f in CURVE_FAMILIES if f in families))
         return cls(name, families)
 
 
-PEAK_ONLY = CostView.with_curves(())
-SYSTEM_EVIDENCE = CostView.with_curves(CURVE_FAMILIES)
-VIEWS = {v.name: v for v in (PEAK_ONLY, SYSTEM_EVIDENCE)}
+#: The named views (``harness.vocabulary.VIEWS``), by name, in vocabulary order.
+COST_VIEWS: dict[str, CostView] = {v.name: v for v in (CostView.with_curves(()),
+                                                      CostView.with_curves(CURVE_FAMILIES))}
+VIEWS.require(COST_VIEWS, "harness.cost.views.COST_VIEWS", ordered=True)
 
 
 class PassCost(NamedTuple):
@@ -124,17 +126,17 @@ class Pricer:
         self.matrix = self._engine(profile.matrix, "matrix", datatype)
         self.vector = self._engine(profile.vector, "vector", datatype)
         self.roofline = profile.processing_mode == "roofline"
-        where = f"evidence profile {profile.name}"
-        # engine -> (peak FLOP/s, applied operation-size curve or None, what the curve is, for errors)
+        self._where = where = f"evidence profile {profile.name}"
+        # engine -> (peak FLOP/s, applied operation-size curve or None, (source, field) for errors)
         self._engines = {
             engine: (spec.peak_flops_per_s, spec.operation_size_efficiency if engine in view.curves else None,
-                     f"{where}: {engine} operation-size curve")
+                     (where, f"{engine}.{datatype}.operation_size_efficiency"))
             for engine, spec in (("matrix", self.matrix), ("vector", self.vector))
         }
         tier = profile.memory_tier1
         self._memory = (tier.bandwidth_bytes_per_s,
                         tier.transfer_size_efficiency if "memory" in view.curves else None,
-                        f"{where}: memory transfer-size curve")
+                        (where, "memory_tier1.transfer_size_efficiency"))
         self._network_curves = "network" in view.curves
         # id(instance) -> price, with the instance held alive by its memo (one
         # table per pass kind: the optimizer step runs on the vector engine)
@@ -144,23 +146,34 @@ class Pricer:
 
     def _engine(self, engines: dict[str, ComputeEngine], family: str, datatype: str) -> ComputeEngine:
         if datatype not in engines:
-            raise EvidenceError(f"evidence profile {self.profile.name}: {family}: no {datatype} engine "
-                                f"(has {sorted(engines)})")
+            raise EvidenceError(f"evidence profile {self.profile.name}", family,
+                                f"no {datatype} engine (has {sorted(engines)})")
         return engines[datatype]
 
     def compute_s(self, operations: float, engine: str) -> float:
         if operations == 0:
             return 0.0
         peak, curve, what = self._engines[engine]
-        eff = 1.0 if curve is None else curve.efficiency(operations, what)
+        eff = 1.0 if curve is None else curve.efficiency(operations, *what)
         return operations / (peak * eff)
 
     def memory_s(self, size_bytes: float) -> float:
         if size_bytes == 0:
             return 0.0
         bandwidth, curve, what = self._memory
-        eff = 1.0 if curve is None else curve.efficiency(size_bytes, what)
+        eff = 1.0 if curve is None else curve.efficiency(size_bytes, *what)
         return size_bytes / (bandwidth * eff)
+
+    def tier2_s(self, size_bytes: float) -> float:
+        """Time to move ``size_bytes`` over the memory tier-2 link (the ``memory`` curve family applies)."""
+        if size_bytes == 0:
+            return 0.0
+        tier = self.profile.memory_tier2
+        eff = 1.0
+        if "memory" in self.view.curves:
+            eff = tier.transfer_size_efficiency.efficiency(size_bytes, f"evidence profile {self.profile.name}",
+                                                           "memory_tier2.transfer_size_efficiency")
+        return size_bytes / (tier.bandwidth_bytes_per_s * eff)
 
     def work(self, work: Work, optimizer: bool = False) -> PassCost:
         """Compute and memory time of one pass (the optimizer step runs on the vector engine)."""
@@ -190,8 +203,8 @@ class Pricer:
         try:
             net = self.profile.networks[tier]
         except IndexError:
-            raise EvidenceError(f"evidence profile {self.profile.name}: no network tier {tier} "
-                                f"(has {len(self.profile.networks)})") from None
+            raise EvidenceError(self._where, "networks", f"no network tier {tier} "
+                                                         f"(has {len(self.profile.networks)})") from None
         model = net.collectives[message.collective]
         adjusted = message.message_bytes * model.volume_multiplier
         adjusted += adjusted / message.participants * model.participant_offset

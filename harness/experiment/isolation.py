@@ -18,10 +18,11 @@ import dataclasses
 
 from harness.cases import CaseFile, Comparison
 from harness.errors import OracleIsolationError
+from harness.vocabulary import VIEWS
 
-REQUIRED_VIEWS = frozenset({"peak_only", "system_evidence"})
+REQUIRED_VIEWS = frozenset(VIEWS)
 
-POLICY = ("Both estimates (peak_only, system_evidence) of a case are finished before its comparison section "
+POLICY = (f"Both estimates ({', '.join(VIEWS)}) of a case are finished before its comparison section "
           "(Calculon record id, paper value) is released; estimation modules cannot import oracle code or read "
           "vendor/ (import-linter contract).")
 

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field
 
 from harness.ir.base import Frozen as _Frozen
+from harness.vocabulary import ESTIMATE_STATUSES
 
 REPORT_SCHEMA = "blueprinting.calculon-calibration-experiment.v0"
 
@@ -84,7 +85,7 @@ class PaperComparison(Frozen):
 class CaseResult(Frozen):
     id: str = Field(description="Case id.")
     system: str = Field(description="Evidence profile.")
-    status: Literal["ok", "infeasible"] = Field(description="Estimate status.")
+    status: ESTIMATE_STATUSES.literal() = Field(description="Estimate status.")
     reason: str | None = Field(description="Why infeasible.")
     inputs: CaseInputs = Field(description="Input digests.")
     digests: dict[str, str] = Field(description="ModelIR, DistributedTaskIR, PortablePlanIR digests.")

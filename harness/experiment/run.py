@@ -13,8 +13,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from harness import __version__
-from harness.cases import CaseFile, load_cases
+from harness import __version__, locations
+from harness.cases import CaseFile, load_case_files
 from harness.digest import digest_data, sha256_file
 from harness.estimate import Estimate, estimate_lowering, check_tiers
 from harness.evidence.profile import load_profile, profile_path
@@ -44,10 +44,9 @@ from harness.oracles.calculon import (
     signed_error_pct,
 )
 from harness.pipeline import lower
-from harness.schedule.compose import COMPONENTS
+from harness.vocabulary import COMPONENTS, PEAK_ONLY, SYSTEM_EVIDENCE, VIEWS
 
 PAPER = "Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models, Table 5"
-VIEWS = ("peak_only", "system_evidence")
 
 
 def _git_commit(root: Path) -> str | None:
@@ -104,18 +103,18 @@ def _compare_case(path: Path, case: CaseFile, lowering, est: Estimate, attributi
         vc = _view_comparison(p)
         parity[view] = vc.model_copy(update={"calculon_error": rec.error})
         calculon[view] = _calculon_figures(rec.stats, rec.error)
-    evidence = parity["system_evidence"].metrics
+    evidence = parity[SYSTEM_EVIDENCE].metrics
     workload_keys = list(WORKLOAD_FIELDS) + list(CAPACITY_FIELDS)
     workload = {k.split(".", 1)[1]: evidence[k] for k in workload_keys if k in evidence}
     peak_gap = None
-    if "total_s" in calculon["system_evidence"]:
-        peak_gap = signed_error_pct(est.views["peak_only"].total_s, calculon["system_evidence"]["total_s"])
+    if "total_s" in calculon[SYSTEM_EVIDENCE]:
+        peak_gap = signed_error_pct(est.views[PEAK_ONLY].total_s, calculon[SYSTEM_EVIDENCE]["total_s"])
     paper = None
     if comparison.paper is not None:
         paper = PaperComparison(
             iteration_s=comparison.paper.iteration_s, citation=comparison.paper.citation,
-            peak_only_error_pct=signed_error_pct(est.views["peak_only"].total_s, comparison.paper.iteration_s),
-            system_evidence_error_pct=signed_error_pct(est.views["system_evidence"].total_s,
+            peak_only_error_pct=signed_error_pct(est.views[PEAK_ONLY].total_s, comparison.paper.iteration_s),
+            system_evidence_error_pct=signed_error_pct(est.views[SYSTEM_EVIDENCE].total_s,
                                                        comparison.paper.iteration_s))
     return CaseResult(
         id=case.id, system=case.system, status=est.status, reason=est.reason,
@@ -148,7 +147,7 @@ def summarize(scope: str, results: list[CaseResult], budgets: Budgets, extra_vio
                 elif not abs(m.error_pct) <= budgets.calculon_pct:
                     violations.append(f"{r.id} [{view}] {name}: {m.error_pct:+.3g} % from Calculon "
                                       f"(budget {budgets.calculon_pct:g} %)")
-        ev = r.parity["system_evidence"].metrics
+        ev = r.parity[SYSTEM_EVIDENCE].metrics
         if "total_s" in ev:
             evidence_totals.append(abs(ev["total_s"].error_pct))
             all_evidence += [abs(m.error_pct) for k, m in ev.items() if k not in MEMORY_FIELDS]
@@ -186,14 +185,14 @@ def summarize(scope: str, results: list[CaseResult], budgets: Budgets, extra_vio
     return Summary(**summary, budgets=budgets, violations=tuple(violations))
 
 
-def run_experiment(cases_dir: Path | str = "cases", oracle=None, budgets: Budgets | None = None,
+def run_experiment(cases_dir: Path | str | None = None, oracle=None, budgets: Budgets | None = None,
                    gate: ComparisonGate | None = None) -> Report:
-    """Estimate every case of ``cases_dir`` (both views), then compare with the oracle and the paper."""
+    """Estimate every case of ``cases_dir`` (default: the current locations' cases), both views, then compare
+    with the oracle (default: the vendored records) and the paper."""
     from harness.oracles.calculon_oracle import RecordedCalculon
 
-    cases_dir = Path(cases_dir)
-    paths = sorted(cases_dir.glob("*.yaml"))
-    cases = list(zip(paths, load_cases(cases_dir)))
+    cases_dir = locations.current().cases_dir() if cases_dir is None else Path(cases_dir)
+    cases = load_case_files(cases_dir)
     gate = gate or ComparisonGate()
     estimates = _estimate_all(cases, gate)
     oracle = oracle or RecordedCalculon()

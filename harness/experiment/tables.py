@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from harness.experiment.report import Report
+from harness.vocabulary import PEAK_ONLY, SYSTEM_EVIDENCE
 
 
 def _fmt(value: float | None, spec: str = ".4f") -> str:
@@ -22,10 +23,10 @@ def results_table(report: Report) -> Table:
     for name in ("Case", "Peak-only (s)", "Evidence (s)", "Calculon (s)", "Paper (s)", "Evidence vs paper"):
         table.add_column(name, justify="left" if name == "Case" else "right")
     for r in report.cases:
-        calculon = r.calculon["system_evidence"].get("total_s")
+        calculon = r.calculon[SYSTEM_EVIDENCE].get("total_s")
         paper = r.paper
         table.add_row(r.id + ("" if r.status == "ok" else f" [{r.status}]"),
-                      _fmt(r.views["peak_only"]["total_s"]), _fmt(r.views["system_evidence"]["total_s"]),
+                      _fmt(r.views[PEAK_ONLY]["total_s"]), _fmt(r.views[SYSTEM_EVIDENCE]["total_s"]),
                       _fmt(calculon), _fmt(paper.iteration_s if paper else None, ".2f"),
                       f"{paper.system_evidence_error_pct:+.2f}%" if paper else "-")
     return table

@@ -27,18 +27,20 @@ from harness.oracles.calculon import explicit_recompute
 from harness.oracles.records import (
     MANIFEST_SCHEMA,
     RECORDS_SCHEMA,
-    VENDOR_DIR,
     Manifest,
     OracleIdentity,
     read_json,
     write_json,
 )
 from harness.oracles.runner import CALCULON_VERSION, DIGEST_RULE, CalculonRunner
+from harness.outputs import write_text
+from harness.vocabulary import PEAK_ONLY, VIEWS
 
 CALCULON_COMMIT = "caa4b11f8fe1fee3ba57adaacb7590d7deabd053"
 
 
-RECORD_VIEWS = ("system_evidence", "peak_only")
+#: The views recorded by default: every named view (``harness.vocabulary.VIEWS``).
+RECORD_VIEWS = tuple(VIEWS)
 
 
 def view_record(result: dict, training: bool, keep_layers: bool = True) -> dict:
@@ -63,7 +65,7 @@ def record_inputs(runner: CalculonRunner, inputs: Iterable[tuple[str, EstimateIn
         model, execution = calculon_from_input(data)
         out = {}
         for view in views:
-            result = runner.run(model, execution, calculon_system(profile, peak_only=view == "peak_only"))
+            result = runner.run(model, execution, calculon_system(profile, peak_only=view == PEAK_ONLY))
             out[view] = view_record(result, data.execution.training, keep_layers)
         records.append({"id": record_id, "system": data.system, "calculon_model": model,
                         "calculon_execution": execution, "views": out})
@@ -71,7 +73,7 @@ def record_inputs(runner: CalculonRunner, inputs: Iterable[tuple[str, EstimateIn
 
 
 def write_record_file(runner: CalculonRunner, relative: str, records: list[dict], revisions: dict[str, str],
-                      vendor: Path = VENDOR_DIR) -> Path:
+                      vendor: Path) -> Path:
     identity = oracle_identity(runner)
     path = vendor / relative
     write_json(path, {"schema": RECORDS_SCHEMA, "oracle": identity.model_dump(), "evidence_revisions": revisions,
@@ -85,7 +87,7 @@ def oracle_identity(runner: CalculonRunner) -> OracleIdentity:
                           source_tree_sha256=runner.source_digest, digest_rule=DIGEST_RULE)
 
 
-def update_manifest(identity: OracleIdentity, relative: str, path: Path, vendor: Path = VENDOR_DIR) -> None:
+def update_manifest(identity: OracleIdentity, relative: str, path: Path, vendor: Path) -> None:
     """List ``relative`` (written at ``path``) in the manifest with its SHA-256 (other files kept
     when the oracle identity is unchanged)."""
     manifest_path = vendor / "MANIFEST.json"
@@ -95,6 +97,6 @@ def update_manifest(identity: OracleIdentity, relative: str, path: Path, vendor:
         if old.oracle == identity:
             files = dict(old.files)
     files[relative] = sha256_file(path)
-    manifest_path.write_text(json.dumps(
+    write_text(manifest_path, json.dumps(
         {"schema": MANIFEST_SCHEMA, "oracle": identity.model_dump(), "files": dict(sorted(files.items()))},
-        indent=1, sort_keys=True) + "\n")
+        indent=1, sort_keys=True) + "\n", option="--vendor")

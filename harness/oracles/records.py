@@ -1,6 +1,7 @@
 """Vendored Calculon records: the project's own file format and its checks.
 
-Layout of ``vendor/calculon-0.1.0/``:
+Layout of ``vendor/calculon-0.1.0/`` (the project's, else the packaged one:
+:meth:`harness.locations.Locations.vendor_dir`):
 
 - ``PROVENANCE.md``: what Calculon is, its commit and license (Apache-2.0),
   the source digest and how it is computed, how the records were made;
@@ -14,18 +15,17 @@ that differs from the manifest's, or a requested record that is missing is an
 
 from __future__ import annotations
 
-import gzip
 import json
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, ValidationError
 
+from harness import inputs, locations, outputs
 from harness.digest import sha256_file
-from harness.errors import OracleRecordError
+from harness.errors import InputError, OracleRecordError
 from harness.ir.base import Frozen
 
-VENDOR_DIR = Path(__file__).resolve().parents[2] / "vendor" / "calculon-0.1.0"
 RECORDS_SCHEMA = "blueprinting.oracle-records.v0"
 MANIFEST_SCHEMA = "blueprinting.oracle-manifest.v0"
 
@@ -71,23 +71,27 @@ class Manifest(Frozen):
 
 
 def read_json(path: Path) -> Any:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as handle:
-        return json.load(handle)
+    """A JSON file (``.gz`` allowed) under the strict input rules (:mod:`harness.inputs`); any problem is an
+    OracleRecordError naming the file and field."""
+    try:
+        return inputs.read_json(path).data
+    except InputError as error:
+        raise OracleRecordError(str(error)) from None
 
 
 def write_json(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(data, indent=None, sort_keys=True, separators=(",", ":")) + "\n"
-    if path.suffix == ".gz":
-        with gzip.GzipFile(path, "wb", mtime=0) as handle:
-            handle.write(text.encode("utf-8"))
-    else:
-        path.write_text(text)
+    """Write compact, sorted, strict JSON atomically (gzip-compressed with a fixed header for ``.gz``)."""
+    text = json.dumps(data, indent=None, sort_keys=True, separators=(",", ":"), allow_nan=False) + "\n"
+    outputs.write_bytes(path, text.encode("utf-8"), option="--output")
 
 
-def load_manifest(vendor: Path = VENDOR_DIR) -> Manifest:
-    path = vendor / "MANIFEST.json"
+def vendor_dir(vendor: Path | None = None) -> Path:
+    """``vendor``, or the vendored records of the current locations."""
+    return locations.current().vendor_dir() if vendor is None else Path(vendor)
+
+
+def load_manifest(vendor: Path | None = None) -> Manifest:
+    path = vendor_dir(vendor) / "MANIFEST.json"
     if not path.is_file():
         raise OracleRecordError(f"{path}: missing (vendored Calculon records are not installed)")
     try:
@@ -96,14 +100,15 @@ def load_manifest(vendor: Path = VENDOR_DIR) -> Manifest:
         raise OracleRecordError(f"{path}: not a valid manifest: {str(error).splitlines()[0]}") from None
 
 
-def load_record_file(relative: str, vendor: Path = VENDOR_DIR) -> OracleRecordFile:
+def load_record_file(relative: str, vendor: Path | None = None) -> OracleRecordFile:
     """Load one record file after checking its digest against the manifest."""
     return load_checked(relative, OracleRecordFile, vendor)
 
 
-def load_checked(relative: str, kind: type, vendor: Path = VENDOR_DIR):
+def load_checked(relative: str, kind: type, vendor: Path | None = None):
     """Load one vendored file as ``kind`` (a model with an ``oracle`` identity) after checking
     its digest and its oracle identity against the manifest."""
+    vendor = vendor_dir(vendor)
     manifest = load_manifest(vendor)
     path = vendor / relative
     if relative not in manifest.files:
@@ -126,8 +131,8 @@ def load_checked(relative: str, kind: type, vendor: Path = VENDOR_DIR):
 class RecordIndex:
     """All records of the listed files, by id."""
 
-    def __init__(self, files: tuple[str, ...] = ("records/cases.json",), vendor: Path = VENDOR_DIR) -> None:
-        self.vendor = vendor
+    def __init__(self, files: tuple[str, ...] = ("records/cases.json",), vendor: Path | None = None) -> None:
+        self.vendor = vendor = vendor_dir(vendor)
         self.manifest = load_manifest(vendor)
         self.by_id: dict[str, tuple[str, OracleRecord]] = {}
         self.evidence_revisions: dict[str, str] = {}

@@ -20,8 +20,8 @@ from pydantic import ValidationError
 
 from harness.errors import OracleRecordError
 from harness.oracles.records import OracleRecord, ViewRecord, read_json
+from harness.vocabulary import VIEWS
 
-VIEW_NAMES = ("system_evidence", "peak_only")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,7 +48,7 @@ def read_reference(path: Path | str) -> ReferenceFile:
         data = read_json(path)
         records = tuple(
             OracleRecord(id=r["case"], system=r["system"], calculon_model=r["model"], calculon_execution=r["execution"],
-                         views={name: _view(r[name]) for name in VIEW_NAMES if name in r})
+                         views={name: _view(r[name]) for name in VIEWS if name in r})
             for r in data["records"])
         return ReferenceFile(path, data["meta"]["source_tree_sha256"], records)
     except (ValueError, KeyError, TypeError, ValidationError) as error:

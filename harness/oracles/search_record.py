@@ -24,7 +24,7 @@ from harness.evidence.calculon_export import calculon_system
 from harness.interop.calculon_format import MODEL_FIELDS
 from harness.ir.base import Frozen
 from harness.oracles.record import oracle_identity, update_manifest
-from harness.oracles.records import VENDOR_DIR, OracleIdentity, load_checked, write_json
+from harness.oracles.records import OracleIdentity, load_checked, write_json
 from harness.oracles.runner import CalculonRunner
 from harness.search.evaluate import SearchProblem
 
@@ -73,8 +73,8 @@ def request_record(problem: SearchProblem) -> SearchRequestRecord:
         dp_overlap=o.dp_overlap)
 
 
-def record_search(runner: CalculonRunner, problem: SearchProblem, relative: str, cpus: int | None = None,
-                  vendor: Path = VENDOR_DIR) -> tuple[Path, dict[str, Any]]:
+def record_search(runner: CalculonRunner, problem: SearchProblem, relative: str, vendor: Path,
+                  cpus: int | None = None) -> tuple[Path, dict[str, Any]]:
     """Run Calculon's search for ``problem`` and write ``vendor/relative`` (plus the manifest)."""
     request = request_record(problem)
     cpus = cpus or os.cpu_count() or 1
@@ -94,6 +94,6 @@ def record_search(runner: CalculonRunner, problem: SearchProblem, relative: str,
     return path, data
 
 
-def load_search_record(relative: str, vendor: Path = VENDOR_DIR) -> SearchRecordFile:
+def load_search_record(relative: str, vendor: Path | None = None) -> SearchRecordFile:
     """A vendored search record, digest-checked against the manifest."""
     return load_checked(relative, SearchRecordFile, vendor)

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import dataclasses
 
+from harness import calculon_compat as compat
 from harness.ir.checks import blocks_per_stage
-from harness.ir.distributed import CollectiveOp, CollectiveShape, DistributedTaskIR, Task
+from harness.ir.distributed import CollectiveOp, CollectiveShape, DistributedTaskIR, OverlappedLinearShape, Task
 from harness.ir.portable import (
     NO_CAPACITY,
     NO_WORK,
@@ -40,14 +41,14 @@ from harness.passes.rules import FACTS_LIMIT, clear_memo, derive
 _MESSAGES: dict[tuple, TaskMessages] = {}
 
 
-def _task_messages(s: CollectiveShape, b: int, tier: int, backward: bool) -> TaskMessages:
+def _task_messages(s: CollectiveShape | OverlappedLinearShape, b: int, tier: int, backward: bool) -> TaskMessages:
     """TP messages of a collective of shape ``s`` (None: the identity, nothing sent).
 
     Memoized by field values (a pure function of frozen values; bounded like
     :func:`harness.passes.rules.derive`): the f/g collectives of both
     sub-blocks and their clones share one immutable TaskMessages.
     """
-    key = (*s.__dict__.values(), b, tier, backward)
+    key = (type(s), *s.__dict__.values(), b, tier, backward)
     messages = _MESSAGES.get(key)
     if messages is not None:
         return messages
@@ -104,9 +105,11 @@ class TransformerPlanWork(ModulePass[DistributedTaskIR, PortablePlanIR]):
     def _plan_task(task: Task, b: int, shards: int, tier: int, training: bool) -> PlanTask:
         facts = derive(task.shape, b, shards)
         messages = None
-        if isinstance(task.shape, CollectiveShape):
+        if isinstance(task.shape, (CollectiveShape, OverlappedLinearShape)):
             # Backward messages exist for a training forward collective only; a
-            # recommunication task sends its original's forward messages again.
+            # recommunication task sends its original's forward messages again
+            # (as does the recompute clone of an overlapped linear: its GEMM is
+            # tiled against them).
             messages = _task_messages(task.shape, b, tier, training and task.phase == "forward")
         if task.phase == "forward" and training:
             passes = dict(forward=facts.forward, activation_grad=facts.activation_grad,
@@ -151,13 +154,15 @@ class TransformerPlanWork(ModulePass[DistributedTaskIR, PortablePlanIR]):
         sharded = e.tp_communication in ("rs_ag", "p2p_rs_ag")
         boundary = (tokens // e.tensor_parallel if sharded else tokens) * s.hidden * e.bytes_per_element
         tier = e.network_tiers.pipeline
-        # Inference keeps a zero-byte backward slot: the schedule's edge block
-        # still pays the p2p latency there (Calculon 0.1.0 semantics).
-        backward_bytes = boundary if e.training else 0
+        # Inference keeps a zero-byte backward slot (a named Calculon rule): the
+        # schedule's edge block still pays the p2p latency there.
+        backward = None
+        if e.training or compat.inference_backward_p2p():
+            backward = Message.trusted(collective="p2p", message_bytes=boundary if e.training else 0,
+                                       participants=2, network_tier=tier)
         return PipelineTraffic.trusted(
             forward=Message.trusted(collective="p2p", message_bytes=boundary, participants=2, network_tier=tier),
-            backward=Message.trusted(collective="p2p", message_bytes=backward_bytes, participants=2,
-                                             network_tier=tier),
+            backward=backward,
             forward_transfers_per_microbatch=e.pipeline_interleaving,
             backward_transfers_per_microbatch=e.pipeline_interleaving if e.training else 0,
         )
@@ -187,9 +192,9 @@ class TransformerPlanWork(ModulePass[DistributedTaskIR, PortablePlanIR]):
         for task in ir.tasks:
             if task.phase != "forward" and task.capacity is not NO_CAPACITY and task.capacity != NO_CAPACITY:
                 raise self.fail(f"clone {task.name} holds capacity")
-            if task.primitive == "tp_collective" and task.messages is None:
+            if task.primitive in ("tp_collective", "overlapped_linear") and task.messages is None:
                 raise self.fail(f"collective {task.name} has no messages")
-            if task.primitive != "tp_collective" and task.messages is not None:
+            if task.primitive not in ("tp_collective", "overlapped_linear") and task.messages is not None:
                 raise self.fail(f"compute task {task.name} sends TP messages")
         sched = ir.schedule
         if sched.blocks_per_chunk * sched.chunks_per_stage != sched.blocks_per_stage:

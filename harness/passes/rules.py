@@ -6,30 +6,45 @@ Rules, with ``b`` bytes per element:
   reads X, W and writes Y; dgrad reads W, dY and writes dX; wgrad reads X, dY
   and writes dW.
 - batch matmul (both inputs activations): forward = 2BMNK, dgrad = 4BMNK
-  (gradients for both inputs), no wgrad.
+  (gradients for both inputs), no wgrad; dgrad reads dC and writes dA, dB.
 - layer norm: 9 / 14 / 7 operations per element (forward / dgrad / wgrad),
-  2 x hidden parameters.
-- softmax 5 / 8, GeLU 8 / 13, dropout 1 / 1 operations per element; dropout
-  keeps a one-byte mask per element (its stored activation), and its gradient
-  buffer is accounted at mask size (Calculon 0.1.0's accounting).
+  2 x hidden parameters; dgrad reads the weights and one tensor.
+- softmax 5 / 8, GeLU 8 / 13, dropout 1 / 1 operations per element; the
+  softmax and GeLU gradients read one tensor and write one; dropout keeps a
+  one-byte mask per element (its stored activation), and its gradient buffer
+  is accounted at mask size.
 - residual: forward one operation per output element, dgrad one per input.
 - fork: no forward work; dgrad sums ``users`` gradients.
 - TP collective: local reduction ``elements x (p-1)/p`` on the reducing side
   (g forward, f backward); HBM traffic of reduce-scatter/all-gather stays on
   the task; identities move nothing.
+- overlapped linear (a linear fused with its TP collective): the linear's
+  operations on the local GEMM; forward reads X, W and writes Y; dgrad and
+  wgrad touch the weight (gradient) and the kept activation and gradient
+  buffers of the shape (the all-gather side keeps a tile of the gathered
+  input, the reduce side a partial-output tile and its network buffer); the
+  collective's local reduction is priced by the ConcretePlanIR's collective
+  commands (:func:`reduction_operations`), not here.
 - optimizer (Adam): 11 operations per weight-gradient element; touches the
   fp32 master copy (when the datatype is narrower) and two fp32 moments;
   sharded over DP with optimizer sharding. The state is counted once.
+
+The gradient traffic of batch matmul, layer norm, softmax and GeLU and the
+dropout gradient buffer follow Calculon 0.1.0's accounting rather than the
+traffic-from-dependencies rule; each is a named rule in
+:mod:`harness.calculon_compat` (the alternative there is the dependency form).
 """
 
 from __future__ import annotations
 
 import dataclasses
 
+from harness import calculon_compat as compat
 from harness.ir.distributed import (
     BatchMatmulShape,
     CollectiveShape,
     ForkShape,
+    OverlappedLinearShape,
     LinearShape,
     NormShape,
     PointwiseShape,
@@ -93,7 +108,7 @@ def batch_matmul(s: BatchMatmulShape, b: int, shards: int) -> PrimitiveFacts:
     inputs, out = s.batch * (s.m * s.n + s.n * s.k), s.batch * s.m * s.k
     return PrimitiveFacts(
         forward=_work(ops, inputs * b, out * b, "matrix"),
-        activation_grad=_work(2 * ops, out * b, inputs * b, "matrix"),
+        activation_grad=_work(2 * ops, compat.batch_matmul_gradient_read_bytes(inputs, out, b), inputs * b, "matrix"),
         weight_grad=_NONE_MATRIX,
         optimizer=_NONE,
         capacity=_capacity(b, shards, activation=inputs * b, output=out, activation_grad=out * b),
@@ -105,7 +120,7 @@ def layer_norm(s: NormShape, b: int, shards: int) -> PrimitiveFacts:
     fw, dg, wg = LAYER_NORM_OPERATIONS
     return PrimitiveFacts(
         forward=_work(fw * a, (a + w) * b, a * b, "vector"),
-        activation_grad=_work(dg * a, (w + a) * b, a * b, "vector"),
+        activation_grad=_work(dg * a, compat.layer_norm_gradient_read_bytes(a, w, b), a * b, "vector"),
         weight_grad=_work(wg * a, 2 * a * b, w * b, "vector"),
         optimizer=_optimizer(w, 2 * w, b, shards),
         capacity=_capacity(b, shards, weights=w, activation=a * b, output=a, activation_grad=a * b, moments=2 * w),
@@ -122,12 +137,13 @@ def pointwise(s: PointwiseShape, b: int, shards: int) -> PrimitiveFacts:
             forward=forward,
             activation_grad=_work(dg * a, a * b + mask, a * b, "vector"),
             weight_grad=_NONE, optimizer=_NONE,
-            capacity=_capacity(b, shards, activation=mask, output=a, activation_grad=mask),
+            capacity=_capacity(b, shards, activation=mask, output=a,
+                               activation_grad=compat.dropout_gradient_bytes(a, b)),
         )
     kept = 0 if s.fused else a
     return PrimitiveFacts(
         forward=_work(fw * a, a * b, a * b, "vector"),
-        activation_grad=_work(dg * a, a * b, a * b, "vector"),
+        activation_grad=_work(dg * a, compat.pointwise_gradient_read_bytes(a, b), a * b, "vector"),
         weight_grad=_NONE, optimizer=_NONE,
         capacity=_capacity(b, shards, activation=kept * b, output=a, activation_grad=kept * b),
     )
@@ -174,6 +190,31 @@ def tp_collective(s: CollectiveShape, b: int, shards: int) -> PrimitiveFacts:
     )
 
 
+def overlapped_linear(s: OverlappedLinearShape, b: int, shards: int) -> PrimitiveFacts:
+    ops = 2 * s.m * s.n * s.k
+    x, w, y = s.m * s.n, s.n * s.k, s.m * s.k
+    act, grad = s.activation_elements, s.activation_grad_elements
+    return PrimitiveFacts(
+        forward=_work(ops, (x + w) * b, y * b, "matrix"),
+        activation_grad=_work(ops, (w + grad) * b, act * b, "matrix"),
+        weight_grad=_work(ops, (act + grad) * b, w * b, "matrix"),
+        optimizer=_optimizer(w, 2 * w, b, shards),
+        capacity=_capacity(b, shards, weights=w, activation=act * b, output=y, activation_grad=grad * b,
+                           moments=2 * w),
+    )
+
+
+#: Collectives that reduce: they carry local reduction work on the vector engine.
+REDUCING = frozenset({"reduce_scatter", "all_reduce"})
+
+
+def reduction_operations(collective: str, message_bytes: float, b: int, participants: int) -> float:
+    """Local reduction of a TP collective: ``elements x (p-1)/p`` when it reduces, else 0."""
+    if collective not in REDUCING:
+        return 0.0
+    return message_bytes / b * (participants - 1) / participants
+
+
 RULES = {
     "linear": linear,
     "batch_matmul": batch_matmul,
@@ -184,11 +225,12 @@ RULES = {
     "residual": residual,
     "fork": fork,
     "tp_collective": tp_collective,
+    "overlapped_linear": overlapped_linear,
 }
 
 
 #: Primitives with weights: the only ones whose facts depend on the optimizer shards.
-WEIGHTED = frozenset({"linear", "layer_norm"})
+WEIGHTED = frozenset({"linear", "layer_norm", "overlapped_linear"})
 
 _FACTS: dict[tuple, PrimitiveFacts] = {}
 FACTS_LIMIT = 8192

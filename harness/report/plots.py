@@ -29,17 +29,21 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from pydantic import Field, ValidationError
 
-from harness.cost.views import CURVE_FAMILIES
 from harness.errors import HarnessError, InputError
 from harness.estimate import Estimate
 from harness.explain import Attribution
 from harness.ir.base import Frozen
-from harness.schedule.compose import COMPONENTS
+from harness.outputs import atomic_output, check_output_dir
+from harness.vocabulary import COMPONENTS, CURVE_FAMILIES, PEAK_ONLY, SYSTEM_EVIDENCE
 
-SERIES = (("peak_only_total_s", "peak_only", "#9ecae1"), ("system_evidence_total_s", "system_evidence", "#3182bd"),
+PLOT_FILES = ("totals.png", "components.png", "gap_waterfall.png")
+SERIES = (("peak_only_total_s", PEAK_ONLY, "#9ecae1"), ("system_evidence_total_s", SYSTEM_EVIDENCE, "#3182bd"),
           ("calculon_total_s", "Calculon 0.1.0", "#fd8d3c"), ("paper_s", "paper", "#31a354"))
-FAMILY_COLORS = {"matrix": "tab:blue", "vector": "tab:orange", "memory": "tab:purple", "network": "tab:red"}
-COMPONENT_COLORS = dict(zip(COMPONENTS, colormaps["tab10"].colors))
+# One colour per vocabulary entry, from qualitative palettes long enough for new entries.
+FAMILY_COLORS = dict(zip(CURVE_FAMILIES, colormaps["Set1"].colors))
+COMPONENT_COLORS = dict(zip(COMPONENTS, colormaps["tab20"].colors[::2] + colormaps["tab20"].colors[1::2]))
+CURVE_FAMILIES.require(FAMILY_COLORS, "harness.report.plots.FAMILY_COLORS (palette too short)")
+COMPONENTS.require(COMPONENT_COLORS, "harness.report.plots.COMPONENT_COLORS (palette too short)")
 
 
 class PlotRow(Frozen):
@@ -58,8 +62,8 @@ class PlotRow(Frozen):
 def plot_row(case_id: str, est: Estimate, attribution: Attribution | None = None,
              calculon_total_s: float | None = None, paper_s: float | None = None) -> PlotRow:
     """A plot row from library results (the estimate must hold both default views)."""
-    return PlotRow(id=case_id, peak_only_total_s=est.views["peak_only"].total_s,
-                   system_evidence_total_s=est.views["system_evidence"].total_s,
+    return PlotRow(id=case_id, peak_only_total_s=est.views[PEAK_ONLY].total_s,
+                   system_evidence_total_s=est.views[SYSTEM_EVIDENCE].total_s,
                    calculon_total_s=calculon_total_s, paper_s=paper_s,
                    components_s={n: v.components_s.model_dump() for n, v in est.views.items()},
                    attribution_s=dict(attribution.attribution_s) if attribution else None)
@@ -95,10 +99,8 @@ def _grid(n: int) -> tuple[Figure, list]:
 def _save(fig: Figure, path: Path, layout: bool = False) -> Path:
     if layout:
         fig.tight_layout()
-    try:
-        fig.savefig(path)
-    except OSError as error:
-        raise InputError(str(path), "<file>", error.strerror or str(error)) from None
+    with atomic_output(path, "wb", option="--plots") as handle:
+        fig.savefig(handle, format="png")
     return path
 
 
@@ -184,7 +186,7 @@ def plot_waterfall(rows: list[PlotRow], path: Path) -> Path:
     for ax, row in zip(axes, rows):
         gap = row.system_evidence_total_s - row.peak_only_total_s
         floor = max(0.0, row.peak_only_total_s - 1.2 * abs(gap))
-        labels = ["peak_only", *CURVE_FAMILIES, "system_evidence"]
+        labels = [PEAK_ONLY, *CURVE_FAMILIES, SYSTEM_EVIDENCE]
         level = row.peak_only_total_s
         ax.bar(0, level - floor, 0.7, bottom=floor, color="#9ecae1")
         for x, family in enumerate(CURVE_FAMILIES, start=1):
@@ -210,14 +212,12 @@ def plot_waterfall(rows: list[PlotRow], path: Path) -> Path:
 
 
 def write_plots(rows: Iterable[PlotRow | Mapping[str, Any]], directory: Path | str) -> list[Path]:
-    """Write the calibration PNGs for ``rows`` into ``directory``; return their paths."""
+    """Write the calibration PNGs for ``rows`` into ``directory`` (created if missing; each PNG written
+    atomically, :mod:`harness.outputs`); return their paths."""
     checked = _rows(rows)
-    directory = Path(directory)
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise InputError(str(directory), "<directory>", error.strerror or str(error)) from None
-    paths = [plot_totals(checked, directory / "totals.png"), plot_components(checked, directory / "components.png")]
+    directory = check_output_dir(directory, option="--plots")
+    totals, components, waterfall = (directory / name for name in PLOT_FILES)
+    paths = [plot_totals(checked, totals), plot_components(checked, components)]
     if any(r.attribution_s is not None for r in checked):
-        paths.append(plot_waterfall(checked, directory / "gap_waterfall.png"))
+        paths.append(plot_waterfall(checked, waterfall))
     return paths

@@ -15,18 +15,20 @@ Rules (per first pipeline stage, which is the fullest and the slowest):
   ``bubble_reduction_blocks`` missing blocks when PP does not divide the
   blocks (half a base and half an edge block each; an edge block when chunks
   have no base block);
-- data parallel (no overlap): one sync per block on the stage.
+- data parallel (no overlap): one sync per block on the stage;
+- the total is the sum of the components (``harness.vocabulary.COMPONENTS``).
+
+The arithmetic forms (order of summation, grouping of products) are
+Calculon 0.1.0's, named in :mod:`harness.calculon_compat`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
+from harness import calculon_compat as compat
 from harness.ir.portable import Schedule
 from harness.schedule.block import BlockTimes
-
-COMPONENTS = ("forward", "backward", "optimizer", "recompute", "tensor_parallel", "pipeline_parallel",
-              "data_parallel", "recommunication", "pipeline_bubble")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -54,9 +56,10 @@ class Composition:
 def chunk_times(s: Schedule, b: BlockTimes) -> ChunkTimes:
     base_fw = b.forward_s + b.tp_forward_base_s
     edge_fw = b.forward_s + b.tp_forward_edge_s + b.pp_forward_s
-    base_bw = b.recompute_s + b.recomm_base_s + b.activation_grad_s + b.weight_grad_s + b.tp_backward_base_s
-    edge_bw = (b.recompute_s + b.recomm_edge_s + b.activation_grad_s + b.weight_grad_s + b.tp_backward_edge_s
-               + b.pp_backward_s)
+    base_bw = compat.block_backward_s(b.recompute_s, b.recomm_base_s, b.activation_grad_s, b.weight_grad_s,
+                                      b.tp_backward_base_s)
+    edge_bw = compat.block_backward_s(b.recompute_s, b.recomm_edge_s, b.activation_grad_s, b.weight_grad_s,
+                                      b.tp_backward_edge_s) + b.pp_backward_s
     if s.base_blocks_per_chunk > 0:
         reduction = s.bubble_reduction_blocks * (base_fw + edge_fw + base_bw + edge_bw) / 2
     else:
@@ -83,19 +86,20 @@ def compose(s: Schedule, b: BlockTimes, pp_forward_transfers: int, pp_backward_t
     chunk = c.chunk_forward_s + c.chunk_backward_s
     components = {
         "forward": mult * b.forward_s,
-        "backward": mult * b.activation_grad_s + mult * b.weight_grad_s,
+        "backward": compat.backward_s(mult, b.activation_grad_s, b.weight_grad_s),
         "optimizer": s.blocks_per_stage * b.optimizer_s,
         "recompute": mult * b.recompute_s,
-        "tensor_parallel": chunk_sum(b.tp_forward_base_s, b.tp_forward_edge_s)
-        + chunk_sum(b.tp_backward_base_s, b.tp_backward_edge_s),
-        "pipeline_parallel": mb * pp_forward_transfers * b.pp_forward_s + mb * pp_backward_transfers * b.pp_backward_s,
+        "tensor_parallel": compat.tensor_parallel_s(per_chunk, s.base_blocks_per_chunk, s.edge_blocks_per_chunk,
+                                                    b.tp_forward_base_s, b.tp_forward_edge_s,
+                                                    b.tp_backward_base_s, b.tp_backward_edge_s),
+        "pipeline_parallel": compat.pipeline_parallel_s(mb, pp_forward_transfers, b.pp_forward_s,
+                                                        pp_backward_transfers, b.pp_backward_s),
         "data_parallel": s.blocks_per_stage * b.dp_s,
         "recommunication": chunk_sum(b.recomm_base_s, b.recomm_edge_s),
-        "pipeline_bubble": c.bubble_full_chunks * chunk + (c.bubble_extra_chunks * chunk - c.bubble_reduction_s),
+        "pipeline_bubble": compat.pipeline_bubble_s(c.bubble_full_chunks, c.bubble_extra_chunks, chunk,
+                                                    c.bubble_reduction_s),
+        # The portable plan offloads nothing (offload is a ConcretePlanIR concern: harness.schedule.projection).
+        "forward_offload": 0.0,
+        "backward_offload": 0.0,
     }
-    order = ("forward", "backward", "optimizer", "recompute", "recommunication", "pipeline_bubble",
-             "tensor_parallel", "pipeline_parallel", "data_parallel")
-    total = 0.0
-    for name in order:
-        total += components[name]
-    return Composition(components, total, c)
+    return Composition(components, compat.iteration_total(components), c)

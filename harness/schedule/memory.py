@@ -11,11 +11,14 @@ Block figures (per microbatch where they are activations):
 
 Stage totals (training): 1F1B keeps ``m = min(microbatches, PP)`` microbatches
 in flight, ``m x (1 + (PP-1)/(interleaving x PP))`` with interleaving; the
-working block's activations once; activation gradients of one block; one fp32
-unsharded gradient plus ``blocks - 1`` sharded ones; optimizer state for every
-block. Inference keeps the weights and one block's working activations.
-Tier-1 total = weights + activations + checkpoints + weight gradients +
-optimizer + activation gradients.
+working block's activations once, next to ``blocks x m - 1`` stored ones;
+activation gradients of one block; one fp32 unsharded gradient plus ``blocks -
+1`` sharded ones; optimizer state for every block. Inference keeps the weights
+and one block's working activations. Tier-1 total = weights + activations +
+checkpoints + weight gradients + optimizer + activation gradients. The stored
+activations and the gradients follow Calculon 0.1.0's accounting, named in
+:mod:`harness.calculon_compat`. The figures are those of
+``harness.vocabulary.MEMORY_FIGURES`` (checked at import).
 """
 
 from __future__ import annotations
@@ -23,8 +26,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterable
 
+from harness import calculon_compat as compat
 from harness.evidence.profile import EvidenceProfile
 from harness.ir.portable import PortablePlanIR
+from harness.vocabulary import MEMORY_FIGURES
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -48,6 +53,11 @@ class StageMemory:
     activation_grad: float
     optimizer: float
     tier1_total: float
+    tier2_total: float = 0.0  # a StageMemory is the portable plan's: nothing is offloaded
+
+
+MEMORY_FIGURES.require((f.name for f in dataclasses.fields(StageMemory)), "harness.schedule.memory.StageMemory",
+                       ordered=True)
 
 
 def block_memory(plan: PortablePlanIR) -> BlockMemory:
@@ -90,20 +100,53 @@ def stage_memory(plan: PortablePlanIR, block: BlockMemory) -> StageMemory:
         act = block.activation_working_bytes
         checkpoint = blocks * block.activation_checkpoint_bytes * factor
     else:
-        act = block.activation_working_bytes + block.activation_storage_bytes * (blocks * factor - 1)
+        act = compat.activation_bytes(block.activation_working_bytes, block.activation_storage_bytes, blocks, factor)
         checkpoint = 0
-    wgrad = block.weight_grad_unsharded_bytes + block.weight_grad_bytes * (blocks - 1)
+    wgrad = compat.weight_grad_bytes(block.weight_grad_unsharded_bytes, block.weight_grad_bytes, blocks)
     optim = block.optimizer_bytes * blocks
     agrad = block.activation_grad_bytes
     total = weight + act + checkpoint + (wgrad + optim) + agrad
     return StageMemory(weight, act, checkpoint, wgrad, agrad, optim, total)
 
 
+def infeasibility(plan: PortablePlanIR, memory: StageMemory, profile: EvidenceProfile) -> str | None:
+    """Why the configuration cannot run on the profile's system (networks first, then memory), or None."""
+    return (network_infeasibility(plan, profile)
+            or memory_problem(1, memory.tier1_total, profile.memory_tier1.capacity_bytes))
+
+
+#: Offload streams block i+1 while block i runs and block i-1 drains: it needs three blocks per processor.
+OFFLOAD_MIN_BLOCKS = 3
+
+
+def offload_problem(offloading: bool, blocks_per_stage: int) -> str | None:
+    """Why offloading cannot run with ``blocks_per_stage`` blocks per processor, or None."""
+    if offloading and blocks_per_stage < OFFLOAD_MIN_BLOCKS:
+        return (f"offloading needs at least {OFFLOAD_MIN_BLOCKS} blocks per processor, "
+                f"the first stage has {blocks_per_stage}")
+    return None
+
+
+def concrete_infeasibility(plan: PortablePlanIR, concrete, profile: EvidenceProfile) -> str | None:
+    """Why a ConcretePlanIR cannot run, or None: network tiers, then offload with fewer than
+    :data:`OFFLOAD_MIN_BLOCKS` blocks per processor, then memory tier 1, then memory tier 2 (Calculon's order)."""
+    o = concrete.options.offload
+    return (network_infeasibility(plan, profile)
+            or offload_problem(o.weights or o.activations or o.optimizer, plan.schedule.blocks_per_stage)
+            or memory_problem(1, concrete.tier1_total_bytes, profile.memory_tier1.capacity_bytes)
+            or memory_problem(2, concrete.tier2_total_bytes, profile.memory_tier2.capacity_bytes))
+
+
+def network_infeasibility(plan: PortablePlanIR, profile: EvidenceProfile) -> str | None:
+    """Why the parallel groups do not fit the profile's network tiers, or None."""
+    return network_problem(((u.network_tier, u.group_size) for u in plan.network_use), profile)
+
+
 def network_problem(groups: Iterable[tuple[int, int]], profile: EvidenceProfile) -> str | None:
     """Why parallel groups placed as ``(network tier, group size)`` do not fit the
     profile's networks, or None: the groups sharing a tier multiply; their
     product must not exceed the tier's size and, on a tier that must be filled,
-    must divide it."""
+    must divide it (the search checks every tier placement with it)."""
     need: dict[int, int] = {}
     for tier, size in groups:
         need[tier] = need.get(tier, 1) * size
@@ -116,15 +159,8 @@ def network_problem(groups: Iterable[tuple[int, int]], profile: EvidenceProfile)
     return None
 
 
-def memory_problem(memory: StageMemory, profile: EvidenceProfile) -> str | None:
-    """Why the stage's memory does not fit memory tier 1, or None."""
-    capacity = profile.memory_tier1.capacity_bytes
-    if memory.tier1_total > capacity:
-        return f"memory tier 1 needs {memory.tier1_total:.0f} bytes but has {capacity} bytes"
+def memory_problem(tier: int, need: float, capacity: float) -> str | None:
+    """Why ``need`` bytes do not fit memory ``tier`` of ``capacity`` bytes, or None."""
+    if need > capacity:
+        return f"memory tier {tier} needs {need:.0f} bytes but has {capacity} bytes"
     return None
-
-
-def infeasibility(plan: PortablePlanIR, memory: StageMemory, profile: EvidenceProfile) -> str | None:
-    """Why the configuration cannot run on the profile's system (networks first, then memory), or None."""
-    return (network_problem(((u.network_tier, u.group_size) for u in plan.network_use), profile)
-            or memory_problem(memory, profile))

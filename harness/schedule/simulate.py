@@ -48,6 +48,7 @@ from harness.errors import HarnessError
 from harness.ir.portable import Schedule
 from harness.schedule.block import BlockTimes
 from harness.schedule.compose import ChunkTimes, Composition, chunk_times
+from harness.vocabulary import COMPONENTS
 
 Phase = Literal["forward", "backward"]
 RELATIVE_TOLERANCE = 1e-6
@@ -103,7 +104,8 @@ class Simulation:
     note: str  # why the two agree or differ
 
 
-BUSY_COMPONENTS = ("forward", "backward", "recompute", "tensor_parallel", "pipeline_parallel", "recommunication")
+#: The components the first stage is busy with while the pipeline runs (kind "pipeline" in the vocabulary).
+BUSY_COMPONENTS = COMPONENTS.of_kind("pipeline")
 
 
 def group_size(microbatches: int, pipeline_parallel: int) -> int:

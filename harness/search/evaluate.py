@@ -36,7 +36,8 @@ from typing import Any
 import numpy as np
 
 from harness.cases import EstimateInput
-from harness.cost.views import SYSTEM_EVIDENCE, pricer_for
+from harness.cost.views import COST_VIEWS, pricer_for
+from harness.vocabulary import SYSTEM_EVIDENCE
 from harness.errors import HarnessError
 from harness.estimate import cost_view
 from harness.evidence.profile import EvidenceProfile
@@ -48,6 +49,9 @@ from harness.search.pareto import pareto_frontier
 from harness.search.placement import PlacementPricer, ZeroNetworkPricer
 from harness.search.results import COMPONENTS, MEMORY, Candidate, Counts, GroupOutcome, RowBuffer, TopK
 from harness.search.space import GroupLayout, Inner, SpaceOptions
+
+#: The view the search ranks by: the evidence profile as is.
+VIEW = COST_VIEWS[SYSTEM_EVIDENCE]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,17 +115,17 @@ class _Key:
             return key
         key._plan = plan
         key.stage = stage_memory(plan, block_memory(plan))
-        key.memory_reason = memory_problem(key.stage, problem.profile)
+        key.memory_reason = memory_problem(1, key.stage.tier1_total, problem.profile.memory_tier1.capacity_bytes)
         return key
 
     @property
     def pricer(self):
-        return pricer_for(self.problem.profile, SYSTEM_EVIDENCE, self._plan.datatype)
+        return pricer_for(self.problem.profile, VIEW, self._plan.datatype)
 
     def bound(self) -> float | None:
         """Lower bound of the total over every placement (None: no exact bound here)."""
         if self.bound_total_s is None and self._plan.schedule.bubble_reduction_blocks == 0:
-            _, comp = cost_view(self._plan, self.problem.profile, SYSTEM_EVIDENCE, ZeroNetworkPricer(self.pricer))
+            _, comp = cost_view(self._plan, self.problem.profile, VIEW, ZeroNetworkPricer(self.pricer))
             self.bound_total_s = comp.total_s
         return self.bound_total_s
 
@@ -129,7 +133,7 @@ class _Key:
         """(total_s, components_s) over ``placements``, each an array."""
         if self._composed is None:
             pricer = PlacementPricer(self.pricer, self._plan, placements, self.problem.networks)
-            _, comp = cost_view(self._plan, self.problem.profile, SYSTEM_EVIDENCE, pricer)
+            _, comp = cost_view(self._plan, self.problem.profile, VIEW, pricer)
             n = len(placements)
             self._composed = (np.broadcast_to(np.asarray(comp.total_s, dtype=float), (n,)),
                               {k: np.broadcast_to(np.asarray(v, dtype=float), (n,))

@@ -13,13 +13,12 @@ far too slow for real spaces.
 from __future__ import annotations
 
 from harness.cases import EstimateInput
-from harness.cost.views import SYSTEM_EVIDENCE
 from harness.errors import HarnessError
 from harness.estimate import check_tiers, estimate_lowering
 from harness.ir.checks import layout_problems
 from harness.ir.model import ExecutionLayout
 from harness.pipeline import lower
-from harness.search.evaluate import SearchProblem, calculon_execution, unsupported_reason
+from harness.search.evaluate import VIEW, SearchProblem, calculon_execution, unsupported_reason
 from harness.search.results import COMPONENTS, MEMORY, Candidate, Counts, TopK
 from harness.search.run import space
 
@@ -52,12 +51,12 @@ def reference_search(problem: SearchProblem) -> tuple[Counts, list[Candidate], l
                     try:
                         data = EstimateInput(model=problem.shape, execution=execution, system=problem.profile.name)
                         check_tiers(data, problem.profile, "<search>")
-                        est = estimate_lowering(lower(data), problem.profile, (SYSTEM_EVIDENCE,))
+                        est = estimate_lowering(lower(data), problem.profile, (VIEW,))
                     except HarnessError:
                         counts.invalid += 1
                         rows.append((g.index, position, "invalid", None, None))
                         continue
-                    view = est.views[SYSTEM_EVIDENCE.name]
+                    view = est.views[VIEW.name]
                     rows.append((g.index, position, est.status, view.total_s, view.sample_rate_per_s))
                     if est.status != "ok":
                         counts.infeasible += 1

@@ -1,0 +1,99 @@
+"""One definition of each vocabulary (harness.vocabulary), and the package's public API."""
+
+from __future__ import annotations
+
+import pickle
+import subprocess
+import sys
+import types
+
+import pytest
+
+from harness.cases import load_case
+from harness.estimate import Components, Estimate, MemoryBytes, estimate
+from harness.vocabulary import (
+    BATCH_STATUSES,
+    COMPONENTS,
+    CURVE_FAMILIES,
+    ESTIMATE_STATUSES,
+    MEMORY_FIGURES,
+    VIEWS,
+    Term,
+    Vocabulary,
+)
+
+from conftest import CASES_DIR, ROOT
+
+
+def test_the_vocabularies_name_what_the_documentation_names():
+    # Written out here, independently of the module, so that a rename or a reordering is a visible decision.
+    assert VIEWS == ("peak_only", "system_evidence")
+    assert CURVE_FAMILIES == ("matrix", "vector", "memory", "network")
+    assert COMPONENTS == ("forward", "backward", "optimizer", "recompute", "tensor_parallel", "pipeline_parallel",
+                          "data_parallel", "recommunication", "pipeline_bubble", "forward_offload", "backward_offload")
+    assert MEMORY_FIGURES == ("weight", "activation", "activation_checkpoint", "weight_grad", "activation_grad",
+                              "optimizer", "tier1_total", "tier2_total")
+    assert ESTIMATE_STATUSES == ("ok", "infeasible") and BATCH_STATUSES == ("ok", "infeasible", "rejected", "invalid")
+    assert COMPONENTS.of_kind("step") == ("optimizer", "data_parallel")
+    assert COMPONENTS.of_kind("bubble") == ("pipeline_bubble",)
+
+
+@pytest.mark.parametrize("model, vocabulary", [(Components, COMPONENTS), (MemoryBytes, MEMORY_FIGURES)])
+def test_estimate_models_are_generated_from_the_vocabulary(model, vocabulary):
+    assert tuple(model.model_fields) == tuple(vocabulary)
+    assert [f.description for f in model.model_fields.values()] == [vocabulary.description(n) for n in vocabulary]
+    assert model.model_config["frozen"] and model.model_config["extra"] == "forbid"
+
+
+def test_an_estimate_reports_every_name_in_vocabulary_order():
+    est = estimate(load_case(CASES_DIR / "gpt3-175B_seqsel.yaml").estimate_input())
+    assert tuple(est.views) == tuple(VIEWS)
+    for view in est.views.values():
+        assert tuple(view.components_s.model_dump()) == tuple(COMPONENTS)
+        assert tuple(view.memory_bytes.model_dump()) == tuple(MEMORY_FIGURES)
+    with pytest.raises(ValueError, match="Input should be 'ok' or 'infeasible'"):
+        Estimate.model_validate(est.model_dump() | {"status": "rejected"})
+
+
+def test_require_names_the_place_that_did_not_follow():
+    COMPONENTS.require(reversed(COMPONENTS), "anywhere")  # any order unless ordered=True
+    with pytest.raises(TypeError, match=r"harness\.x\.TABLE: must name exactly the timing components of harness"
+                                        r"\.vocabulary: missing \['backward_offload'\], unknown \['bubble'\]"):
+        COMPONENTS.require([*COMPONENTS[:-1], "bubble"], "harness.x.TABLE")
+    with pytest.raises(TypeError, match="in order"):
+        CURVE_FAMILIES.require(reversed(CURVE_FAMILIES), "harness.y", ordered=True)
+    with pytest.raises(TypeError, match="got"):
+        VIEWS.require(["peak_only", "peak_only", "system_evidence"], "twice")
+
+
+def test_a_vocabulary_refuses_duplicate_or_non_identifier_names_and_survives_pickling():
+    with pytest.raises(ValueError, match="unique lower-case identifiers"):
+        Vocabulary("thing", Term("a", "A."), Term("a", "Again."))
+    with pytest.raises(ValueError, match="unique lower-case identifiers"):
+        Vocabulary("thing", Term("Not-An-Identifier", "."))
+    copy = pickle.loads(pickle.dumps(COMPONENTS))
+    assert copy == COMPONENTS and copy.terms == COMPONENTS.terms and copy.title == COMPONENTS.title
+    with pytest.raises(KeyError, match="'bubble' is not a timing component"):
+        COMPONENTS.description("bubble")
+
+
+def test_a_new_component_without_its_calculon_field_fails_at_import():
+    """Adding a component is one vocabulary entry plus its rules: a forgotten mapping is an import error."""
+    code = ("import harness.vocabulary as v\n"
+            "v.COMPONENTS = v.Vocabulary(v.COMPONENTS.title, *v.COMPONENTS.terms, "
+            "v.Term('host_transfer', 'Host transfers.', 'pipeline'))\n"
+            "import harness.oracles.calculon\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert run.returncode == 1
+    assert "must name exactly the timing components" in run.stderr and "missing ['host_transfer']" in run.stderr
+
+
+def test_the_package_does_not_shadow_the_estimate_module():
+    import harness
+    import harness.estimate as module
+
+    assert isinstance(module, types.ModuleType) and module.estimate is harness.estimate_input
+    assert harness.estimate is module
+    code = "import harness.estimate as E, types; print(isinstance(E, types.ModuleType), callable(E.estimate))"
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert run.stdout.split() == ["True", "True"], run.stderr
