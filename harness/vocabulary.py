@@ -171,3 +171,9 @@ BATCH_STATUSES = Vocabulary(
                      "overlap and offload); no figures."),
     Term("invalid", "A bad line (JSON, field, layout, profile); its reason names the line and field; no figures."),
 )
+SEARCH_STATUSES = Vocabulary(
+    "search status",
+    *ESTIMATE_STATUSES.terms,
+    Term("invalid", "A layout of the space the estimate refuses (e.g. TP does not divide the feedforward width); "
+                    "its reason names the field; no figures."),
+)

@@ -135,8 +135,7 @@ def _summary(args, problem, result, evidence, parquet) -> None:
     say(f"search: {args.model} on {evidence['profile']} (evidence revision {evidence['revision']}), "
         f"{problem.processors} processors, batch <= {problem.max_batch}, {problem.datatype}")
     say(f"space: {result.groups:,} groups, {c.executions:,} executions: {c.feasible:,} feasible "
-        f"({c.pruned:,} of them pruned by the exact bound), {c.infeasible:,} infeasible, "
-        f"{c.unsupported:,} unsupported, {c.invalid:,} invalid")
+        f"({c.pruned:,} of them pruned by the exact bound), {c.infeasible:,} infeasible, {c.invalid:,} invalid")
     if result.best:
         b = result.best[0]
         e = b.execution

@@ -7,14 +7,13 @@ Rules:
   sample rates wins; :class:`TopK` keeps the first ``k`` in that order and
   merging two of them is associative and commutative (the result does not
   depend on how the groups were split over workers);
-- :class:`Counts` add up: ``executions = feasible + infeasible + unsupported +
-  invalid``; ``pruned`` counts the feasible executions that were not composed
+- :class:`Counts` add up: ``executions = feasible + infeasible + invalid``; ``pruned`` counts the feasible executions that were not composed
   because their exact bound could not reach the top K;
 - rows (``--results``) have one column per Calculon execution field, the
-  position, status, reason, total, sample rate, every timing component
-  (``<name>_s``) and memory figure (``<name>_bytes``); figures are null where
-  an execution was not estimated (unsupported, invalid, or infeasible without
-  composition).
+  position, status (``harness.vocabulary.SEARCH_STATUSES``), reason, total,
+  sample rate, every timing component (``<name>_s``) and memory figure
+  (``<name>_bytes``); figures are null where an execution was not estimated
+  (invalid).
 """
 
 from __future__ import annotations
@@ -25,18 +24,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from harness.estimate import Components, MemoryBytes
+from harness.vocabulary import COMPONENTS, MEMORY_FIGURES, SEARCH_STATUSES
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow
 
-    from harness.schedule.memory import StageMemory
     from harness.search.evaluate import SearchProblem
     from harness.search.space import GroupLayout, Inner
 
-COMPONENTS: tuple[str, ...] = tuple(Components.model_fields)
-MEMORY: dict[str, str] = {name: name for name in MemoryBytes.model_fields}
-STATUSES = ("ok", "infeasible", "unsupported", "invalid")
+MEMORY: dict[str, str] = {name: name for name in MEMORY_FIGURES}
+STATUSES = SEARCH_STATUSES
 
 
 @dataclasses.dataclass
@@ -46,7 +43,6 @@ class Counts:
     executions: int = 0
     feasible: int = 0
     infeasible: int = 0
-    unsupported: int = 0
     invalid: int = 0
     pruned: int = 0
 
@@ -164,15 +160,15 @@ class RowBuffer:
 
     def add_estimated(self, inner: "Inner", microbatch: int, first: int, feasible: np.ndarray,
                       reasons: list[str | None], total: np.ndarray, rates: np.ndarray,
-                      components: dict[str, np.ndarray], stage: "StageMemory") -> None:
+                      components: dict[str, np.ndarray], memory: dict[str, float]) -> None:
         codes = np.where(feasible, STATUSES.index("ok"), STATUSES.index("infeasible")).astype(np.int8)
         n = len(feasible)
         figures = np.empty((n, len(FIGURE_COLUMNS)))
         figures[:, 0], figures[:, 1] = total, rates
         for j, name in enumerate(COMPONENTS, start=2):
             figures[:, j] = components[name]
-        for j, field in enumerate(MEMORY.values(), start=2 + len(COMPONENTS)):
-            figures[:, j] = float(getattr(stage, field))
+        for j, name in enumerate(MEMORY, start=2 + len(COMPONENTS)):
+            figures[:, j] = memory[name]
         self._chunks.append((first, self._fixed(inner, microbatch), codes,
                              self._codes([None if ok else r for ok, r in zip(feasible, reasons)]), figures))
 

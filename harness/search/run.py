@@ -2,9 +2,11 @@
 
 Rules:
 
-- the space is cut into tasks of whole groups, in group order (about eight
-  tasks per worker, balanced by execution count); a worker keeps one running
-  top K per search (its pruning bound) across the tasks it runs;
+- the space is cut into tasks of whole families (the groups that differ only
+  in pipeline interleaving, which share their lowerings), in order of first
+  appearance (about eight tasks per worker, balanced by execution count); a
+  worker keeps one running top K per search (its pruning bound) across the
+  tasks it runs;
 - the driver merges the groups' top K lists (:class:`TopK`: the result is the
   same for any split and any completion order), adds the counts, and hands
   the groups' rows to ``on_rows`` in group order (the Parquet file is written
@@ -22,7 +24,7 @@ import time
 import uuid
 from typing import Callable, Iterable
 
-from harness.search.evaluate import SearchProblem, evaluate_group
+from harness.search.evaluate import Context, SearchProblem, evaluate_group
 from harness.search.pareto import pareto_frontier
 from harness.search.results import Candidate, Counts, GroupOutcome, TopK
 from harness.search.space import GroupLayout, layouts
@@ -53,28 +55,43 @@ def space(problem: SearchProblem) -> list[GroupLayout]:
                         problem.has_tier2))
 
 
-def evaluate_chunk(problem: SearchProblem, chunk: list[GroupLayout], token: str) -> list[GroupOutcome]:
-    """Evaluate whole groups in a worker (its running top K kept under ``token``)."""
+def evaluate_chunk(problem: SearchProblem, chunk: list[list[GroupLayout]], token: str) -> list[GroupOutcome]:
+    """Evaluate families of groups in a worker (its running top K kept under ``token``); a family's
+    groups share their lowerings (:class:`harness.search.evaluate.Context`)."""
     best = _RUNNING.get(token)
     if best is None:
         if len(_RUNNING) > 16:
             _RUNNING.clear()
         best = _RUNNING[token] = TopK(problem.top)
-    return [evaluate_group(problem, layout, best) for layout in chunk]
+    context = Context(problem)
+    out = []
+    for family in chunk:
+        out.extend(evaluate_group(problem, layout, best, context) for layout in family)
+        context.forget()
+    return out
 
 
-def chunks(items: list[GroupLayout], count: int) -> list[list[GroupLayout]]:
-    """Cut ``items`` (in order) into about ``count`` runs of similar execution counts."""
-    total = sum(i.executions for i in items) or 1
-    target = total / max(count, 1)
-    out: list[list[GroupLayout]] = [[]]
-    acc = 0.0
+def families(items: list[GroupLayout]) -> list[list[GroupLayout]]:
+    """The groups that differ only in pipeline interleaving, together (in order of first appearance)."""
+    out: dict[tuple, list[GroupLayout]] = {}
     for item in items:
+        g = item.group
+        out.setdefault((g.tp, g.pp, g.dp, g.batch, g.recompute, g.optimizer_sharding, g.tp_comm), []).append(item)
+    return list(out.values())
+
+
+def chunks(items: list[list[GroupLayout]], count: int) -> list[list[list[GroupLayout]]]:
+    """Cut the families ``items`` (in order) into about ``count`` runs of similar execution counts."""
+    sizes = [sum(i.executions for i in family) for family in items]
+    target = (sum(sizes) or 1) / max(count, 1)
+    out: list[list[list[GroupLayout]]] = [[]]
+    acc = 0.0
+    for family, size in zip(items, sizes):
         if out[-1] and acc >= target:
             out.append([])
             acc = 0.0
-        out[-1].append(item)
-        acc += item.executions
+        out[-1].append(family)
+        acc += size
     return [c for c in out if c]
 
 
@@ -130,8 +147,8 @@ def run_search(problem: SearchProblem, *, workers: int | None = None, scheduler:
     merger = _Merger(problem, on_rows, on_progress)
     if scheduler is None and (workers or os.cpu_count() or 1) == 1:
         token = uuid.uuid4().hex
-        for item in items:
-            merger.add(evaluate_chunk(problem, [item], token), order)
+        for family in families(items):
+            merger.add(evaluate_chunk(problem, [family], token), order)
         _RUNNING.pop(token, None)
         used, where = 1, "in-process"
     else:
@@ -159,7 +176,7 @@ def _run_dask(problem: SearchProblem, items: list[GroupLayout], order: list[int]
         token = uuid.uuid4().hex
         remote = client.scatter(problem, broadcast=True)
         futures = [client.submit(evaluate_chunk, remote, chunk, token, pure=False)
-                   for chunk in chunks(items, used * TASKS_PER_WORKER)]
+                   for chunk in chunks(families(items), used * TASKS_PER_WORKER)]
         for future in as_completed(futures):
             merger.add(future.result(), order)
             future.release()
