@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import random
 
 import numpy as np
 import pyarrow as pa
@@ -21,14 +22,17 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness.cases import EstimateInput
 from harness.cli import main
 from harness.evidence.profile import dump_profile, load_profile
-from harness.ir.model import TransformerShape
+from harness.ir.model import ExecutionLayout, TransformerShape
+from harness.passes.plan_work import TransformerPlanWork
+from harness.pipeline import lower
 from harness.search.evaluate import SearchProblem
 from harness.search.pareto import pareto_frontier
-from harness.search.reference import reference_search
-from harness.search.results import Candidate, TopK
-from harness.search.run import run_search
+from harness.search.reference import reference_row, reference_search
+from harness.search.results import COMPONENTS, Candidate, TopK
+from harness.search.run import run_search, space
 from harness.search.space import FUSED_CHOICES, SpaceOptions, layouts
 
 MEGATRON_22B = TransformerShape(hidden=6144, feedforward=24576, sequence_length=2048, attention_heads=64,
@@ -79,29 +83,82 @@ def test_positions_number_the_nesting_in_order():
 
 # --- equality with the per-execution estimate -----------------------------------------------------------
 
+ROW_COLUMNS = ("group", "position", "status", "total_s", "sample_rate_per_s", "tier1_total_bytes",
+               "tier2_total_bytes", *(f"{c}_s" for c in COMPONENTS))
+
+
 def _rows(problem, workers=1):
     tables = []
     result = run_search(problem, workers=workers, on_rows=tables.append)
-    table = pa.concat_tables(tables)
-    return result, table
+    return result, pa.concat_tables(tables)
 
 
-@pytest.mark.parametrize("processors, options", [
-    (4, dict(mbs_break=True)),
-    (2, dict(fused_activation=(False, True))),
+def _as_rows(table):
+    return list(zip(*(table[c].to_pylist() for c in ROW_COLUMNS)))
+
+
+@pytest.fixture(scope="module")
+def one_network(tight_profile):
+    """The tight profile with a single network tier (fewer placements: a space small enough to estimate whole)."""
+    return tight_profile.model_copy(update={"name": "one_network", "networks": (load_profile("a100_80g").networks[1],)})
+
+
+def test_every_execution_of_a_small_space_equals_its_own_estimate(one_network):
+    """Statuses, totals, sample rates, memory tiers and every component of all 380 executions (TP overlap
+    ring and pipe, offload, its refusal below 3 blocks per processor, memory tiers 1 and 2), the counts and
+    the top K: bit for bit against one ``estimate`` per execution."""
+    problem = SearchProblem(SMALL, 2, 1, "float16", one_network, SpaceOptions(), 5, prune=False, collect_rows=True)
+    counts, best, rows = reference_search(problem)
+    result, table = _rows(problem)
+    assert result.counts == counts and counts.executions == 380
+    statuses = {row[2] for row in rows}
+    assert statuses == {"ok", "infeasible"}
+    assert _as_rows(table) == rows
+    assert [c.to_json() for c in result.best] == [c.to_json() for c in best]
+    assert [(c.group, c.position) for c in result.best] == [(c.group, c.position) for c in best]
+
+
+def test_sampled_executions_of_a_larger_space_equal_their_own_estimate(tight_profile):
+    """A stratified sample (every status, TP overlap mode, DP overlap and offload choice, with and without
+    pipeline parallelism) of a 20,064-execution space on two network tiers."""
+    problem = SearchProblem(SMALL, 4, 4, "float16", tight_profile, SpaceOptions(), 3, prune=False,
+                            collect_rows=True)
+    result, table = _rows(problem)
+    layouts_by_group = {l.group.index: l for l in space(problem)}
+    got = _as_rows(table)
+    strata: dict[tuple, list[int]] = {}
+    for index, (group, position, status, *_rest) in enumerate(got):
+        layout = layouts_by_group[group]
+        inner = layout.inner[position // len(layout.placements) // len(layout.microbatches)]
+        key = (status, inner.tp_overlap, inner.dp_overlap, inner.weight_offload, inner.activations_offload,
+               inner.optimizer_offload, layout.group.pp > 1)
+        strata.setdefault(key, []).append(index)
+    rnd = random.Random(15)
+    sample = sorted(i for members in strata.values() for i in rnd.sample(members, min(2, len(members))))
+    assert len(strata) > 60 and len(sample) > 120 and len(got) == 20_064
+    for index in sample:
+        group, position = got[index][:2]
+        layout = layouts_by_group[group]
+        n, m = len(layout.placements), len(layout.microbatches)
+        expected = reference_row(problem, layout, position // n // m, position // n % m, position % n)
+        assert got[index] == expected, (index, layout.group, position)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("profile_name, processors, options", [
+    ("tight", 4, dict(mbs_break=True)),
+    ("a100_80g", 4, dict(fused_activation=(False, True))),
+    ("h100_80g_nvl8", 2, dict()),
 ])
-def test_every_execution_equals_its_own_estimate(tight_profile, processors, options):
-    """Statuses, totals and sample rates of every execution, the counts and the top K: bit for bit."""
-    problem = small_problem(tight_profile, processors, top=5, prune=False, rows=True, **options)
+def test_every_execution_of_larger_spaces_equals_its_own_estimate(tight_profile, profile_name, processors,
+                                                                   options):
+    profile = tight_profile if profile_name == "tight" else load_profile(profile_name)
+    problem = small_problem(profile, processors, top=5, prune=False, rows=True, **options)
     counts, best, rows = reference_search(problem)
     result, table = _rows(problem)
     assert result.counts == counts
-    assert counts.infeasible and counts.feasible  # the space exercises both verdicts
-    got = list(zip(table["group"].to_pylist(), table["position"].to_pylist(), table["status"].to_pylist(),
-                   table["total_s"].to_pylist(), table["sample_rate_per_s"].to_pylist()))
-    assert got == rows
+    assert _as_rows(table) == rows
     assert [c.to_json() for c in result.best] == [c.to_json() for c in best]
-    assert [(c.group, c.position) for c in result.best] == [(c.group, c.position) for c in best]
 
 
 def test_mbs_break_enumerates_fewer_executions(tight_profile):
@@ -109,17 +166,37 @@ def test_mbs_break_enumerates_fewer_executions(tight_profile):
     full = run_search(small_problem(tight_profile, 4), workers=1).counts
     broken = run_search(small_problem(tight_profile, 4, mbs_break=True), workers=1).counts
     assert broken.executions < full.executions
-    assert broken.feasible == full.feasible  # only infeasible sizes (and what follows them) are skipped here
+    assert broken.feasible == full.feasible  # here every skipped size is infeasible
+
+
+def test_interleavings_share_one_lowering_exactly():
+    """TransformerPlanWork.relayout of one interleaving's plan is the plan lowered for another (and ring's
+    plan is pipe's): the sharing the search relies on."""
+    for tp_overlap in ("none", "ring", "pipe"):
+        def layout(interleaving, mode=tp_overlap):
+            return ExecutionLayout(tensor_parallel=2, pipeline_parallel=2, data_parallel=1, global_batch=4,
+                                   microbatch=2, pipeline_interleaving=interleaving, recompute="attn_only",
+                                   tp_communication="rs_ag", seq_par_ag_redo=True, fused_activation=True,
+                                   network_tiers={"tensor": 0, "pipeline": 0, "data": 0}, tp_overlap=mode)
+
+        first = lower(EstimateInput(model=MEGATRON_22B, execution=layout(1), system="a100_80g"))
+        for interleaving in (2, 3, 12):
+            other = lower(EstimateInput(model=MEGATRON_22B, execution=layout(interleaving), system="a100_80g"))
+            shared = TransformerPlanWork.relayout(first.plan, first.distributed.trusted_replace(
+                execution=layout(interleaving)))
+            assert shared.digest() == other.plan.digest()
+    ring = lower(EstimateInput(model=MEGATRON_22B, execution=layout(1, "ring"), system="a100_80g"))
+    pipe = lower(EstimateInput(model=MEGATRON_22B, execution=layout(1, "pipe"), system="a100_80g"))
+    assert ring.plan.digest() == pipe.plan.digest()
 
 
 # --- pruning --------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("top", [1, 4, 25])
-@pytest.mark.parametrize("profile_name", ["a100_80g", "h100_80g_nvl8", "tight"])
+@pytest.mark.parametrize("profile_name, top", [("tight", 1), ("a100_80g", 4), ("h100_80g_nvl8", 25)])
 def test_pruning_never_changes_the_result(tight_profile, profile_name, top):
     profile = tight_profile if profile_name == "tight" else load_profile(profile_name)
-    pruned = run_search(small_problem(profile, 4, top=top, fused_activation=(False, True)), workers=1)
-    full = run_search(small_problem(profile, 4, top=top, prune=False, fused_activation=(False, True)), workers=1)
+    pruned = run_search(small_problem(profile, 4, top=top), workers=1)
+    full = run_search(small_problem(profile, 4, top=top, prune=False), workers=1)
     assert [c.to_json() for c in pruned.best] == [c.to_json() for c in full.best]
     assert [(c.group, c.position) for c in pruned.best] == [(c.group, c.position) for c in full.best]
     assert full.counts.pruned == 0 and pruned.counts.pruned > 0
@@ -179,7 +256,7 @@ def test_result_is_the_same_for_any_number_of_workers(tmp_path):
     from distributed import LocalCluster
 
     profile = load_profile("a100_80g")
-    problem = small_problem(profile, 4, top=4, rows=True, points=True, fused_activation=(False, True))
+    problem = small_problem(profile, 2, top=4, rows=True, points=True, fused_activation=(False, True))
     local, local_rows = _rows(problem, workers=1)
     two, two_rows = _rows(problem, workers=2)
     with LocalCluster(n_workers=3, threads_per_worker=1, processes=True, dashboard_address=None,
@@ -241,7 +318,7 @@ def test_command_accepts_a_case_yaml_and_a_profile_file(tmp_path, tight_profile,
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--model", "missing.json"], "missing.json: <file>: No such file or directory"),
+    (["--model", "missing.json"], "missing.json: <file>: no such file"),
     (["--system", "no_such_profile"], "no evidence profile named 'no_such_profile'"),
     (["--procs", "7", "--max-batch", "4"], "--procs: no layout of small.json fits 7 processors"),
     (["--procs", "0"], "--procs: must be a positive integer, not 0"),

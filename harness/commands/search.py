@@ -15,11 +15,13 @@ written, empty).
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 
 from harness.errors import InputError
-from harness.search.output import ParquetRows, check_output, entries_json, write_text_atomic
+from harness.outputs import check_output, write_text
+from harness.search.output import ParquetRows, entries_json
 from harness.search.request import search_problem
 from harness.search.space import FUSED_CHOICES, SpaceOptions
 
@@ -70,10 +72,11 @@ def _progress(enabled: bool):
 def run(args) -> int:
     if args.workers is not None and args.workers < 1:
         raise InputError("<command line>", "--workers", f"must be a positive integer, not {args.workers}")
-    for path, flag in ((args.output, "--output"), (args.results, "--results"), (args.pareto, "--pareto"),
-                       (args.plot, "--plot")):
+    named = [(args.output, "--output"), (args.results, "--results"), (args.pareto, "--pareto"), (args.plot, "--plot")]
+    for path, flag in named:
         if path is not None:
-            check_output(path, flag, inputs=[args.model])
+            check_output(path, option=flag, inputs=[args.model],
+                         others=[other for other, o in named if other is not None and o != flag])
     options = SpaceOptions(fused_activation=FUSED_CHOICES[args.fused_activation], tp_overlap=not args.no_tp_overlap,
                            dp_overlap=not args.no_dp_overlap, mbs_break=args.mbs_break)
     collect_points = args.pareto is not None or args.plot is not None
@@ -100,25 +103,21 @@ def run(args) -> int:
         state["pruned"] = state.get("pruned", 0) + counts.pruned
         progress.update(state["task"], advance=counts.executions, pruned=state["pruned"])
 
-    try:
+    with contextlib.ExitStack() as stack:
+        if parquet is not None:
+            stack.enter_context(parquet)
         with progress:
             result = run_search(problem, workers=args.workers, scheduler=args.scheduler,
                                 on_rows=parquet.write if parquet else None, on_progress=on_progress,
                                 on_start=on_start)
             progress.update(state["task"], total=result.counts.executions)
-    except BaseException:
-        if parquet is not None:
-            parquet.close(keep=False)
-        raise
-    if parquet is not None:
-        parquet.close()
     text = entries_json(result.best, evidence)
     if args.output is None:
         sys.stdout.write(text)
     else:
-        write_text_atomic(args.output, text)
+        write_text(args.output, text, option="--output")
     if args.pareto is not None:
-        write_text_atomic(args.pareto, entries_json(result.frontier, evidence))
+        write_text(args.pareto, entries_json(result.frontier, evidence), option="--pareto")
     if args.plot is not None:
         from harness.search.pareto import write_plot
         rates, memory = result.points if result.points is not None else (None, None)

@@ -24,6 +24,7 @@ from typing import Iterable
 
 import numpy as np
 
+from harness.outputs import atomic_output
 from harness.search.results import Candidate
 
 GIB = 1024**3
@@ -66,4 +67,5 @@ def write_plot(path: Path, rates: np.ndarray | None, memory: np.ndarray | None, 
     ax.grid(True, alpha=0.3)
     ax.legend(loc="lower right", fontsize=8)
     figure.tight_layout()
-    figure.savefig(path, format="png")
+    with atomic_output(path, "wb", option="--plot") as handle:
+        figure.savefig(handle, format="png")

@@ -16,13 +16,9 @@ Rules:
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
-import yaml
-from pydantic import ValidationError
-
+from harness import inputs
 from harness.errors import EvidenceError, InputError
 from harness.evidence.profile import EvidenceProfile, load_profile
 from harness.interop.calculon_format import MODEL_FIELDS
@@ -31,51 +27,30 @@ from harness.search.evaluate import SearchProblem
 from harness.search.space import SpaceOptions, groups
 
 
-def _read(path: Path) -> Any:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise InputError(str(path), "<file>", getattr(error, "strerror", None) or str(error)) from None
-    if path.suffix == ".json":
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as error:
-            raise InputError(str(path), f"line {error.lineno}", f"not valid JSON: {error.msg}") from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark else "<yaml>"
-        raise InputError(str(path), where, f"not valid YAML: {getattr(error, 'problem', error)}") from None
-
-
 def load_model(path: Path | str) -> TransformerShape:
-    """The model shape of a Calculon model JSON or of a case YAML's ``model`` section."""
+    """The model shape of a Calculon model JSON or of a case YAML's ``model`` section (strict input rules)."""
     path = Path(path)
-    data = _read(path)
+    document = inputs.read_json(path) if path.suffix == ".json" else inputs.read_yaml(path)
+    data = document.data
     if not isinstance(data, dict):
-        raise InputError(str(path), "<root>", "a model file must be a mapping")
+        raise InputError(str(path), "<root>", f"a model file must be a mapping, got {inputs.describe(data)}")
     if "model" in data and isinstance(data["model"], dict):
-        prefix, values = "model", data["model"]
-    elif set(MODEL_FIELDS) & set(data):
-        unknown = sorted(set(data) - set(MODEL_FIELDS))
-        if unknown:
-            raise InputError(str(path), unknown[0], "unknown Calculon model field")
-        missing = sorted(set(MODEL_FIELDS) - set(data))
-        if missing:
-            raise InputError(str(path), missing[0], "required Calculon model field is missing")
-        prefix, values = None, {ours: data[theirs] for theirs, ours in MODEL_FIELDS.items()}
-    else:
+        return inputs.validate(TransformerShape, data["model"], str(path), document=document, prefix=("model",))
+    if not set(MODEL_FIELDS) & set(data):
         raise InputError(str(path), "<root>", "neither a Calculon model JSON nor a case YAML with a model section")
+    unknown = sorted(set(data) - set(MODEL_FIELDS))
+    if unknown:
+        raise InputError(str(path), unknown[0], "unknown Calculon model field")
+    missing = sorted(set(MODEL_FIELDS) - set(data))
+    if missing:
+        raise InputError(str(path), missing[0], "required Calculon model field is missing")
     try:
-        return TransformerShape.model_validate(values)
-    except ValidationError as error:
-        first = error.errors()[0]
-        name = str(first["loc"][0]) if first["loc"] else "<root>"
-        if prefix is None:
-            name = {ours: theirs for theirs, ours in MODEL_FIELDS.items()}.get(name, name)
-        message = "unknown field" if first["type"] == "extra_forbidden" else first["msg"]
-        raise InputError(str(path), f"{prefix}.{name}" if prefix else name, message) from None
+        return inputs.validate(TransformerShape, {ours: data[theirs] for theirs, ours in MODEL_FIELDS.items()},
+                               str(path), document=document)
+    except InputError as error:  # name the field in Calculon's terms
+        ours = error.field.split(".")[0]
+        theirs = {o: t for t, o in MODEL_FIELDS.items()}.get(ours, ours)
+        raise InputError(error.source, theirs, error.message, error.line) from None
 
 
 def resolve_profile(system: str) -> EvidenceProfile:
@@ -83,7 +58,7 @@ def resolve_profile(system: str) -> EvidenceProfile:
     path = Path(system)
     if path.suffix in (".yaml", ".yml") or path.parent != Path("."):
         if not path.is_file():
-            raise EvidenceError(f"{path}: no evidence profile file")
+            raise EvidenceError(str(path), "--system", "no such evidence profile file")
         return load_profile(path.stem, path.parent)
     return load_profile(system)
 
