@@ -252,24 +252,34 @@ def test_pareto_frontier_is_the_undominated_set(points):
 # --- workers --------------------------------------------------------------------------------------------
 
 def test_result_is_the_same_for_any_number_of_workers(tmp_path):
-    """In this process, a 2-worker LocalCluster and an existing cluster by address: same top K, same rows."""
+    """In this process, a 2-worker LocalCluster and an existing 3-worker cluster by address: the same top K
+    (with pruning, whose bounds differ per worker), and with --results and --pareto the same rows, frontier
+    and points."""
     from distributed import LocalCluster
 
     profile = load_profile("a100_80g")
-    problem = small_problem(profile, 2, top=4, rows=True, points=True, fused_activation=(False, True))
-    local, local_rows = _rows(problem, workers=1)
-    two, two_rows = _rows(problem, workers=2)
+    pruned = small_problem(profile, 4, top=3)
+    collected = small_problem(profile, 2, top=4, rows=True, points=True, fused_activation=(False, True))
+    local, local_rows = _rows(collected, workers=1)
+    local_pruned = run_search(pruned, workers=1)
+    runs = [(_rows(collected, workers=2), run_search(pruned, workers=2))]
     with LocalCluster(n_workers=3, threads_per_worker=1, processes=True, dashboard_address=None,
                       worker_dashboard_address=None) as cluster:
         tables = []
-        remote = run_search(problem, scheduler=cluster.scheduler_address, on_rows=tables.append)
-    assert (two.where, remote.workers) == ("LocalCluster of 2 workers", 3)
-    for other, rows in ((two, two_rows), (remote, pa.concat_tables(tables))):
+        remote = run_search(collected, scheduler=cluster.scheduler_address, on_rows=tables.append)
+        runs.append(((remote, pa.concat_tables(tables)),
+                     run_search(pruned, scheduler=cluster.scheduler_address)))
+    assert (runs[0][1].where, runs[1][1].workers) == ("LocalCluster of 2 workers", 3)
+    assert local_pruned.counts.pruned > 0
+    for (other, rows), other_pruned in runs:
         assert [c.to_json() for c in other.best] == [c.to_json() for c in local.best]
         assert other.counts == local.counts
         assert rows.equals(local_rows)
         assert [c.position for c in other.frontier] == [c.position for c in local.frontier]
         assert np.array_equal(np.sort(other.points[0]), np.sort(local.points[0]))
+        assert [c.to_json() for c in other_pruned.best] == [c.to_json() for c in local_pruned.best]
+        assert [(c.group, c.position) for c in other_pruned.best] == [(c.group, c.position)
+                                                                       for c in local_pruned.best]
 
 
 # --- the command ----------------------------------------------------------------------------------------
@@ -353,3 +363,12 @@ def test_no_feasible_execution_exits_1_with_an_empty_list(tmp_path, small_model,
     assert json.loads(out.read_text()) == []
     assert "no feasible execution" in capsys.readouterr().err
 
+
+
+def test_unreachable_scheduler_is_a_one_line_error(small_model, capsys, monkeypatch):
+    monkeypatch.setattr("harness.search.run.CONNECT_TIMEOUT_S", 1)
+    argv = ["search", "--model", str(small_model), "--system", "a100_80g", "--procs", "2", "--max-batch", "2",
+            "--datatype", "float16", "--scheduler", "tcp://127.0.0.1:1", "--no-progress"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--scheduler: cannot use the Dask scheduler at 'tcp://127.0.0.1:1'" in err

@@ -26,9 +26,10 @@ Rules:
   then offload with fewer than 3 blocks per processor, then memory tier 1,
   then memory tier 2); ``invalid`` (a layout the estimate refuses, with its
   message);
-- pruning (``prune``): once the worker's running top K is full, a plan whose
-  bound cannot reach the K-th best sample rate is not composed; its feasible
-  executions count as ``pruned``. The bound is the total of the plan's
+- pruning (``prune``): once the worker's running top K is full (or the driver
+  passed the K-th best rate found by other workers, its floor), a plan whose
+  bound cannot reach that rate is not composed; its feasible executions count
+  as ``pruned``. The bound is the total of the plan's
   portable composition with every message at 0 s, lowered by a relative
   margin of :data:`BOUND_MARGIN`: in exact arithmetic every component of
   every variant (any placement, overlap, offload) is at least that
@@ -45,6 +46,7 @@ Rules:
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import numpy as np
@@ -300,9 +302,9 @@ def evaluate_group(problem: SearchProblem, layout: GroupLayout, best: TopK,
             counts.feasible += good
             counts.infeasible += n - good
             reasons = [r or memory_reason for r in net_reasons]
-            if good and not need_times and problem.prune and best.full:
+            if good and not need_times and problem.prune and best.threshold > -math.inf:
                 bound = plan.bound()
-                if bound is not None and g.batch / bound < best.worst_rate:
+                if bound is not None and g.batch / bound < best.threshold:
                     counts.pruned += good
                     good = 0
             if good or need_times:
@@ -332,7 +334,8 @@ def _offer(problem: SearchProblem, layout: GroupLayout, inner: Inner, microbatch
            memory: dict[str, float], feasible: np.ndarray, figures: Figures, rates: np.ndarray, best: TopK,
            local: TopK) -> None:
     """Offer the feasible placements that can enter the running top K."""
-    candidates = np.flatnonzero(feasible if not best.full else feasible & (rates >= best.worst_rate))
+    threshold = best.threshold
+    candidates = np.flatnonzero(feasible if threshold == -math.inf else feasible & (rates >= threshold))
     g = layout.group
     for index in candidates:
         if not best.accepts(float(rates[index]), g.index, first + int(index)):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -75,8 +76,11 @@ class Candidate:
 class TopK:
     """The best ``k`` candidates in the search order (see the module rules)."""
 
-    def __init__(self, k: int) -> None:
+    def __init__(self, k: int, floor: float = -math.inf) -> None:
         self.k = k
+        #: A sample rate below which nothing can be in the whole search's top K: the K-th best rate of
+        #: executions found elsewhere (another worker); -inf when none is known.
+        self.floor = floor
         self._orders: list[tuple[float, int, int]] = []
         self._entries: list[Candidate] = []
 
@@ -89,7 +93,14 @@ class TopK:
         """The K-th best sample rate (only meaningful when full)."""
         return self._entries[-1].rate
 
+    @property
+    def threshold(self) -> float:
+        """Executions with a lower sample rate cannot be in the top K (-inf: any can)."""
+        return max(self.floor, self._entries[-1].rate) if self.full else self.floor
+
     def accepts(self, rate: float, group: int, position: int) -> bool:
+        if rate < self.floor:
+            return False
         return not self.full or (-rate, group, position) < self._orders[-1]
 
     def offer(self, candidate: Candidate) -> None:

@@ -6,30 +6,39 @@ Rules:
   in pipeline interleaving, which share their lowerings), in order of first
   appearance (about eight tasks per worker, balanced by execution count); a
   worker keeps one running top K per search (its pruning bound) across the
-  tasks it runs;
+  tasks it runs; tasks are submitted two per worker at a time, each with the
+  K-th best sample rate the driver has merged so far (a floor: exact, since
+  it is the rate of executions already found), so every worker prunes with
+  what all have found;
 - the driver merges the groups' top K lists (:class:`TopK`: the result is the
   same for any split and any completion order), adds the counts, and hands
   the groups' rows to ``on_rows`` in group order (the Parquet file is written
   in that order, whatever order the tasks finish in);
 - ``workers=1`` without a scheduler runs in this process (no cluster);
   ``workers=W`` starts a ``LocalCluster`` of W single-threaded worker
-  processes; ``scheduler="tcp://HOST:PORT"`` uses an existing cluster.
+  processes (forked where the platform allows: :func:`start_method`);
+  ``scheduler="tcp://HOST:PORT"`` uses an existing cluster.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+import multiprocessing
 import os
 import time
 import uuid
 from typing import Callable, Iterable
 
+from harness.errors import InputError
 from harness.search.evaluate import Context, SearchProblem, evaluate_group
 from harness.search.pareto import pareto_frontier
 from harness.search.results import Candidate, Counts, GroupOutcome, TopK
 from harness.search.space import GroupLayout, layouts
 
 TASKS_PER_WORKER = 8
+IN_FLIGHT_PER_WORKER = 2  # tasks queued per worker; the others wait, to carry the floor known when they start
+CONNECT_TIMEOUT_S = 10  # an existing scheduler must answer within this
 
 # Per worker process: search token -> running top K (the pruning bound).
 _RUNNING: dict[str, TopK] = {}
@@ -55,14 +64,17 @@ def space(problem: SearchProblem) -> list[GroupLayout]:
                         problem.has_tier2))
 
 
-def evaluate_chunk(problem: SearchProblem, chunk: list[list[GroupLayout]], token: str) -> list[GroupOutcome]:
+def evaluate_chunk(problem: SearchProblem, chunk: list[list[GroupLayout]], token: str,
+                   floor: float = -math.inf) -> list[GroupOutcome]:
     """Evaluate families of groups in a worker (its running top K kept under ``token``); a family's
-    groups share their lowerings (:class:`harness.search.evaluate.Context`)."""
+    groups share their lowerings (:class:`harness.search.evaluate.Context`). ``floor``: the K-th best
+    sample rate the driver knows of (from every worker's finished tasks), a pruning bound."""
     best = _RUNNING.get(token)
     if best is None:
         if len(_RUNNING) > 16:
             _RUNNING.clear()
         best = _RUNNING[token] = TopK(problem.top)
+    best.floor = max(best.floor, floor)
     context = Context(problem)
     out = []
     for family in chunk:
@@ -157,29 +169,50 @@ def run_search(problem: SearchProblem, *, workers: int | None = None, scheduler:
                      time.perf_counter() - start, used, where, merger.merged_points(), merger.frontier)
 
 
+def start_method() -> str:
+    """How the embedded cluster starts its worker processes: ``fork`` where the platform has it (a worker
+    starts with the harness already imported: a fraction of a second instead of seconds), else ``spawn``."""
+    return "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+
+
 def _run_dask(problem: SearchProblem, items: list[GroupLayout], order: list[int], merger: _Merger,
               workers: int | None, scheduler: str | None) -> tuple[int, str]:
+    import dask
     from distributed import Client, LocalCluster, as_completed
 
     cluster = None
     if scheduler is None:
         workers = workers or os.cpu_count() or 1
-        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
-                               worker_dashboard_address=None)
+        with dask.config.set({"distributed.worker.multiprocessing-method": start_method()}):
+            cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
+                                   worker_dashboard_address=None)
         client = Client(cluster)
         where = f"LocalCluster of {workers} workers"
     else:
-        client = Client(scheduler)
+        try:
+            client = Client(scheduler, timeout=CONNECT_TIMEOUT_S)
+        except (OSError, TimeoutError, ValueError) as error:
+            raise InputError("<command line>", "--scheduler",
+                             f"cannot use the Dask scheduler at {scheduler!r}: {str(error).splitlines()[0]}") from None
         where = f"cluster at {scheduler}"
     try:
         used = len(client.scheduler_info()["workers"]) or 1
         token = uuid.uuid4().hex
         remote = client.scatter(problem, broadcast=True)
-        futures = [client.submit(evaluate_chunk, remote, chunk, token, pure=False)
-                   for chunk in chunks(families(items), used * TASKS_PER_WORKER)]
-        for future in as_completed(futures):
+        todo = iter(chunks(families(items), used * TASKS_PER_WORKER))
+
+        def submit():
+            chunk = next(todo, None)
+            return None if chunk is None else client.submit(evaluate_chunk, remote, chunk, token,
+                                                            merger.best.threshold, pure=False)
+
+        running = as_completed([f for f in (submit() for _ in range(IN_FLIGHT_PER_WORKER * used)) if f])
+        for future in running:
             merger.add(future.result(), order)
             future.release()
+            following = submit()
+            if following is not None:
+                running.add(following)
     finally:
         client.close()
         if cluster is not None:
