@@ -98,6 +98,7 @@ def run(args) -> int:
 
     def on_start(total: int) -> None:
         state["task"] = progress.add_task("search", total=total, pruned=0)
+        progress.start()
 
     def on_progress(counts) -> None:
         state["pruned"] = state.get("pruned", 0) + counts.pruned
@@ -106,11 +107,13 @@ def run(args) -> int:
     with contextlib.ExitStack() as stack:
         if parquet is not None:
             stack.enter_context(parquet)
-        with progress:
+        try:
             result = run_search(problem, workers=args.workers, scheduler=args.scheduler,
                                 on_rows=parquet.write if parquet else None, on_progress=on_progress,
                                 on_start=on_start)
             progress.update(state["task"], total=result.counts.executions)
+        finally:
+            progress.stop()
     text = entries_json(result.best, evidence)
     if args.output is None:
         sys.stdout.write(text)

@@ -150,21 +150,23 @@ class _Merger:
 def run_search(problem: SearchProblem, *, workers: int | None = None, scheduler: str | None = None,
                on_rows: Callable | None = None, on_progress: Callable | None = None,
                on_start: Callable[[int], None] | None = None) -> SearchRun:
-    """Evaluate the whole space (see the module rules)."""
+    """Evaluate the whole space (see the module rules). ``on_start(total executions)`` is called once the
+    workers are up, before any is evaluated; ``on_progress(counts)`` after each group."""
     start = time.perf_counter()
     items = space(problem)
-    if on_start:
-        on_start(sum(i.executions for i in items))
+    total = sum(i.executions for i in items)
+    started = (lambda: on_start(total)) if on_start else (lambda: None)
     order = [i.group.index for i in items]
     merger = _Merger(problem, on_rows, on_progress)
     if scheduler is None and (workers or os.cpu_count() or 1) == 1:
+        started()
         token = uuid.uuid4().hex
         for family in families(items):
             merger.add(evaluate_chunk(problem, [family], token), order)
         _RUNNING.pop(token, None)
         used, where = 1, "in-process"
     else:
-        used, where = _run_dask(problem, items, order, merger, workers, scheduler)
+        used, where = _run_dask(problem, items, order, merger, workers, scheduler, started)
     return SearchRun(merger.counts, merger.best.entries(), len(items), sum(i.executions for i in items),
                      time.perf_counter() - start, used, where, merger.merged_points(), merger.frontier)
 
@@ -176,7 +178,7 @@ def start_method() -> str:
 
 
 def _run_dask(problem: SearchProblem, items: list[GroupLayout], order: list[int], merger: _Merger,
-              workers: int | None, scheduler: str | None) -> tuple[int, str]:
+              workers: int | None, scheduler: str | None, started: Callable[[], None]) -> tuple[int, str]:
     import dask
     from distributed import Client, LocalCluster, as_completed
 
@@ -196,6 +198,7 @@ def _run_dask(problem: SearchProblem, items: list[GroupLayout], order: list[int]
                              f"cannot use the Dask scheduler at {scheduler!r}: {str(error).splitlines()[0]}") from None
         where = f"cluster at {scheduler}"
     try:
+        started()  # after the workers are forked: no display thread of the caller's is running while they are
         used = len(client.scheduler_info()["workers"]) or 1
         token = uuid.uuid4().hex
         remote = client.scatter(problem, broadcast=True)
