@@ -13,15 +13,17 @@ from typing import Any
 from pydantic import Field, create_model
 
 from harness.cases import EstimateInput
+from harness.cost.output_layer import output_layer_s
 from harness.cost.views import COST_VIEWS, CostView, clear_pricers, pricer_for
-from harness.errors import InputError
+from harness.errors import EvidenceError, InputError
 from harness.evidence.profile import EvidenceProfile, load_profile
 from harness.ir.base import Frozen
+from harness.ir.model import ModelIR
 from harness.ir.portable import PortablePlanIR
 from harness.pipeline import Lowering, lower
 from harness.pipeline import clear_caches as clear_lowering_caches
 from harness.schedule.block import BlockTimes, block_times
-from harness.schedule.compose import Composition, compose
+from harness.schedule.compose import Composition, compose, with_output_layer
 from harness.schedule.memory import BlockMemory, StageMemory, block_memory, infeasibility, stage_memory
 from harness.vocabulary import COMPONENTS, ESTIMATE_STATUSES, MEMORY_FIGURES
 from harness.workload import WorkloadMetrics, workload_metrics
@@ -95,18 +97,30 @@ def check_tiers(data: EstimateInput, profile: EvidenceProfile, source: str) -> N
                              f"evidence profile {profile.name} has no {data.execution.datatype} {family} engine")
 
 
-def cost_view(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView) -> tuple[BlockTimes, Composition]:
-    """Block critical paths and the composed iteration under one view."""
+def cost_view(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView, *,
+              model: ModelIR | None = None) -> tuple[BlockTimes, Composition]:
+    """Block critical paths and the composed iteration under one view.
+
+    ``model`` (the plan's ModelIR) is needed only by a profile that defines the
+    ``output_layer`` family (:mod:`harness.cost.output_layer`): its work is
+    added to the forward and backward components, once per microbatch.
+    """
     pricer = pricer_for(profile, view, plan.datatype)
     costs = tuple(map(pricer.task, plan.tasks))
     block = block_times(plan, costs, pricer)
     p = plan.pipeline
-    return block, compose(plan.schedule, block, p.forward_transfers_per_microbatch, p.backward_transfers_per_microbatch)
+    comp = compose(plan.schedule, block, p.forward_transfers_per_microbatch, p.backward_transfers_per_microbatch)
+    if profile.output_layer is not None and "output_layer" in view.curves and plan.schedule.training:
+        if model is None:
+            raise EvidenceError(f"evidence profile {profile.name}: the output_layer family needs the model "
+                                f"shape (cost_view(..., model=lowering.model))")
+        comp = with_output_layer(comp, plan.schedule.microbatches, *output_layer_s(pricer, model))
+    return block, comp
 
 
 def view_estimate(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView, workload: WorkloadMetrics,
-                  stage: StageMemory) -> ViewEstimate:
-    _, comp = cost_view(plan, profile, view)
+                  stage: StageMemory, model: ModelIR | None = None) -> ViewEstimate:
+    _, comp = cost_view(plan, profile, view, model=model)
     c = comp.components_s
     s = plan.schedule
     useful = workload.forward_flops
@@ -135,7 +149,7 @@ def estimate_lowering(lowering: Lowering, profile: EvidenceProfile,
     return Estimate(
         status="infeasible" if reason else "ok", reason=reason, system=profile.name,
         evidence_revision=profile.revision(), digests=lowering.digests(),
-        views={v.name: view_estimate(plan, profile, v, workload, stage) for v in views},
+        views={v.name: view_estimate(plan, profile, v, workload, stage, lowering.model) for v in views},
     )
 
 

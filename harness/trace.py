@@ -31,6 +31,7 @@ from harness.errors import InputError
 from harness.estimate import cost_view
 from harness.evidence.profile import EvidenceProfile
 from harness.explain import Contributor, contributors
+from harness.ir.model import ModelIR
 from harness.ir.portable import PortablePlanIR
 from harness.schedule.compose import chunk_times
 from harness.schedule.simulate import Simulation, StageOp, simulate
@@ -123,9 +124,10 @@ def trace_events(sim: Simulation, spans: TaskSpans | None = None,
 
 
 def build_trace(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView, *, task_microbatches: int = 1,
-                label: str = "") -> tuple[dict[str, Any], Simulation]:
-    """Simulate ``plan`` under ``view`` and return the trace document with the simulation."""
-    block, comp = cost_view(plan, profile, view)
+                label: str = "", model: ModelIR | None = None) -> tuple[dict[str, Any], Simulation]:
+    """Simulate ``plan`` under ``view`` and return the trace document with the simulation
+    (``model``: the plan's ModelIR, for a profile with the ``output_layer`` family)."""
+    block, comp = cost_view(plan, profile, view, model=model)
     sim = simulate(plan.schedule, block, comp)
     spans = task_spans(plan, profile, view) if task_microbatches > 0 else None
     summary = {name: getattr(sim, name) for name in (

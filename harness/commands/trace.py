@@ -35,8 +35,9 @@ def run(args) -> int:
     data = case.estimate_input()
     profile = load_profile(data.system)
     check_tiers(data, profile, args.case)
-    plan = lower(data, args.case).plan
-    doc, sim = build_trace(plan, profile, COST_VIEWS[args.view], task_microbatches=args.task_microbatches, label=case.id)
+    lowering = lower(data, args.case)
+    doc, sim = build_trace(lowering.plan, profile, COST_VIEWS[args.view], task_microbatches=args.task_microbatches,
+                           label=case.id, model=lowering.model)
     write_trace(doc, args.output)
     if args.png:
         from harness.report.gantt import write_gantt

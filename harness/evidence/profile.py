@@ -6,10 +6,15 @@ curves, a processing mode, and network tiers with their collective volume
 models. It never names a model or a case.
 
 Rules:
-- a curve is a list of ``(threshold, efficiency)`` points with strictly
+- a step curve is a list of ``(threshold, efficiency)`` points with strictly
   decreasing thresholds; a request of size ``x`` takes the first point whose
   threshold is ``<= x``; a size below every threshold is an error, not a guess;
+  a curve may instead be a smooth saturating curve
+  (:class:`~harness.evidence.families.SaturatingCurve`);
 - efficiencies are in (0, 1];
+- the families fitted to measurements (:mod:`harness.evidence.families`) are
+  optional; an absent one is not part of the canonical content, so a profile
+  that uses none keeps its revision;
 - the profile's *revision* is the SHA-256 of its canonical content.
 """
 
@@ -25,6 +30,14 @@ import yaml
 from pydantic import Field, ValidationError, field_validator
 
 from harness.errors import EvidenceError
+from harness.evidence.families import (
+    CollectiveCurve,
+    FitProvenance,
+    HierarchicalCollectives,
+    LaunchOverhead,
+    OutputLayer,
+    SaturatingCurve,
+)
 from harness.ir.base import Artifact, Frozen
 from harness.ir.distributed import CollectiveOp
 
@@ -58,11 +71,15 @@ class Curve(Frozen):
         raise EvidenceError(f"{what}: size {size} is below the curve's smallest threshold {self.points[-1].threshold}")
 
 
+#: An efficiency curve: steps (Calculon's form) or a smooth saturating curve.
+EfficiencyCurve = Curve | SaturatingCurve
+
+
 class ComputeEngine(Frozen):
     """Peak and operation-size efficiency of one engine for one datatype."""
 
     peak_flops_per_s: float = Field(gt=0, description="Peak operations per second.")
-    operation_size_efficiency: Curve = Field(description="Efficiency by operations per task (threshold in operations).")
+    operation_size_efficiency: EfficiencyCurve = Field(description="Efficiency by operations per task.")
 
 
 class MemoryTier(Frozen):
@@ -70,7 +87,7 @@ class MemoryTier(Frozen):
 
     capacity_bytes: int = Field(gt=0, description="Capacity per processor, bytes.")
     bandwidth_bytes_per_s: float = Field(gt=0, description="Peak bandwidth.")
-    transfer_size_efficiency: Curve = Field(description="Efficiency by bytes per access (threshold in bytes).")
+    transfer_size_efficiency: EfficiencyCurve = Field(description="Efficiency by bytes per access.")
 
 
 class VolumeModel(Frozen):
@@ -90,6 +107,9 @@ class NetworkTier(Frozen):
     must_be_filled: bool = Field(description="Groups on this tier must tile its size exactly.")
     processor_usage: float = Field(ge=0, lt=1, description="Fraction of the processor a transfer occupies.")
     collectives: dict[CollectiveOp, VolumeModel] = Field(description="Volume model per operation.")
+    measured_collectives: dict[CollectiveOp, tuple[CollectiveCurve, ...]] | None = Field(
+        None, description="Measured efficiency by message size per collective and participant count "
+                          "(family collective_curves); replaces 'efficiency' for those collectives.")
 
     @field_validator("collectives")
     @classmethod
@@ -97,6 +117,15 @@ class NetworkTier(Frozen):
         missing = {"p2p", "all_reduce", "reduce_scatter", "all_gather"} - set(value)
         if missing:
             raise ValueError(f"missing volume model for {sorted(missing)}")
+        return value
+
+    @field_validator("measured_collectives")
+    @classmethod
+    def _distinct_participants(cls, value):
+        for op, curves in (value or {}).items():
+            counts = [c.participants for c in curves]
+            if not counts or len(set(counts)) != len(counts):
+                raise ValueError(f"{op}: one curve per participant count, at least one")
         return value
 
 
@@ -116,6 +145,19 @@ class EvidenceProfile(Artifact):
     memory_tier1: MemoryTier = Field(description="Processor memory (HBM).")
     memory_tier2: MemoryTier = Field(description="Offload memory.")
     networks: tuple[NetworkTier, ...] = Field(min_length=1, description="Network tiers, index = tier.")
+    launch: LaunchOverhead | None = Field(None, description="Host issue time per operation (family launch).")
+    output_layer: OutputLayer | None = Field(None, description="Embedding, output layer and loss work "
+                                                               "(family output_layer).")
+    hierarchical_collectives: HierarchicalCollectives | None = Field(
+        None, description="Groups larger than a tier's island run hierarchically (family hierarchical).")
+    fit: FitProvenance | None = Field(None, description="How the revision was fitted to measurements.")
+
+    def to_data(self) -> dict:
+        """As :meth:`Artifact.to_data`, without the absent optional families (they are not content)."""
+        data = self.model_dump(mode="json", by_alias=True, exclude_none=True)
+        data["schema_name"] = self.SCHEMA_NAME
+        data["schema_version"] = self.SCHEMA_VERSION
+        return data
 
     def revision(self) -> str:
         return self.digest()
