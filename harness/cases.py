@@ -4,6 +4,13 @@ A case has an id, the model shape, the execution layout, the evidence profile
 name, and a separate ``comparison`` section (paper value, oracle record id).
 Rule: the estimate path receives only :class:`EstimateInput` (shape, layout,
 profile name); the id and the comparison section never reach it.
+
+Input rules: a case file is read by :mod:`harness.inputs` (UTF-8, one YAML
+document, bounded nesting, finite numbers, unique keys) and validated
+strictly (see :mod:`harness.ir.model` for the size bounds). ``system`` is an
+evidence profile *name* (:data:`PROFILE_NAME_PATTERN`), never a path. An id
+is printable text on one line (it appears in one-line errors and test ids).
+A case directory must exist and hold at least one ``*.yaml``.
 """
 
 from __future__ import annotations
@@ -11,62 +18,55 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import Field, ValidationError
+from pydantic import Field
 
 from harness.errors import InputError, UnsupportedFeatureError
-from harness.ir.base import Frozen
+from harness.inputs import Document, read_yaml, validate
 from harness.ir.checks import layout_problems, unsupported_features
-from harness.ir.model import ExecutionLayout, TransformerShape
+from harness.ir.model import ExecutionLayout, StrictInput, TransformerShape
 
 CASE_SCHEMA = "blueprinting.case.v0"
+#: An evidence profile name: a file stem in the evidence directory, never a path.
+PROFILE_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+#: An id: 1-256 characters, no control character (no line break).
+ID_PATTERN = r"^[^\x00-\x1f\x7f]{1,256}$"
 
 
-class PaperValue(Frozen):
+class PaperValue(StrictInput):
     """A measured iteration time from a publication (the holdout)."""
 
-    iteration_s: float = Field(gt=0, description="Measured seconds per iteration.")
-    citation: str = Field(min_length=1, description="Where the value was published (paper, table).")
+    iteration_s: float = Field(gt=0, le=1e9, allow_inf_nan=False, description="Measured seconds per iteration.")
+    citation: str = Field(min_length=1, max_length=1000, description="Where the value was published (paper, table).")
 
 
-class Comparison(Frozen):
+class Comparison(StrictInput):
     """Comparison-only data: never read while lowering or estimating."""
 
     paper: PaperValue | None = Field(None, description="Paper holdout value, if the case has one.")
-    oracle_record: str | None = Field(None, description="Id of the vendored Calculon record to compare with.")
+    oracle_record: str | None = Field(None, pattern=ID_PATTERN,
+                                      description="Id of the vendored Calculon record to compare with.")
 
 
-class EstimateInput(Frozen):
+class EstimateInput(StrictInput):
     """Everything the estimate path may see: anonymous shape, layout, profile."""
 
     model: TransformerShape = Field(description="Model shape.")
     execution: ExecutionLayout = Field(description="Parallel layout and options.")
-    system: str = Field(min_length=1, description="Evidence profile name (file stem in evidence/).")
+    system: str = Field(pattern=PROFILE_NAME_PATTERN, description="Evidence profile name (file stem in evidence/).")
 
 
-class CaseFile(Frozen):
+class CaseFile(StrictInput):
     """One case YAML."""
 
     schema_: Literal["blueprinting.case.v0"] = Field(alias="schema", description="Case file schema name and version.")
-    id: str = Field(min_length=1, description="Case id, for reports and test ids only.")
-    system: str = Field(min_length=1, description="Evidence profile name (file stem in evidence/).")
+    id: str = Field(pattern=ID_PATTERN, description="Case id, for reports and test ids only.")
+    system: str = Field(pattern=PROFILE_NAME_PATTERN, description="Evidence profile name (file stem in evidence/).")
     model: TransformerShape = Field(description="Model shape.")
     execution: ExecutionLayout = Field(description="Parallel layout and options.")
     comparison: Comparison = Field(default_factory=Comparison, description="Comparison-only data.")
 
     def estimate_input(self) -> EstimateInput:
         return EstimateInput(model=self.model, execution=self.execution, system=self.system)
-
-
-def _pydantic_error(source: str, error: ValidationError) -> InputError:
-    first = error.errors()[0]
-    field = ".".join(str(part) for part in first["loc"]) or "<root>"
-    message = first["msg"]
-    if first["type"] == "extra_forbidden":
-        message = "unknown field"
-    elif first["type"] == "missing":
-        message = "required field is missing"
-    return InputError(source, field, message)
 
 
 def validate_input(source: str, data: EstimateInput | CaseFile) -> None:
@@ -80,39 +80,46 @@ def validate_input(source: str, data: EstimateInput | CaseFile) -> None:
         raise InputError(source, field, message)
 
 
-def parse_case(data: Any, source: str) -> CaseFile:
-    """Validate plain data as a case; errors name ``source`` and the field."""
-    if not isinstance(data, dict):
-        raise InputError(source, "<root>", "a case file must be a mapping")
-    try:
-        case = CaseFile.model_validate(data)
-    except ValidationError as error:
-        raise _pydantic_error(source, error) from None
+def parse_case(data: Any, source: str, document: Document | None = None) -> CaseFile:
+    """Validate plain data as a case; errors name ``source``, the field and (with ``document``) the line."""
+    case = validate(CaseFile, data, source, document=document, what="a mapping (a case file)")
     validate_input(source, case)
     return case
 
 
 def load_case(path: Path | str) -> CaseFile:
     """Load and validate one case YAML."""
-    path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as error:
-        raise InputError(str(path), "<file>", error.strerror or str(error)) from None
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark else "<yaml>"
-        raise InputError(str(path), where, f"not valid YAML: {getattr(error, 'problem', error)}") from None
-    return parse_case(data, str(path))
+    document = read_yaml(path)
+    return parse_case(document.data, str(path), document)
 
 
-def load_cases(directory: Path | str) -> list[CaseFile]:
-    """All cases of a directory, sorted by file name; ids must be unique."""
+def case_paths(directory: Path | str, option: str = "--cases") -> list[Path]:
+    """The ``*.yaml`` files of a case directory, sorted; a missing, non-directory or empty one is an error."""
     directory = Path(directory)
-    cases = [load_case(p) for p in sorted(directory.glob("*.yaml"))]
+    if not directory.exists():
+        raise InputError(str(directory), option, "no such case directory")
+    if not directory.is_dir():
+        raise InputError(str(directory), option, "not a directory (give the directory that holds the case files)")
+    try:
+        paths = sorted(p for p in directory.glob("*.yaml"))
+    except OSError as error:
+        raise InputError(str(directory), option, f"cannot list the directory: {error.strerror or error}") from None
+    if not paths:
+        raise InputError(str(directory), option, "no case files (*.yaml) in this directory")
+    return paths
+
+
+def load_cases(directory: Path | str, option: str = "--cases") -> list[CaseFile]:
+    """All cases of a directory, sorted by file name; ids must be unique; zero cases is an error."""
+    return [case for _, case in load_case_files(directory, option)]
+
+
+def load_case_files(directory: Path | str, option: str = "--cases") -> list[tuple[Path, CaseFile]]:
+    """``(path, case)`` of every case of a directory (see :func:`load_cases`)."""
+    out = [(p, load_case(p)) for p in case_paths(directory, option)]
     seen: dict[str, str] = {}
-    for case, path in zip(cases, sorted(directory.glob("*.yaml"))):
+    for path, case in out:
         if case.id in seen:
             raise InputError(str(path), "id", f"duplicate case id {case.id!r} (also in {seen[case.id]})")
         seen[case.id] = str(path)
-    return cases
+    return out

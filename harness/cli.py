@@ -2,17 +2,27 @@
 
 Each command lives in ``harness/commands/<name>.py`` and exposes
 ``register(subparsers)``; the command's function returns an exit status.
-A :class:`HarnessError` is printed as one line on stderr (exit 2), never as a
-traceback.
+
+Errors are one line on stderr, never a traceback:
+
+- a :class:`HarnessError` (bad input, a missing record, ...): ``error: ...``,
+  exit 2;
+- an operating-system error the command did not anticipate (a full disk while
+  writing to stdout): ``error: <file>: <reason>``, exit 2;
+- out of memory: ``error: out of memory ...``, exit 3;
+- anything else is a bug: ``error: internal error ...``, exit 3 (set
+  ``HARNESS_DEBUG=1`` to see the traceback);
+- an interrupt (Ctrl-C): exit 130.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
-from harness.errors import HarnessError
+from harness.errors import HarnessError, one_line
 
 COMMANDS = ("lower", "estimate", "oracle", "trace", "explain", "calibrate", "contract", "import_calculon")
 
@@ -25,12 +35,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _error(text: str, status: int) -> int:
+    print(f"error: {one_line(text)}", file=sys.stderr)
+    return status
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
     except HarnessError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+        return _error(str(error), 2)
     except BrokenPipeError:
         return 0
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except MemoryError:
+        return _error("out of memory (the input is too large for this machine)", 3)
+    except OSError as error:
+        if os.environ.get("HARNESS_DEBUG"):
+            raise
+        return _error(f"{error.filename or '<output>'}: {error.strerror or error}", 2)
+    except Exception as error:  # noqa: BLE001 - the last line of defence: one line, never a traceback
+        if os.environ.get("HARNESS_DEBUG"):
+            raise
+        return _error(f"internal error {type(error).__name__}: {error} (a bug: please report it with the "
+                      "command; HARNESS_DEBUG=1 shows the traceback)", 3)

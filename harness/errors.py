@@ -7,19 +7,34 @@ and exits non-zero; it never shows a traceback for these.
 
 from __future__ import annotations
 
+import re
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def one_line(text: object) -> str:
+    """``str(text)`` with control characters escaped (``\\n``, ``\\x1b``): an error is always one line."""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(text))
+
 
 class HarnessError(Exception):
     """Base class: a one-line, user-facing error."""
 
 
 class InputError(HarnessError):
-    """Bad input: names the file (or source) and the offending field."""
+    """Bad input: names the file (or source), the offending field and, when known, the line.
 
-    def __init__(self, source: str, field: str, message: str) -> None:
+    Rendered ``<source>: <field>: <message>``, with `` (line N)`` appended
+    when the line is known and not already the field.
+    """
+
+    def __init__(self, source: str, field: str, message: str, line: int | None = None) -> None:
         self.source = source
         self.field = field
         self.message = message
-        super().__init__(f"{source}: {field}: {message}")
+        self.line = line
+        suffix = f" (line {line})" if line is not None and field != f"line {line}" else ""
+        super().__init__(one_line(f"{source}: {field}: {message}{suffix}"))
 
 
 class UnsupportedFeatureError(InputError):
@@ -48,8 +63,11 @@ class PassError(HarnessError):
         super().__init__(f"pass {pass_name}: {message}")
 
 
-class EvidenceError(HarnessError):
-    """An evidence profile is malformed or does not cover a request."""
+class EvidenceError(InputError):
+    """An evidence profile is malformed, missing, or does not cover a request.
+
+    Names the profile (its file, or ``evidence profile NAME``) and the field.
+    """
 
 
 class OracleIsolationError(HarnessError):

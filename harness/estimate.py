@@ -3,10 +3,18 @@
 ``estimate(input)`` lowers the anonymous input once and costs the same plan
 under each view. It reads the evidence profile and nothing else: no case id,
 no comparison data, no oracle.
+
+Final guard (:func:`require_physical`): every figure of an estimate (totals,
+components, memory, workload, efficiencies, sample rate) is finite and
+non-negative, or the estimate is a :class:`NonPhysicalEstimateError` naming
+the input and the figure, never an ``ok``. The input and evidence bounds
+(:mod:`harness.ir.model`, :mod:`harness.evidence.profile`) are meant to make
+it unreachable; it stays as the last line of defence.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +84,31 @@ class Estimate(Frozen):
         return {name: v.model_dump(mode="json", include=set(VIEW_JSON_FIELDS)) for name, v in self.views.items()}
 
 
+class NonPhysicalEstimateError(InputError):
+    """An estimate figure came out negative, NaN or infinite: an error naming the input, never an ``ok``."""
+
+
+_INF = math.inf
+
+
+def _check_figures(source: str, prefix: str, figures: dict[str, Any], profile: EvidenceProfile) -> None:
+    for name, value in figures.items():
+        if not 0.0 <= value < _INF:  # False for NaN, negatives and infinities
+            raise NonPhysicalEstimateError(
+                source, f"{prefix}{name}", f"{value!r} is not a finite, non-negative figure: this input and evidence "
+                f"profile {profile.name} (revision {profile.revision()[:12]}) drive the arithmetic out of range")
+
+
+def require_physical(est: "Estimate", profile: EvidenceProfile, source: str) -> "Estimate":
+    """``est`` if every figure of every view is finite and non-negative (see the module rules)."""
+    for name, view in est.views.items():
+        _check_figures(source, f"{name}.", {k: v for k, v in view.__dict__.items() if isinstance(v, (int, float))}, profile)
+        _check_figures(source, f"{name}.components_s.", view.components_s.__dict__, profile)
+        _check_figures(source, f"{name}.memory_bytes.", view.memory_bytes.__dict__, profile)
+        _check_figures(source, f"{name}.workload.", view.workload.__dict__, profile)
+    return est
+
+
 def clear_caches() -> None:
     """Forget everything the estimate path memoizes (lowerings, interned IR
     values, canonical texts, prices), e.g. to measure a cold estimate; results
@@ -140,17 +173,18 @@ def view_estimate(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView
 
 
 def estimate_lowering(lowering: Lowering, profile: EvidenceProfile,
-                      views: tuple[CostView, ...] = DEFAULT_VIEWS) -> Estimate:
+                      views: tuple[CostView, ...] = DEFAULT_VIEWS, source: str = "<input>") -> Estimate:
+    """Both views of a lowering; every figure checked by :func:`require_physical`."""
     plan = lowering.plan
     block: BlockMemory = block_memory(plan)
     stage = stage_memory(plan, block)
     workload = workload_metrics(plan, block)
     reason = infeasibility(plan, stage, profile)
-    return Estimate(
+    return require_physical(Estimate(
         status="infeasible" if reason else "ok", reason=reason, system=profile.name,
         evidence_revision=profile.revision(), digests=lowering.digests(),
         views={v.name: view_estimate(plan, profile, v, workload, stage, lowering.model) for v in views},
-    )
+    ), profile, source)
 
 
 def estimate(data: EstimateInput, views: tuple[CostView, ...] = DEFAULT_VIEWS, *, source: str = "<input>",
@@ -158,4 +192,4 @@ def estimate(data: EstimateInput, views: tuple[CostView, ...] = DEFAULT_VIEWS, *
     """Lower ``data`` and cost it under ``views`` with its evidence profile."""
     profile = load_profile(data.system, evidence_dir)
     check_tiers(data, profile, source)
-    return estimate_lowering(lower(data, source), profile, views)
+    return estimate_lowering(lower(data, source), profile, views, source)

@@ -19,6 +19,12 @@ What it gives a test suite:
 
 Options are namespaced ``--harness-*`` (and ``--differential-full``).
 Markers (registered for ``--strict-markers``): see :data:`MARKERS`.
+
+Zero cases never pass: ``--harness-cases`` naming a missing, non-directory
+or empty directory, or a case file that does not load, is a usage error
+(exit 4) before any test runs; a test that needs ``case`` when there is no
+case (or, for ``calibration`` tests, no case with a paper value) is a
+collection error, never a run that skips everything.
 """
 
 from __future__ import annotations
@@ -56,6 +62,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
+    if config.getoption("--harness-cases"):
+        _load_cases(config)  # an explicit case directory must hold cases that load
     if os.environ.get("CI"):
         used = [flag for flag in UPDATE_FLAGS if _option(config, flag)]
         if used:
@@ -99,11 +107,20 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 
 def _load_cases(config: pytest.Config):
+    """The cases of the case directory; [] only when no directory was named and the default is absent."""
     cached = getattr(config, "_harness_cases", None)
     if cached is None:
         from harness.cases import load_cases
+        from harness.errors import HarnessError
 
-        cached = load_cases(cases_dir(config)) if cases_dir(config).is_dir() else []
+        directory = cases_dir(config)
+        if not config.getoption("--harness-cases") and not directory.exists():
+            cached = []
+        else:
+            try:
+                cached = load_cases(directory, option="--harness-cases")
+            except HarnessError as error:
+                raise pytest.UsageError(str(error)) from None
         config._harness_cases = cached
     return cached
 
@@ -112,8 +129,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "case" not in metafunc.fixturenames:
         return
     cases = _load_cases(metafunc.config)
+    what = "case"
     if metafunc.definition.get_closest_marker("calibration"):
         cases = [c for c in cases if c.comparison.paper is not None]
+        what = "case with a paper value"
+    if not cases:
+        raise pytest.Collector.CollectError(f"{metafunc.definition.nodeid} needs a {what}, and {cases_dir(metafunc.config)} has "
+                                "none (give --harness-cases=DIR): zero cases never pass")
     metafunc.parametrize("case", cases, ids=[c.id for c in cases], indirect=True, scope="session")
 
 

@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 from harness.cost.views import CostView, Pricer
 from harness.errors import InputError
+from harness.outputs import write_text
 from harness.estimate import cost_view
 from harness.evidence.profile import EvidenceProfile
 from harness.explain import Contributor, contributors
@@ -37,6 +39,39 @@ from harness.schedule.compose import chunk_times
 from harness.schedule.simulate import Simulation, StageOp, simulate
 
 OPS_TID, STEP_TID = 0, 1
+
+#: Work bounds of one trace (checked before simulating, :func:`check_trace_size`): pipeline operations
+#: (PP x chunks x microbatches x phases) and trace events (operations, nested blocks and tasks, metadata).
+#: Measured on the 2-core CI machine: 1e6 operations simulate in about 4 s; an event costs about 0.5 kB of
+#: memory while the trace is built, so 2e6 events stay near 1 GB.
+MAX_TRACE_OPERATIONS = 1_000_000
+MAX_TRACE_EVENTS = 2_000_000
+
+
+def trace_size(plan: PortablePlanIR, task_microbatches: int) -> tuple[int, int]:
+    """(pipeline operations, an upper bound of the trace events) of ``plan``, from its schedule shape only."""
+    s = plan.schedule
+    phases = 2 if s.training else 1
+    per_microbatch = s.pipeline_parallel * s.chunks_per_stage * phases
+    operations = per_microbatch * s.microbatches
+    nested_ops = per_microbatch * min(task_microbatches, s.microbatches)
+    events = 4 * s.pipeline_parallel + 2 + operations + nested_ops * s.blocks_per_chunk * (len(plan.tasks) + 3)
+    return operations, events
+
+
+def check_trace_size(plan: PortablePlanIR, source: str, *, task_microbatches: int = 1,
+                     max_operations: int = MAX_TRACE_OPERATIONS, max_events: int = MAX_TRACE_EVENTS) -> None:
+    """Refuse, before any simulation, an iteration whose trace would exceed the work bounds."""
+    s = plan.schedule
+    operations, events = trace_size(plan, task_microbatches)
+    if operations > max_operations:
+        raise InputError(source, "trace", f"the iteration has {operations} pipeline operations (PP {s.pipeline_parallel}"
+                                          f" x {s.chunks_per_stage} chunks x {s.microbatches} microbatches x "
+                                          f"{2 if s.training else 1} phases), more than the trace limit "
+                                          f"{max_operations} (--max-operations)")
+    if events > max_events:
+        raise InputError(source, "--task-microbatches", f"the trace would hold up to {events} events, more than "
+                                                        f"the limit {max_events}: nest tasks in fewer microbatches")
 
 
 def _ns(seconds: float) -> int:
@@ -123,24 +158,41 @@ def trace_events(sim: Simulation, spans: TaskSpans | None = None,
     return events
 
 
+def _require_physical(sim: Simulation, events: list[dict], source: str) -> None:
+    """No trace holds a negative, NaN or infinite time (the bubble difference is signed by definition)."""
+    for name in ("makespan_s", "total_s", "first_stage_busy_s", "data_parallel_s", "optimizer_s",
+                 "closed_form_total_s", "closed_form_bubble_s"):
+        value = getattr(sim, name)
+        if not 0.0 <= value < math.inf:
+            raise InputError(source, f"trace.{name}", f"{value!r} is not a finite, non-negative time")
+    for event in events:
+        if event["ph"] == "X" and not (0.0 <= event["ts"] < math.inf and 0.0 <= event["dur"] < math.inf):
+            raise InputError(source, f"trace event {event['name']}", f"ts {event['ts']!r} / dur {event['dur']!r} "
+                                                                     "is not a finite, non-negative time")
+
+
 def build_trace(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView, *, task_microbatches: int = 1,
-                label: str = "", model: ModelIR | None = None) -> tuple[dict[str, Any], Simulation]:
-    """Simulate ``plan`` under ``view`` and return the trace document with the simulation
-    (``model``: the plan's ModelIR, for a profile with the ``output_layer`` family)."""
+                label: str = "", source: str = "<input>", max_operations: int = MAX_TRACE_OPERATIONS,
+                model: ModelIR | None = None) -> tuple[dict[str, Any], Simulation]:
+    """Simulate ``plan`` under ``view`` and return the trace document with the simulation.
+
+    Bounded: :func:`check_trace_size` runs first; every time in the result is finite and non-negative.
+    ``model``: the plan's ModelIR, for a profile with the ``output_layer`` family.
+    """
+    check_trace_size(plan, source, task_microbatches=task_microbatches, max_operations=max_operations)
     block, comp = cost_view(plan, profile, view, model=model)
     sim = simulate(plan.schedule, block, comp)
     spans = task_spans(plan, profile, view) if task_microbatches > 0 else None
     summary = {name: getattr(sim, name) for name in (
         "makespan_s", "total_s", "first_stage_busy_s", "first_stage_idle_s", "closed_form_bubble_s",
         "closed_form_total_s", "bubble_difference_s", "exact", "note")}
-    doc = {"traceEvents": trace_events(sim, spans, task_microbatches), "displayTimeUnit": "ms",
-           "otherData": {"label": label, "view": view.name, **summary}}
+    events = trace_events(sim, spans, task_microbatches)
+    _require_physical(sim, events, source)
+    doc = {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {"label": label, "view": view.name, **summary}}
     return doc, sim
 
 
 def write_trace(doc: dict[str, Any], path: Path | str) -> None:
-    """Write the trace document; an unwritable path is an InputError naming it."""
-    try:
-        Path(path).write_text(json.dumps(doc, separators=(",", ":")))
-    except OSError as error:
-        raise InputError(str(path), "--output", error.strerror or str(error)) from None
+    """Write the trace document atomically (strict JSON); an unwritable path is an InputError naming it."""
+    text = json.dumps(doc, separators=(",", ":"), allow_nan=False)
+    write_text(path, text, option="--output")

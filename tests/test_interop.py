@@ -95,7 +95,7 @@ def test_import_bad_json_names_the_line(tmp_path, capsys):
     m, e = _files(tmp_path)
     e.write_text('{\n "tensor_par": 8,\n}')
     assert main(["import", "calculon", "--model", str(m), "--execution", str(e), "--system", "a100_80g"]) == 2
-    assert capsys.readouterr().err == f"error: {e}: line 3: not valid JSON: Expecting property name enclosed in double quotes\n"
+    assert capsys.readouterr().err == f"error: {e}: line 3: not valid JSON: Expecting property name enclosed in double quotes (column 1)\n"
 
 
 def _batch(tmp_path, lines, name="in.jsonl"):

@@ -69,5 +69,5 @@ def test_bad_rows_name_the_field(rows, tmp_path):
 def test_unwritable_directory_is_an_input_error(rows, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
-    with pytest.raises(InputError, match="<directory>"):
+    with pytest.raises(InputError, match=f"plots: --plots: cannot be created: {blocker} is not a directory"):
         write_plots(rows[:1], blocker / "plots")

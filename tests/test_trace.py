@@ -130,10 +130,18 @@ def test_gantt_of_a_dense_schedule_has_zoom_panels(tmp_path):
 
 
 def test_trace_command_bad_output_is_one_line_error(tmp_path, capsys):
-    target = tmp_path / "missing" / "t.json"
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    target = blocker / "t.json"  # under a file: cannot be created
     assert main(["trace", str(CASES / "megatron-22B_full.yaml"), "--output", str(target)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and f"{target}: --output:" in err
+    assert err.count("\n") == 1 and f"{target}: --output: cannot be created: {blocker} is not a directory" in err
+
+
+def test_trace_command_creates_missing_parent_directories(tmp_path, capsys):
+    target = tmp_path / "missing" / "deeper" / "t.json"
+    assert main(["trace", str(CASES / "megatron-22B_full.yaml"), "--output", str(target)]) == 0
+    assert json.loads(target.read_text())["traceEvents"]
 
 
 def test_trace_command_bad_case_is_one_line_error(tmp_path, capsys):

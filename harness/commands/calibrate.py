@@ -2,7 +2,10 @@
 
 Runs the Table 5 experiment (estimates first, then oracles), prints the
 results and parity tables, writes the JSON report, and exits 1 when a budget
-is violated.
+is violated. A case directory that is missing, not a directory or holds no
+case is an error (exit 2), never "all met" on zero cases. The report and the
+plots are checked before the experiment runs and written atomically
+(:mod:`harness.outputs`).
 """
 
 from __future__ import annotations
@@ -25,9 +28,18 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from harness.cases import case_paths
     from harness.experiment.run import run_experiment
     from harness.experiment.tables import print_report
     from harness.oracles.calculon_oracle import LiveCalculon, RecordedCalculon
+    from harness.outputs import check_output, check_output_dir, write_text
+    from harness.report.plots import PLOT_FILES
+
+    inputs = case_paths(args.cases)
+    plot_paths = [args.plots / name for name in PLOT_FILES] if args.plots else []
+    check_output(args.output, inputs=inputs, others=plot_paths)
+    if args.plots:
+        check_output_dir(args.plots, option="--plots", inputs=inputs)
 
     if args.oracle == "live":
         if args.calculon_src is None:
@@ -36,8 +48,7 @@ def run(args) -> int:
     else:
         oracle = RecordedCalculon()
     report = run_experiment(args.cases, oracle)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(report.to_json() + "\n")
+    write_text(args.output, report.to_json() + "\n")
     print_report(report)
     print(f"report: {args.output}")
     if args.plots:

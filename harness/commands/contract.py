@@ -22,17 +22,22 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from harness.cases import case_paths
     from harness.experiment.contract import CONTRACT_PATH, evaluate, load_contract, write_contract
     from harness.experiment.run import run_experiment
+    from harness.outputs import check_output
 
     path = args.contract or CONTRACT_PATH
-    report = run_experiment(args.cases)
+    inputs = case_paths(args.cases)
     if args.action == "write":
         if os.environ.get("CI"):
             raise HarnessError("the baseline contract is never rewritten under CI; update it locally for review")
-        print(f"wrote {write_contract(report, path)}")
+        check_output(path, option="--contract", inputs=inputs)
+        print(f"wrote {write_contract(run_experiment(args.cases), path)}")
         return 0
-    broken = evaluate(load_contract(path), report)
+    contract = load_contract(path)  # a malformed contract fails before the experiment runs
+    report = run_experiment(args.cases)
+    broken = evaluate(contract, report)
     for line in broken:
         print(f"BROKEN {line}")
     print(f"{path}: {'honoured' if not broken else f'{len(broken)} broken entr' + ('y' if len(broken) == 1 else 'ies')}")

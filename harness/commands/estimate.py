@@ -10,25 +10,31 @@ Batch output: a JSON list, one entry per non-blank input line, in file order,
 ``status`` is ``ok``, ``infeasible`` (Calculon would refuse it: network tier
 or memory capacity; figures still given), ``rejected`` (TP/DP overlap or
 offload; no views) or ``invalid`` (reason ``line N: field: message``; no
-views). A bad line never stops the batch; the exit status is 1 when any line
-is invalid, 0 otherwise.
+views). A bad line never stops the batch (an estimate that fails for one
+line makes that line ``invalid``); the exit status is 1 when any line is
+invalid, 0 otherwise. The batch is streamed: each line is read, estimated and
+written before the next, so memory does not grow with the file; the output
+is written atomically (:mod:`harness.outputs`) and has the bytes
+``json.dumps(entries, indent=1)`` would give. JSON output is strict
+(``allow_nan=False``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, Iterator
 
 from harness.cases import load_case
 from harness.cost.views import COST_VIEWS
-from harness.errors import InputError
+from harness.errors import HarnessError, InputError
 from harness.estimate import DEFAULT_VIEWS, Estimate, estimate
-from harness.interop.calculon_batch import BatchLine, read_batch
+from harness.interop.calculon_batch import BatchLine, iter_batch
+from harness.outputs import atomic_output, check_output
 from harness.vocabulary import BATCH_STATUSES, VIEWS
-
 
 
 def register(sub) -> None:
@@ -47,37 +53,99 @@ def estimate_json(case_id: str, est: Estimate) -> dict[str, Any]:
 
 
 def batch_entry_json(entry: BatchLine, views=DEFAULT_VIEWS, source: str = "<batch>") -> dict[str, Any]:
-    """The output entry of one classified batch line (estimating valid lines)."""
+    """The output entry of one classified batch line (estimating valid lines).
+
+    An estimate that fails for this line (a figure out of range, an evidence
+    curve that does not cover a size, an arithmetic failure) makes the line
+    ``invalid`` with its one-line reason; the batch goes on.
+    """
     if entry.status != "valid":
         return {"id": entry.id, "status": entry.status, "reason": entry.reason, "views": {}}
-    return estimate_json(entry.id, estimate(entry.input, views, source=f"{source}:{entry.line}"))
+    where = f"{source}:{entry.line}"
+    try:
+        return estimate_json(entry.id, estimate(entry.input, views, source=where))
+    except HarnessError as error:
+        field = error.field if isinstance(error, InputError) else "<estimate>"
+        message = error.message if isinstance(error, InputError) else str(error)
+    except (ArithmeticError, ValueError, RecursionError) as error:  # a bug; the batch still goes on
+        field, message = "<estimate>", f"internal error {type(error).__name__}: {error}"
+    return {"id": entry.id, "status": "invalid", "reason": f"line {entry.line}: {field}: {message}", "views": {}}
 
 
-def _emit(data: Any, output: Path | None) -> None:
-    text = json.dumps(data, indent=1) + "\n"
+def dumps(data: Any, indent: int | None = 1) -> str:
+    """Strict JSON (NaN and infinities are an error, never ``NaN`` in the output)."""
+    return json.dumps(data, indent=indent, allow_nan=False)
+
+
+class JsonListWriter:
+    """Writes a JSON list entry by entry, byte-identical to ``json.dumps(entries, indent=1)``."""
+
+    def __init__(self, handle: IO[str]) -> None:
+        self.handle = handle
+        self.count = 0
+
+    def write(self, entry: Any) -> None:
+        text = dumps(entry).replace("\n", "\n ")
+        self.handle.write(("[\n " if self.count == 0 else ",\n ") + text)
+        self.count += 1
+
+    def close(self) -> None:
+        self.handle.write("[]\n" if self.count == 0 else "\n]\n")
+
+
+@contextlib.contextmanager
+def _destination(output: Path | None) -> Iterator[IO[str]]:
     if output is None:
-        sys.stdout.write(text)
+        yield sys.stdout
         return
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(text)
+    with atomic_output(output, "w") as handle:
+        yield handle
+
+
+def _emit(entries: list[dict[str, Any]], output: Path | None) -> None:
+    with _destination(output) as handle:
+        writer = JsonListWriter(handle)
+        for entry in entries:
+            writer.write(entry)
+        writer.close()
 
 
 def run_batch(args, views) -> int:
     if args.cases:
         raise InputError("--calculon-batch", "CASE.yaml", "give case files or a batch, not both")
-    results = [batch_entry_json(e, views, str(args.calculon_batch)) for e in read_batch(args.calculon_batch)]
-    _emit(results, args.output)
-    counts = Counter(r["status"] for r in results)
+    if args.output is not None:
+        check_output(args.output, inputs=[args.calculon_batch])
+    source = str(args.calculon_batch)
+    lines = iter_batch(args.calculon_batch)
+    counts: Counter[str] = Counter()
+    first = next(lines, None)  # a file that cannot be read fails here, before the output is touched
+    with _destination(args.output) as handle:
+        writer = JsonListWriter(handle)
+        for entry in ([first] if first is not None else []):
+            _write_entry(writer, entry, views, source, counts)
+        for entry in lines:
+            _write_entry(writer, entry, views, source, counts)
+        writer.close()
     summary = ", ".join(f"{counts[s]} {s}" for s in BATCH_STATUSES)
     where = args.output if args.output else "stdout"
-    print(f"estimated {len(results)} batch lines to {where}: {summary}", file=sys.stderr)
+    print(f"estimated {sum(counts.values())} batch lines to {where}: {summary}", file=sys.stderr)
     return 1 if counts["invalid"] else 0
+
+
+def _write_entry(writer: JsonListWriter, entry: BatchLine, views, source: str, counts: Counter) -> None:
+    result = batch_entry_json(entry, views, source)
+    writer.write(result)
+    counts[result["status"]] += 1
 
 
 def run(args) -> int:
     views = (COST_VIEWS[args.view],) if args.view else DEFAULT_VIEWS
     if args.calculon_batch is not None:
         return run_batch(args, views)
+    if not args.cases:
+        raise InputError("estimate", "CASE.yaml", "give at least one case file (or --calculon-batch IN.jsonl)")
+    if args.output is not None:
+        check_output(args.output, inputs=args.cases)
     results = []
     for path in args.cases:
         case = load_case(path)

@@ -17,7 +17,6 @@ Rules:
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -25,10 +24,12 @@ from typing import Any
 import yaml
 
 from harness.cases import CASE_SCHEMA, EstimateInput, parse_case
-from harness.errors import InputError
+from harness.errors import EvidenceError, InputError
 from harness.estimate import check_tiers
-from harness.evidence.profile import load_profile
+from harness.evidence.profile import check_profile_name, load_profile
+from harness.inputs import read_json
 from harness.interop.calculon_format import calculon_field, input_from_calculon
+from harness.outputs import check_output, write_text
 
 # Layout fields left out of the YAML: they can only hold their defaults here.
 UNSUPPORTED_DEFAULTS = ("tp_overlap", "dp_overlap", "offload")
@@ -48,12 +49,7 @@ def register(sub) -> None:
 
 
 def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except OSError as error:
-        raise InputError(str(path), "<file>", error.strerror or str(error)) from None
-    except json.JSONDecodeError as error:
-        raise InputError(str(path), f"line {error.lineno}", f"not valid JSON: {error.msg}") from None
+    return read_json(path).data
 
 
 def default_id(model_path: Path, execution_path: Path) -> str:
@@ -66,10 +62,13 @@ def default_id(model_path: Path, execution_path: Path) -> str:
 
 def translate(model_path: Path, execution_path: Path, system: str) -> EstimateInput:
     """Read both files and translate them; an error names the file its field came from."""
+    check_profile_name(system, "--system", "system")
     model, execution = _read_json(model_path), _read_json(execution_path)
     try:
         data = input_from_calculon(model, execution, system, "<calculon>")
         check_tiers(data, load_profile(system), "<calculon>")
+    except EvidenceError:
+        raise
     except InputError as error:
         field = calculon_field(error.field)
         source = {"model": model_path, "execution": execution_path}.get(field.split(".")[0], "--system")
@@ -87,6 +86,8 @@ def case_document(case_id: str, data: EstimateInput, oracle_record: str | None) 
 
 
 def run(args) -> int:
+    if args.output is not None:
+        check_output(args.output, inputs=[args.model, args.execution])
     data = translate(args.model, args.execution, args.system)
     case_id = args.case_id or default_id(args.model, args.execution)
     document = case_document(case_id, data, args.oracle_record)
@@ -96,7 +97,6 @@ def run(args) -> int:
     if args.output is None:
         sys.stdout.write(text)
         return 0
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(text)
+    write_text(args.output, text)
     print(f"wrote case {case_id} to {args.output}", file=sys.stderr)
     return 0

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.cases import load_cases
+from harness.cases import case_paths, load_cases
+from harness.errors import InputError
 from harness.interop.calculon_batch import require_valid
 from harness.oracles.record import RECORD_VIEWS, record_inputs, write_record_file
 from harness.oracles.records import VENDOR_DIR
 from harness.oracles.runner import CalculonRunner
+from harness.outputs import check_output
 
 
 def view_list(text: str) -> tuple[str, ...]:
@@ -47,6 +49,12 @@ def register(sub) -> None:
 
 
 def run_record(args) -> int:
+    relative = Path(args.output)
+    if relative.is_absolute() or ".." in relative.parts or not relative.parts:
+        raise InputError(args.output, "--output", "must be a path inside the vendor directory (relative, no '..')")
+    sources = [args.batch] if args.batch is not None else case_paths(args.cases)
+    check_output(args.vendor / args.output, option="--output", inputs=sources)
+    check_output(args.vendor / "MANIFEST.json", option="--vendor", inputs=sources)
     runner = CalculonRunner(args.calculon_src)
     if args.batch is not None:
         inputs = require_valid(args.batch)

@@ -1,8 +1,18 @@
-"""``harness trace CASE.yaml --output TRACE.json [--png SCHEDULE.png] [--view NAME] [--task-microbatches N]``.
+"""``harness trace CASE.yaml --output TRACE.json [--png SCHEDULE.png] [--view NAME] [--task-microbatches N]
+[--max-operations N]``.
 
 Simulates the case's pipeline iteration event by event under one cost view,
 writes a Chrome trace (Perfetto / chrome://tracing) and optionally a Gantt
 PNG, and prints the simulated bubble next to the closed form's.
+
+Before any simulation: the output locations are checked (:mod:`harness.outputs`:
+not a directory, not the case file, not each other, writable), and the work
+is bounded: the iteration's pipeline operations (``PP x chunks x microbatches
+x phases``) may not exceed ``--max-operations`` (default
+:data:`~harness.trace.MAX_TRACE_OPERATIONS`), nor the trace events
+(operations plus the blocks and tasks nested in the first N microbatches)
+:data:`~harness.trace.MAX_TRACE_EVENTS`. A larger iteration is refused with
+its counts, up front, not after minutes of simulation or an exhausted memory.
 """
 
 from __future__ import annotations
@@ -12,8 +22,9 @@ from harness.cost.views import COST_VIEWS
 from harness.errors import InputError
 from harness.estimate import check_tiers
 from harness.evidence.profile import load_profile
+from harness.outputs import check_output
 from harness.pipeline import lower
-from harness.trace import build_trace, write_trace
+from harness.trace import MAX_TRACE_OPERATIONS, build_trace, check_trace_size, write_trace
 from harness.vocabulary import SYSTEM_EVIDENCE, VIEWS
 
 
@@ -25,19 +36,29 @@ def register(sub) -> None:
     p.add_argument("--view", choices=list(VIEWS), default=SYSTEM_EVIDENCE, help=f"cost view (default: {SYSTEM_EVIDENCE})")
     p.add_argument("--task-microbatches", type=int, default=1, metavar="N",
                    help="nest block and task events in the operations of the first N microbatches (default 1)")
+    p.add_argument("--max-operations", type=int, default=MAX_TRACE_OPERATIONS, metavar="N",
+                   help=f"refuse iterations with more pipeline operations (default {MAX_TRACE_OPERATIONS})")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     if args.task_microbatches < 0:
         raise InputError(args.case, "--task-microbatches", f"must be >= 0, got {args.task_microbatches}")
+    if args.max_operations < 1:
+        raise InputError(args.case, "--max-operations", f"must be >= 1, got {args.max_operations}")
+    check_output(args.output, option="--output", inputs=[args.case], others=[args.png])
+    if args.png:
+        check_output(args.png, option="--png", inputs=[args.case], others=[args.output])
     case = load_case(args.case)
     data = case.estimate_input()
     profile = load_profile(data.system)
     check_tiers(data, profile, args.case)
     lowering = lower(data, args.case)
-    doc, sim = build_trace(lowering.plan, profile, COST_VIEWS[args.view], task_microbatches=args.task_microbatches,
-                           label=case.id, model=lowering.model)
+    plan = lowering.plan
+    check_trace_size(plan, args.case, task_microbatches=args.task_microbatches, max_operations=args.max_operations)
+    doc, sim = build_trace(plan, profile, COST_VIEWS[args.view], task_microbatches=args.task_microbatches,
+                           label=case.id, source=args.case, max_operations=args.max_operations,
+                           model=lowering.model)
     write_trace(doc, args.output)
     if args.png:
         from harness.report.gantt import write_gantt

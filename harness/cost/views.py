@@ -159,17 +159,17 @@ class Pricer:
         self.matrix = self._engine(profile.matrix, "matrix", datatype)
         self.vector = self._engine(profile.vector, "vector", datatype)
         self.roofline = profile.processing_mode == "roofline"
-        where = f"evidence profile {profile.name}"
-        # engine -> (peak FLOP/s, applied operation-size curve or None, what the curve is, for errors)
+        self._where = where = f"evidence profile {profile.name}"
+        # engine -> (peak FLOP/s, applied operation-size curve or None, (source, field) for errors)
         self._engines = {
             engine: (spec.peak_flops_per_s, spec.operation_size_efficiency if engine in view.curves else None,
-                     f"{where}: {engine} operation-size curve")
+                     (where, f"{engine}.{datatype}.operation_size_efficiency"))
             for engine, spec in (("matrix", self.matrix), ("vector", self.vector))
         }
         tier = profile.memory_tier1
         self._memory = (tier.bandwidth_bytes_per_s,
                         tier.transfer_size_efficiency if "memory" in view.curves else None,
-                        f"{where}: memory transfer-size curve")
+                        (where, "memory_tier1.transfer_size_efficiency"))
         self._network_curves = "network" in view.curves
         launch = profile.launch if "launch" in view.curves else None
         self._issue_s = 0.0 if launch is None else launch.issue_s_per_operation
@@ -183,22 +183,22 @@ class Pricer:
 
     def _engine(self, engines: dict[str, ComputeEngine], family: str, datatype: str) -> ComputeEngine:
         if datatype not in engines:
-            raise EvidenceError(f"evidence profile {self.profile.name}: {family}: no {datatype} engine "
-                                f"(has {sorted(engines)})")
+            raise EvidenceError(f"evidence profile {self.profile.name}", family,
+                                f"no {datatype} engine (has {sorted(engines)})")
         return engines[datatype]
 
     def compute_s(self, operations: float, engine: str) -> float:
         if operations == 0:
             return 0.0
         peak, curve, what = self._engines[engine]
-        eff = 1.0 if curve is None else curve.efficiency(operations, what)
+        eff = 1.0 if curve is None else curve.efficiency(operations, *what)
         return operations / (peak * eff)
 
     def memory_s(self, size_bytes: float) -> float:
         if size_bytes == 0:
             return 0.0
         bandwidth, curve, what = self._memory
-        eff = 1.0 if curve is None else curve.efficiency(size_bytes, what)
+        eff = 1.0 if curve is None else curve.efficiency(size_bytes, *what)
         return size_bytes / (bandwidth * eff)
 
     def work(self, work: Work, optimizer: bool = False) -> PassCost:
@@ -227,8 +227,8 @@ class Pricer:
         try:
             net = self.profile.networks[message.network_tier]
         except IndexError:
-            raise EvidenceError(f"evidence profile {self.profile.name}: no network tier {message.network_tier} "
-                                f"(has {len(self.profile.networks)})") from None
+            raise EvidenceError(self._where, "networks", f"no network tier {message.network_tier} "
+                                                         f"(has {len(self.profile.networks)})") from None
         if self._hierarchical and message.participants > net.size_processors and \
                 message.network_tier + 1 < len(self.profile.networks):
             return self._hierarchical_s(message, net.size_processors)

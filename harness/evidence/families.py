@@ -37,41 +37,55 @@ from __future__ import annotations
 import math
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
 from harness.errors import EvidenceError
 from harness.ir.base import Frozen
 
+#: The smallest efficiency any family may hold (as :data:`harness.evidence.profile.MIN_EFFICIENCY`).
+MIN_EFFICIENCY = 1e-4
+MAX_SIZE = 1e300
 
-class SaturatingCurve(Frozen):
+
+class _Strict(Frozen):
+    """Profile sections: strict types, finite numbers (as the rest of a profile)."""
+
+    model_config = ConfigDict(strict=True)
+
+
+class SaturatingCurve(_Strict):
     """A smooth, monotone, saturating efficiency curve (see the module rules)."""
 
     kind: Literal["saturating"] = Field(description="Curve form: max_efficiency * x / (x + half_size).")
-    max_efficiency: float = Field(gt=0, le=1, description="Efficiency approached by large requests.")
-    half_size: float = Field(ge=0, description="Request size (operations or bytes) at half the maximum efficiency.")
+    max_efficiency: float = Field(ge=MIN_EFFICIENCY, le=1, allow_inf_nan=False,
+                                  description="Efficiency approached by large requests.")
+    half_size: float = Field(ge=0, le=MAX_SIZE, allow_inf_nan=False,
+                             description="Request size (operations or bytes) at half the maximum efficiency.")
 
-    def efficiency(self, size: float, what: str) -> float:
+    def efficiency(self, size: float, source: str, field: str) -> float:
         if self.half_size == 0:
             return self.max_efficiency
-        if size <= 0:
-            raise EvidenceError(f"{what}: a saturating curve has no efficiency at size {size}")
+        if not size > 0:
+            raise EvidenceError(source, field, f"a saturating curve has no efficiency at size {size}")
         return self.max_efficiency * size / (size + self.half_size)
 
 
-class SizePoint(Frozen):
+class SizePoint(_Strict):
     """One measured point of a collective curve."""
 
-    size_bytes: float = Field(gt=0, description="Message size (bytes per processor, as nccl-tests 'size').")
-    efficiency: float = Field(gt=0, le=1, description="Fraction of the tier bandwidth that reproduces the measured "
+    size_bytes: float = Field(gt=0, le=MAX_SIZE, allow_inf_nan=False,
+                              description="Message size (bytes per processor, as nccl-tests 'size').")
+    efficiency: float = Field(ge=MIN_EFFICIENCY, le=1, allow_inf_nan=False, description="Fraction of the tier bandwidth that reproduces the measured "
                                                       "time with the tier's latency and volume model.")
 
 
-class CollectiveCurve(Frozen):
+class CollectiveCurve(_Strict):
     """Measured efficiency of one collective for one participant count."""
 
-    participants: int = Field(ge=2, description="Processors taking part in the measurement.")
-    points: tuple[SizePoint, ...] = Field(min_length=1, description="Points in strictly increasing size.")
-    source: str = Field(min_length=1, description="Where the measurement comes from (file, tool, column).")
+    participants: int = Field(ge=2, le=2**30, description="Processors taking part in the measurement.")
+    points: tuple[SizePoint, ...] = Field(min_length=1, max_length=4096, strict=False,
+                                          description="Points in strictly increasing size.")
+    source: str = Field(min_length=1, max_length=10_000, description="Where the measurement comes from.")
 
     @field_validator("points")
     @classmethod
@@ -109,19 +123,21 @@ def curve_for(curves: tuple[CollectiveCurve, ...], participants: int) -> Collect
     return best or min(curves, key=lambda c: c.participants)
 
 
-class LaunchOverhead(Frozen):
+class LaunchOverhead(_Strict):
     """Host issue time per operation (see the module rules)."""
 
-    issue_s_per_operation: float = Field(gt=0, le=1e-3, description="Host time to issue one operation, seconds.")
+    issue_s_per_operation: float = Field(gt=0, le=1e-3, allow_inf_nan=False,
+                                         description="Host time to issue one operation, seconds.")
 
 
-class OutputLayer(Frozen):
+class OutputLayer(_Strict):
     """The work of the embedding, output layer and loss the portable plan leaves out."""
 
-    vocabulary: int = Field(gt=0, description="Token vocabulary of the target's training software (entries).")
-    vocabulary_multiple: int = Field(gt=0, description="The vocabulary is padded to a multiple of this x TP "
-                                                       "(Megatron's make-vocab-size-divisible-by).")
-    loss_bytes_per_logit: float = Field(gt=0, le=256, description="Memory-tier-1 bytes the loss (softmax cross "
+    vocabulary: int = Field(gt=0, le=2**24, description="Token vocabulary of the target's training software "
+                                                        "(entries).")
+    vocabulary_multiple: int = Field(gt=0, le=2**16, description="The vocabulary is padded to a multiple of this "
+                                                                 "x TP (Megatron's make-vocab-size-divisible-by).")
+    loss_bytes_per_logit: float = Field(gt=0, le=256, allow_inf_nan=False, description="Memory-tier-1 bytes the loss (softmax cross "
                                                                   "entropy, forward and backward) moves per logit.")
 
     def padded_vocabulary(self, tensor_parallel: int) -> int:
@@ -129,28 +145,28 @@ class OutputLayer(Frozen):
         return -(-self.vocabulary // multiple) * multiple
 
 
-class HierarchicalCollectives(Frozen):
+class HierarchicalCollectives(_Strict):
     """Groups larger than their tier's island run hierarchically (see the module rules)."""
 
     kind: Literal["island_then_next_tier"] = Field(description="The one rule: the collective inside an island on "
                                                                "its tier, then across islands on the next tier.")
 
 
-class FittedParameter(Frozen):
+class FittedParameter(_Strict):
     """One parameter of a fitted revision, with its bounds and uncertainty."""
 
     name: str = Field(description="Parameter name.")
     path: str = Field(description="Where it sits in the profile (dotted path).")
-    value: float = Field(description="Fitted value (rounded to 5 significant digits).")
-    lower: float = Field(description="Lower bound of the fit.")
-    upper: float = Field(description="Upper bound of the fit.")
-    standard_error: float | None = Field(None, description="Standard error from the fit's Jacobian (2 significant digits), "
+    value: float = Field(allow_inf_nan=False, description="Fitted value (rounded to 5 significant digits).")
+    lower: float = Field(allow_inf_nan=False, description="Lower bound of the fit.")
+    upper: float = Field(allow_inf_nan=False, description="Upper bound of the fit.")
+    standard_error: float | None = Field(None, allow_inf_nan=False, description="Standard error from the fit's Jacobian (2 significant digits), "
                                                      "None where the parameter sits on a bound.")
     unit: str = Field(description="Unit of the value.")
     meaning: str = Field(description="What the parameter is, physically.")
 
 
-class CorpusDigest(Frozen):
+class CorpusDigest(_Strict):
     """One measurement corpus a revision was fitted on."""
 
     path: str = Field(description="Corpus file, as given to the fit.")
@@ -158,12 +174,13 @@ class CorpusDigest(Frozen):
     records: int = Field(ge=0, description="Records of the file the fit used.")
 
 
-class FitProvenance(Frozen):
+class FitProvenance(_Strict):
     """How a revision was fitted: base, corpora, objective, parameters."""
 
     base_profile: str = Field(description="Name of the base profile.")
     base_revision: str = Field(description="Revision (SHA-256) of the base profile.")
-    corpora: tuple[CorpusDigest, ...] = Field(description="Measurement corpora, in the order given.")
+    corpora: tuple[CorpusDigest, ...] = Field(strict=False, description="Measurement corpora, in the order given.")
     objective: str = Field(description="What the fit minimizes.")
-    parameters: tuple[FittedParameter, ...] = Field(description="Fitted parameters.")
-    fixed: tuple[str, ...] = Field(description="Numbers set from measurements or documentation, not fitted.")
+    parameters: tuple[FittedParameter, ...] = Field(strict=False, description="Fitted parameters.")
+    fixed: tuple[str, ...] = Field(strict=False, description="Numbers set from measurements or documentation, "
+                                                             "not fitted.")

@@ -11,25 +11,62 @@ Rules:
   threshold is ``<= x``; a size below every threshold is an error, not a guess;
   a curve may instead be a smooth saturating curve
   (:class:`~harness.evidence.families.SaturatingCurve`);
-- efficiencies are in (0, 1];
 - the families fitted to measurements (:mod:`harness.evidence.families`) are
   optional; an absent one is not part of the canonical content, so a profile
   that uses none keeps its revision;
 - the profile's *revision* is the SHA-256 of its canonical content.
+
+Physical bounds (every estimate priced with a valid profile is finite and
+non-negative; see :mod:`harness.ir.model` for the input sizes):
+
+- every number is finite (``NaN`` and infinities are refused when read and
+  when validated);
+- efficiencies are in [:data:`MIN_EFFICIENCY`, 1]: 1e-4 is far below any
+  measured efficiency (the shipped profiles' smallest is 0.1), and keeps a
+  division by a denormal (``1e-320``) out of every price;
+- peaks are in [:data:`MIN_PEAK_FLOPS_PER_S`, :data:`MAX_PEAK_FLOPS_PER_S`]
+  = [1e6, 1e24] operations per second, bandwidths in
+  [:data:`MIN_BANDWIDTH_BYTES_PER_S`, :data:`MAX_BANDWIDTH_BYTES_PER_S`] =
+  [1e3, 1e18] bytes per second: a megaflop processor and a kilobyte-per-second
+  link are the slowest anything is modelled on (an A100 is 3e14 FLOP/s and
+  2e12 B/s), and a 1e-300 peak would send every time past the float range;
+- latencies are in [0, 3600] s, capacities in [1, 2^80] bytes (``a100_80e``,
+  Calculon's unconstrained-memory system, has 8.6e19);
+- a collective's volume model ``adjusted = bytes x m x (1 + offset /
+  participants)`` never yields negative bytes: a plan message has at least 2
+  participants (``Message.participants >= 2``), so ``1 + offset / p >= 0`` for
+  every ``p >= 2`` exactly when ``offset >= -2`` (:data:`MIN_PARTICIPANT_OFFSET`;
+  the tightest case is ``p = 2``). In floating point, ``adjusted / p x offset``
+  rounds to at most ``adjusted`` in magnitude when ``offset >= -2`` (rounding
+  is monotone and ``adjusted`` is representable), so the sum stays ``>= 0``.
+  The multiplier is in [1e-3, 1e3] and the offset at most 1e3 (Calculon's
+  systems use 1, 1.5 and 2, and -1, 0 and 1).
+
+Loading: ``system`` names a profile (:data:`~harness.cases.PROFILE_NAME_PATTERN`),
+never a path. The file is read by :mod:`harness.inputs` and cached by
+*content*: a cached profile is reused only when the file's identity (device,
+inode, size, mtime, ctime) is unchanged and its timestamps are older than the
+moment its bytes were read by more than :data:`RACY_NS` (timestamps are
+coarse, so a file rewritten within that window would keep its stamps); else
+the bytes are read and their SHA-256 decides.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import hashlib
 import os
+import re
 import stat
+import time
 from pathlib import Path
 from typing import ClassVar, Literal
 
 import yaml
-from pydantic import Field, ValidationError, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
-from harness.errors import EvidenceError
+from harness.errors import EvidenceError, InputError
 from harness.evidence.families import (
     CollectiveCurve,
     FitProvenance,
@@ -38,23 +75,44 @@ from harness.evidence.families import (
     OutputLayer,
     SaturatingCurve,
 )
+from harness.inputs import decode, parse_yaml, read_bytes, validate
 from harness.ir.base import Artifact, Frozen
 from harness.ir.distributed import CollectiveOp
 
 EVIDENCE_DIR = Path(__file__).resolve().parents[2] / "evidence"
 
+MIN_EFFICIENCY = 1e-4
+MIN_PEAK_FLOPS_PER_S, MAX_PEAK_FLOPS_PER_S = 1e6, 1e24
+MIN_BANDWIDTH_BYTES_PER_S, MAX_BANDWIDTH_BYTES_PER_S = 1e3, 1e18
+MAX_LATENCY_S = 3600.0
+MAX_CAPACITY_BYTES = 2**80  # a100_80e, Calculon's 'unconstrained memory' system, has 8.6e19
+MIN_VOLUME_MULTIPLIER, MAX_VOLUME_MULTIPLIER = 1e-3, 1e3
+MIN_PARTICIPANT_OFFSET, MAX_PARTICIPANT_OFFSET = -2.0, 1e3
+MAX_THRESHOLD = 1e300
+MAX_PROFILE_TEXT = 10_000  # characters of a description or provenance
+PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # = harness.cases.PROFILE_NAME_PATTERN
+RACY_NS = 2_000_000_000  # coarser than any file-system timestamp granularity (FAT: 2 s)
 
-class CurvePoint(Frozen):
+
+class StrictEvidence(Frozen):
+    """Profile sections: strict types, finite numbers."""
+
+    model_config = ConfigDict(strict=True)
+
+
+class CurvePoint(StrictEvidence):
     """Efficiency for every request at or above ``threshold``."""
 
-    threshold: float = Field(ge=0, description="Smallest request size (operations or bytes) this point covers.")
-    efficiency: float = Field(gt=0, le=1, description="Fraction of peak achieved.")
+    threshold: float = Field(ge=0, le=MAX_THRESHOLD, allow_inf_nan=False,
+                             description="Smallest request size (operations or bytes) this point covers.")
+    efficiency: float = Field(ge=MIN_EFFICIENCY, le=1, allow_inf_nan=False, description="Fraction of peak achieved.")
 
 
-class Curve(Frozen):
+class Curve(StrictEvidence):
     """A step curve; points in strictly decreasing threshold order."""
 
-    points: tuple[CurvePoint, ...] = Field(min_length=1, description="Step points, largest threshold first.")
+    points: tuple[CurvePoint, ...] = Field(min_length=1, max_length=1024, strict=False,
+                                           description="Step points, largest threshold first.")
 
     @field_validator("points")
     @classmethod
@@ -64,51 +122,58 @@ class Curve(Frozen):
                 raise ValueError("thresholds must strictly decrease")
         return points
 
-    def efficiency(self, size: float, what: str) -> float:
+    def efficiency(self, size: float, source: str, field: str) -> float:
         for point in self.points:
             if size >= point.threshold:
                 return point.efficiency
-        raise EvidenceError(f"{what}: size {size} is below the curve's smallest threshold {self.points[-1].threshold}")
+        raise EvidenceError(source, field, f"size {size} is below the curve's smallest threshold "
+                                           f"{self.points[-1].threshold}")
 
 
-#: An efficiency curve: steps (Calculon's form) or a smooth saturating curve.
-EfficiencyCurve = Curve | SaturatingCurve
-
-
-class ComputeEngine(Frozen):
+class ComputeEngine(StrictEvidence):
     """Peak and operation-size efficiency of one engine for one datatype."""
 
-    peak_flops_per_s: float = Field(gt=0, description="Peak operations per second.")
-    operation_size_efficiency: EfficiencyCurve = Field(description="Efficiency by operations per task.")
+    peak_flops_per_s: float = Field(ge=MIN_PEAK_FLOPS_PER_S, le=MAX_PEAK_FLOPS_PER_S, allow_inf_nan=False,
+                                    description="Peak operations per second.")
+    operation_size_efficiency: Curve | SaturatingCurve = Field(
+        description="Efficiency by operations per task: steps (threshold in operations) or a saturating curve.")
 
 
-class MemoryTier(Frozen):
+class MemoryTier(StrictEvidence):
     """A memory tier with its transfer-size efficiency curve."""
 
-    capacity_bytes: int = Field(gt=0, description="Capacity per processor, bytes.")
-    bandwidth_bytes_per_s: float = Field(gt=0, description="Peak bandwidth.")
-    transfer_size_efficiency: EfficiencyCurve = Field(description="Efficiency by bytes per access.")
+    capacity_bytes: int = Field(gt=0, le=MAX_CAPACITY_BYTES, description="Capacity per processor, bytes.")
+    bandwidth_bytes_per_s: float = Field(ge=MIN_BANDWIDTH_BYTES_PER_S, le=MAX_BANDWIDTH_BYTES_PER_S,
+                                         allow_inf_nan=False, description="Peak bandwidth.")
+    transfer_size_efficiency: Curve | SaturatingCurve = Field(
+        description="Efficiency by bytes per access: steps (threshold in bytes) or a saturating curve.")
 
 
-class VolumeModel(Frozen):
-    """Collective volume model: bytes x multiplier + bytes/participants x offset."""
+class VolumeModel(StrictEvidence):
+    """Collective volume model: ``adjusted = bytes x multiplier x (1 + offset / participants)`` (never negative)."""
 
-    volume_multiplier: float = Field(gt=0, description="Scales the logical message bytes.")
-    participant_offset: float = Field(description="Adds (adjusted bytes / participants) x offset.")
+    volume_multiplier: float = Field(ge=MIN_VOLUME_MULTIPLIER, le=MAX_VOLUME_MULTIPLIER, allow_inf_nan=False,
+                                     description="Scales the logical message bytes.")
+    participant_offset: float = Field(ge=MIN_PARTICIPANT_OFFSET, le=MAX_PARTICIPANT_OFFSET, allow_inf_nan=False,
+                                      description="Adds (adjusted bytes / participants) x offset; >= -2 so that no "
+                                                  "participant count >= 2 gives negative bytes.")
 
 
-class NetworkTier(Frozen):
+class NetworkTier(StrictEvidence):
     """One network tier."""
 
-    bandwidth_bytes_per_s: float = Field(gt=0, description="Peak link bandwidth.")
-    efficiency: float = Field(gt=0, le=1, description="Achievable fraction of the bandwidth.")
-    size_processors: int = Field(ge=0, description="Processors the tier connects.")
-    latency_s: float = Field(ge=0, description="Per-operation latency.")
+    bandwidth_bytes_per_s: float = Field(ge=MIN_BANDWIDTH_BYTES_PER_S, le=MAX_BANDWIDTH_BYTES_PER_S,
+                                         allow_inf_nan=False, description="Peak link bandwidth.")
+    efficiency: float = Field(ge=MIN_EFFICIENCY, le=1, allow_inf_nan=False,
+                              description="Achievable fraction of the bandwidth.")
+    size_processors: int = Field(ge=0, le=2**30, description="Processors the tier connects.")
+    latency_s: float = Field(ge=0, le=MAX_LATENCY_S, allow_inf_nan=False, description="Per-operation latency.")
     must_be_filled: bool = Field(description="Groups on this tier must tile its size exactly.")
-    processor_usage: float = Field(ge=0, lt=1, description="Fraction of the processor a transfer occupies.")
+    processor_usage: float = Field(ge=0, lt=1, allow_inf_nan=False,
+                                   description="Fraction of the processor a transfer occupies.")
     collectives: dict[CollectiveOp, VolumeModel] = Field(description="Volume model per operation.")
     measured_collectives: dict[CollectiveOp, tuple[CollectiveCurve, ...]] | None = Field(
-        None, description="Measured efficiency by message size per collective and participant count "
+        None, strict=False, description="Measured efficiency by message size per collective and participant count "
                           "(family collective_curves); replaces 'efficiency' for those collectives.")
 
     @field_validator("collectives")
@@ -132,19 +197,22 @@ class NetworkTier(Frozen):
 class EvidenceProfile(Artifact):
     """A versioned, target-wide system evidence profile."""
 
+    model_config = ConfigDict(strict=True)
+
     SCHEMA_NAME: ClassVar[str] = "blueprinting.evidence-profile"
     SCHEMA_VERSION: ClassVar[int] = 0
 
-    name: str = Field(description="Profile name (the file stem).")
-    description: str = Field(description="What system this describes.")
-    provenance: str = Field(description="Where the numbers come from.")
+    name: str = Field(pattern=PROFILE_NAME.pattern, description="Profile name (the file stem).")
+    description: str = Field(max_length=MAX_PROFILE_TEXT, description="What system this describes.")
+    provenance: str = Field(max_length=MAX_PROFILE_TEXT, description="Where the numbers come from.")
     processing_mode: Literal["no_overlap", "roofline"] = Field(
         description="no_overlap sums compute and memory time of a task; roofline takes the max.")
     matrix: dict[str, ComputeEngine] = Field(description="Matrix engine per datatype.")
     vector: dict[str, ComputeEngine] = Field(description="Vector engine per datatype.")
     memory_tier1: MemoryTier = Field(description="Processor memory (HBM).")
     memory_tier2: MemoryTier = Field(description="Offload memory.")
-    networks: tuple[NetworkTier, ...] = Field(min_length=1, description="Network tiers, index = tier.")
+    networks: tuple[NetworkTier, ...] = Field(min_length=1, max_length=64, strict=False,
+                                              description="Network tiers, index = tier.")
     launch: LaunchOverhead | None = Field(None, description="Host issue time per operation (family launch).")
     output_layer: OutputLayer | None = Field(None, description="Embedding, output layer and loss work "
                                                                "(family output_layer).")
@@ -168,38 +236,72 @@ def profile_path(name: str, directory: Path | None = None) -> Path:
     return (directory or EVIDENCE_DIR) / f"{name}.yaml"
 
 
-_CACHE: dict[tuple[Path, float], EvidenceProfile] = {}
+def check_profile_name(name: object, source: str = "--system", field: str = "system") -> str:
+    """``name`` if it is a profile name (never a path), else an EvidenceError naming ``source`` and ``field``."""
+    if not isinstance(name, str) or PROFILE_NAME.fullmatch(name) is None:
+        raise EvidenceError(source, field, f"{name!r} is not an evidence profile name (letters, digits, '_', '.', "
+                                           "'-', at most 64, starting with a letter or digit; never a path)")
+    return name
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Cached:
+    identity: tuple[int, ...]  # device, inode, size, mtime_ns, ctime_ns
+    sha256: bytes  # of the file's bytes
+    read_ns: int  # wall clock just before the bytes were read
+    profile: EvidenceProfile
+
+
+_CACHE: dict[Path, _Cached] = {}
 
 
 def load_profile(name: str, directory: Path | None = None) -> EvidenceProfile:
-    """Load ``evidence/<name>.yaml``; errors name the file and field."""
+    """Load ``evidence/<name>.yaml``; errors name the file and field (see the module rules on caching)."""
+    check_profile_name(name)
     path = profile_path(name, directory)
     try:
-        status = os.stat(path)  # one system call per estimate: the cache follows edits to the file
+        status = os.stat(path)  # one system call per estimate when the profile is cached
     except OSError:
         status = None
     if status is None or not stat.S_ISREG(status.st_mode):
-        raise EvidenceError(f"{path}: no evidence profile named {name!r}")
-    key = (path, status.st_mtime)
-    cached = _CACHE.get(key)
-    if cached is not None:
-        return cached
+        raise EvidenceError(str(path), "system", f"no evidence profile named {name!r}")
+    identity = (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
+    cached = _CACHE.get(path)
+    if (cached is not None and cached.identity == identity
+            and max(status.st_mtime_ns, status.st_ctime_ns) + RACY_NS < cached.read_ns):
+        return cached.profile
+    read_ns = time.time_ns()
+    data = read_bytes(path)
+    digest = hashlib.sha256(data).digest()
+    if cached is not None and cached.sha256 == digest:
+        profile = cached.profile
+    else:
+        profile = parse_profile(data, str(path), name)
+    if len(_CACHE) >= 256:
+        _CACHE.clear()
+    _CACHE[path] = _Cached(identity, digest, read_ns, profile)
+    return profile
+
+
+def parse_profile(data: bytes, source: str, name: str | None = None) -> EvidenceProfile:
+    """Validate a profile file's bytes (strict input rules, physical bounds); ``name`` must match."""
+    document = parse_yaml(decode(data, source), source)
+    content = document.data
+    if not isinstance(content, dict):
+        raise EvidenceError(source, "<root>", "a profile must be a mapping")
+    header = {k: content.get(k) for k in ("schema_name", "schema_version")}
+    if header != {"schema_name": EvidenceProfile.SCHEMA_NAME, "schema_version": EvidenceProfile.SCHEMA_VERSION}:
+        raise EvidenceError(source, "schema_name", f"schema_name/schema_version must be {EvidenceProfile.SCHEMA_NAME} "
+                                                   f"v{EvidenceProfile.SCHEMA_VERSION}")
+    body = {k: v for k, v in content.items() if k not in header}
     try:
-        data = yaml.safe_load(path.read_text())
-        profile = EvidenceProfile.model_validate({k: v for k, v in data.items() if k not in ("schema_name", "schema_version")})
-    except yaml.YAMLError as error:
-        raise EvidenceError(f"{path}: not valid YAML: {error}") from None
-    except (ValidationError, AttributeError) as error:
-        if isinstance(error, ValidationError):
-            first = error.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            raise EvidenceError(f"{path}: {where}: {first['msg']}") from None
-        raise EvidenceError(f"{path}: a profile must be a mapping") from None
-    if data.get("schema_name") != EvidenceProfile.SCHEMA_NAME or data.get("schema_version") != EvidenceProfile.SCHEMA_VERSION:
-        raise EvidenceError(f"{path}: schema_name/schema_version must be {EvidenceProfile.SCHEMA_NAME} v{EvidenceProfile.SCHEMA_VERSION}")
-    if profile.name != name:
-        raise EvidenceError(f"{path}: name: {profile.name!r} does not match the file name {name!r}")
-    _CACHE[key] = profile
+        profile = validate(EvidenceProfile, body, source, document=document)
+    except EvidenceError:
+        raise
+    except InputError as error:
+        raise EvidenceError(error.source, error.field, error.message, line=error.line) from None
+    if name is not None and profile.name != name:
+        raise EvidenceError(source, "name", f"{profile.name!r} does not match the file name {name!r}")
     return profile
 
 

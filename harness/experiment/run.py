@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import __version__
-from harness.cases import CaseFile, load_cases
+from harness.cases import CaseFile, load_case_files
 from harness.digest import digest_data, sha256_file
 from harness.estimate import Estimate, estimate_lowering, check_tiers
 from harness.evidence.profile import load_profile, profile_path
@@ -191,8 +191,7 @@ def run_experiment(cases_dir: Path | str = "cases", oracle=None, budgets: Budget
     from harness.oracles.calculon_oracle import RecordedCalculon
 
     cases_dir = Path(cases_dir)
-    paths = sorted(cases_dir.glob("*.yaml"))
-    cases = list(zip(paths, load_cases(cases_dir)))
+    cases = load_case_files(cases_dir)
     gate = gate or ComparisonGate()
     estimates = _estimate_all(cases, gate)
     oracle = oracle or RecordedCalculon()

@@ -2,7 +2,9 @@
 
 ``model`` and ``execution`` use Calculon 0.1.0's field names; ``system`` is an
 evidence profile name (``a100_80g``, ``a100_80e``, ``h100_80g_nvl8``). A file
-ending in ``.gz`` is read through gzip.
+ending in ``.gz`` is read through gzip. The file is streamed line by line
+(:func:`harness.inputs.iter_lines`): memory does not grow with the number of
+lines, except for one remembered id per line (ids are at most 256 characters).
 
 Rules:
 - every non-blank line is classified, none stops the batch: ``valid`` (an
@@ -13,6 +15,14 @@ Rules:
   network tier);
 - an invalid line's reason starts with ``line N:`` and names the field in
   Calculon's terms; blank lines are skipped (line numbers still count them);
+- a line is read under the strict input rules of :mod:`harness.inputs`: not
+  UTF-8, longer than 1 MiB, nested too deep, a non-finite number, an integer
+  beyond 64 bits, a repeated key, a wrong type (``true`` or ``"8"`` for a
+  number) are each that line's ``invalid`` reason; an id is 1-256 characters
+  without control characters;
+- a compressed batch that ends early (a truncated ``.gz``) keeps every
+  complete line; one last ``invalid`` entry (id null, field ``<file>``)
+  reports the truncation;
 - configurations Calculon would refuse for capacity or network-tier reasons
   are *valid* here: the estimate reports them ``infeasible``.
 """
@@ -20,15 +30,16 @@ Rules:
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import json
+import re
 from pathlib import Path
 from typing import Iterator, Literal
 
-from harness.cases import EstimateInput
+from harness.cases import ID_PATTERN, EstimateInput
 from harness.errors import EvidenceError, InputError, UnsupportedFeatureError
 from harness.estimate import check_tiers
-from harness.evidence.profile import load_profile
+from harness.evidence.profile import check_profile_name, load_profile
+from harness.inputs import iter_lines, parse_json_text
 from harness.interop.calculon_format import calculon_error, input_from_calculon
 
 BATCH_FIELDS = ("id", "model", "execution", "system")
@@ -59,73 +70,81 @@ def _invalid(line: int, record_id: str | None, field: str, message: str) -> Batc
     return BatchLine(line, record_id, "invalid", field=field, message=message)
 
 
+_ID = re.compile(ID_PATTERN)
+
+
 def parse_line(text: str, line: int, source: str = "<batch>") -> BatchLine:
     """Classify one line's text (see the module rules)."""
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as error:
-        return _invalid(line, None, "<json>", f"not valid JSON: {error.msg} (column {error.colno})")
+        data = parse_json_text(text, source, line=line)
+    except InputError as error:
+        return _invalid(line, None, error.field, error.message)
     if not isinstance(data, dict):
         return _invalid(line, None, "<root>", "a batch line must be a JSON object")
-    record_id = data.get("id") if isinstance(data.get("id"), str) and data.get("id") else None
+    raw_id = data.get("id")
+    record_id = raw_id if isinstance(raw_id, str) and _ID.match(raw_id) else None
     unknown = sorted(set(data) - set(BATCH_FIELDS))
     if unknown:
-        return _invalid(line, record_id, unknown[0], f"unknown field (a line has {', '.join(BATCH_FIELDS)})")
+        return _invalid(line, record_id, unknown[0][:64], f"unknown field (a line has {', '.join(BATCH_FIELDS)})")
     missing = [name for name in BATCH_FIELDS if name not in data]
     if missing:
         return _invalid(line, record_id, missing[0], "required field is missing")
     if record_id is None:
-        return _invalid(line, None, "id", "must be a non-empty string")
-    if not isinstance(data["system"], str) or not data["system"]:
-        return _invalid(line, record_id, "system", "must be an evidence profile name")
+        return _invalid(line, None, "id", "must be a string of 1 to 256 characters without control characters")
     where = f"{source}:{line}"
     try:
+        check_profile_name(data["system"], where, "system")
         parsed = input_from_calculon(data["model"], data["execution"], data["system"], where)
         check_tiers(parsed, load_profile(parsed.system), where)
     except UnsupportedFeatureError as error:
         return BatchLine(line, record_id, "rejected", field=error.field, message=error.message)
+    except EvidenceError as error:
+        if error.source == where:
+            return _invalid(line, record_id, error.field, error.message)
+        return _invalid(line, record_id, "system", str(error))
     except InputError as error:
         error = calculon_error(error)
         return _invalid(line, record_id, error.field, error.message)
-    except EvidenceError as error:
-        return _invalid(line, record_id, "system", str(error))
     return BatchLine(line, record_id, "valid", input=parsed)
 
 
-def _lines(path: Path) -> Iterator[tuple[int, str]]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    try:
-        with opener(path, "rt", encoding="utf-8") as handle:
-            yield from enumerate(handle, start=1)
-    except (OSError, UnicodeDecodeError) as error:
-        raise InputError(str(path), "<file>", getattr(error, "strerror", None) or str(error)) from None
+def iter_batch(path: Path | str) -> Iterator[BatchLine]:
+    """Every non-blank line of a batch file, classified, streamed; a repeated id is invalid.
+
+    A file that cannot be read at all is an InputError before the first line.
+    """
+    path = Path(path)
+    source = str(path)
+    seen: dict[str, int] = {}
+    for item in iter_lines(path):
+        if item.error is not None:
+            yield _invalid(item.number, None, "<file>" if item.truncated else "<line>", item.error.message)
+            continue
+        if not item.text.strip():
+            continue
+        entry = parse_line(item.text, item.number, source)
+        if entry.id is not None and entry.status != "invalid":
+            if entry.id in seen:
+                entry = _invalid(item.number, entry.id, "id",
+                                 f"duplicate id {entry.id!r} (also on line {seen[entry.id]})")
+            else:
+                seen[entry.id] = item.number
+        yield entry
 
 
 def read_batch(path: Path | str) -> list[BatchLine]:
-    """Every non-blank line of a batch file, classified; a repeated id is invalid."""
-    path = Path(path)
-    seen: dict[str, int] = {}
-    out = []
-    for number, text in _lines(path):
-        if not text.strip():
-            continue
-        entry = parse_line(text, number, str(path))
-        if entry.id is not None and entry.status != "invalid":
-            if entry.id in seen:
-                entry = _invalid(number, entry.id, "id", f"duplicate id {entry.id!r} (also on line {seen[entry.id]})")
-            else:
-                seen[entry.id] = number
-        out.append(entry)
-    return out
+    """Every non-blank line of a batch file, classified (:func:`iter_batch` as a list)."""
+    return list(iter_batch(path))
 
 
 def require_valid(path: Path | str) -> list[tuple[str, EstimateInput]]:
     """``(id, input)`` of every line; the first rejected or invalid line is an InputError."""
-    entries = read_batch(path)
-    for entry in entries:
+    out = []
+    for entry in iter_batch(path):
         if entry.status != "valid":
             raise InputError(str(path), f"line {entry.line}: {entry.field}", f"{entry.message} ({entry.status})")
-    return [(entry.id, entry.input) for entry in entries]
+        out.append((entry.id, entry.input))
+    return out
 
 
 def batch_line_json(record_id: str, model: dict, execution: dict, system: str) -> str:

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from harness.cases import EstimateInput, validate_input
 from harness.errors import InputError, UnsupportedFeatureError
+from harness.inputs import describe, validation_error
 
 MODEL_FIELDS = {"hidden": "hidden", "feedforward": "feedforward", "seq_size": "sequence_length",
                 "attn_heads": "attention_heads", "attn_size": "head_size", "num_blocks": "blocks"}
@@ -90,8 +91,9 @@ def _input_from_calculon(model: Any, execution: Any, system: str, source: str) -
     try:
         data = EstimateInput.model_validate({"model": shape, "execution": layout, "system": system})
     except ValidationError as error:
-        first = error.errors()[0]
-        raise InputError(source, ".".join(str(p) for p in first["loc"]), first["msg"]) from None
+        raise validation_error(source, error) from None
+    if procs is not None and (type(procs) is not int):
+        raise InputError(source, "execution.num_procs", f"Input should be a valid integer, got {describe(procs)}")
     if procs is not None and procs != data.execution.processors:
         raise InputError(source, "execution.num_procs", f"{procs} != TP x PP x DP = {data.execution.processors}")
     validate_input(source, data)

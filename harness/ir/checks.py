@@ -7,7 +7,7 @@ offload) come first, so that they are reported with their specific reason.
 
 from __future__ import annotations
 
-from harness.ir.model import ExecutionLayout, TransformerShape
+from harness.ir.model import MAX_DEGREE, ExecutionLayout, TransformerShape
 
 Problem = tuple[str, str]
 
@@ -35,6 +35,8 @@ def layout_problems(shape: TransformerShape, execution: ExecutionLayout) -> list
     e, s = execution, shape
     tp = e.tensor_parallel
     problems: list[Problem] = []
+    if e.processors > MAX_DEGREE:
+        problems.append(("execution", f"TP x PP x DP = {e.processors} processors exceeds the bound {MAX_DEGREE} (2^24)"))
     for name, value in (("hidden", s.hidden), ("feedforward", s.feedforward), ("attention_heads", s.attention_heads)):
         if value % tp:
             problems.append(("execution.tensor_parallel", f"TP={tp} does not divide model.{name}={value}"))

@@ -3,13 +3,24 @@
 Dialect ``transformer.decoder_training``. It holds the model shape and the
 execution layout, nothing else: no name, no case id, no comparison data, no
 hardware. Two cases that differ only in name have the same ModelIR digest.
+
+Input rules (the shape and the layout are what users write): strict types
+(pydantic strict mode: ``true`` is not 1, ``"12288"`` is not 12288, ``"yes"``
+is not a boolean) and upper bounds. The bounds are far beyond any real model
+or cluster (the largest published dense models have hidden ~25 600, ~100
+blocks, sequences of ~10^6 tokens, ~10^5 GPUs) and keep every figure the
+model computes finite and every figure's arithmetic meaningful: with them,
+operations per block stay below ~2^100, times below ~1e40 s and memory below
+~1e28 bytes, far inside the float range, and nothing on the estimate path
+iterates over a size. The event simulation (``harness trace``) has its own
+operation limit.
 """
 
 from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from harness.ir.base import Artifact, Frozen
 
@@ -20,29 +31,45 @@ AttentionKind = Literal["multihead", "multiquery"]
 
 BYTES_PER_ELEMENT: dict[str, int] = {"float8": 1, "float16": 2, "bfloat16": 2, "float32": 4}
 
+# Upper bounds of the input sizes (see the module docstring for why).
+MAX_WIDTH = 2**20  # hidden and feedforward widths, elements
+MAX_SEQUENCE = 2**24  # tokens per sample
+MAX_HEADS = 2**16  # attention heads; also the head size
+MAX_BLOCKS = 2**16  # Transformer blocks
+MAX_DEGREE = 2**24  # each parallel degree, and TP x PP x DP processors
+MAX_BATCH = 2**24  # samples per iteration (and per microbatch)
+MAX_INTERLEAVING = 2**16  # model chunks per pipeline stage
+MAX_TIER = 1024  # network tier index
 
-class TransformerShape(Frozen):
+
+class StrictInput(Frozen):
+    """An input section users write: strict types (no coercion of booleans or strings into numbers)."""
+
+    model_config = ConfigDict(strict=True)
+
+
+class TransformerShape(StrictInput):
     """Decoder-only Transformer shape (identical blocks)."""
 
     CANONICAL_MEMO: ClassVar[bool] = True
 
-    hidden: int = Field(gt=0, description="Model (embedding) width, elements.")
-    feedforward: int = Field(gt=0, description="MLP inner width, elements.")
-    sequence_length: int = Field(gt=0, description="Tokens per sample.")
-    attention_heads: int = Field(gt=0, description="Number of attention heads.")
-    head_size: int = Field(gt=0, description="Width of one attention head, elements.")
-    blocks: int = Field(gt=0, description="Number of Transformer blocks.")
+    hidden: int = Field(gt=0, le=MAX_WIDTH, description="Model (embedding) width, elements.")
+    feedforward: int = Field(gt=0, le=MAX_WIDTH, description="MLP inner width, elements.")
+    sequence_length: int = Field(gt=0, le=MAX_SEQUENCE, description="Tokens per sample.")
+    attention_heads: int = Field(gt=0, le=MAX_HEADS, description="Number of attention heads.")
+    head_size: int = Field(gt=0, le=MAX_HEADS, description="Width of one attention head, elements.")
+    blocks: int = Field(gt=0, le=MAX_BLOCKS, description="Number of Transformer blocks.")
 
 
-class NetworkTiers(Frozen):
+class NetworkTiers(StrictInput):
     """Network tier index used by each parallel dimension."""
 
-    tensor: int = Field(ge=0, description="Network tier of the tensor-parallel group.")
-    pipeline: int = Field(ge=0, description="Network tier of the pipeline-parallel peers.")
-    data: int = Field(ge=0, description="Network tier of the data-parallel group.")
+    tensor: int = Field(ge=0, le=MAX_TIER, description="Network tier of the tensor-parallel group.")
+    pipeline: int = Field(ge=0, le=MAX_TIER, description="Network tier of the pipeline-parallel peers.")
+    data: int = Field(ge=0, le=MAX_TIER, description="Network tier of the data-parallel group.")
 
 
-class Offload(Frozen):
+class Offload(StrictInput):
     """Offload switches; any true value is rejected by the portable plan."""
 
     weights: bool = Field(False, description="Offload weights to memory tier 2.")
@@ -50,17 +77,18 @@ class Offload(Frozen):
     optimizer: bool = Field(False, description="Offload optimizer state to memory tier 2.")
 
 
-class ExecutionLayout(Frozen):
+class ExecutionLayout(StrictInput):
     """Parallel layout and training options of one iteration."""
 
     CANONICAL_MEMO: ClassVar[bool] = True
 
-    tensor_parallel: int = Field(gt=0, description="Tensor-parallel degree (TP).")
-    pipeline_parallel: int = Field(gt=0, description="Pipeline-parallel degree (PP).")
-    data_parallel: int = Field(gt=0, description="Data-parallel degree (DP).")
-    global_batch: int = Field(gt=0, description="Samples per iteration over all DP replicas.")
-    microbatch: int = Field(gt=0, description="Samples per microbatch.")
-    pipeline_interleaving: int = Field(1, gt=0, description="Model chunks per pipeline stage (virtual stages).")
+    tensor_parallel: int = Field(gt=0, le=MAX_DEGREE, description="Tensor-parallel degree (TP).")
+    pipeline_parallel: int = Field(gt=0, le=MAX_DEGREE, description="Pipeline-parallel degree (PP).")
+    data_parallel: int = Field(gt=0, le=MAX_DEGREE, description="Data-parallel degree (DP).")
+    global_batch: int = Field(gt=0, le=MAX_BATCH, description="Samples per iteration over all DP replicas.")
+    microbatch: int = Field(gt=0, le=MAX_BATCH, description="Samples per microbatch.")
+    pipeline_interleaving: int = Field(1, gt=0, le=MAX_INTERLEAVING,
+                                       description="Model chunks per pipeline stage (virtual stages).")
     datatype: Datatype = Field("float16", description="Element datatype of weights and activations.")
     recompute: RecomputeMode = Field("none", description="Activation recomputation: full, attn_only or none.")
     tp_communication: TPCommunication = Field(

@@ -34,6 +34,7 @@ from harness.oracles.records import (
     write_json,
 )
 from harness.oracles.runner import CALCULON_VERSION, DIGEST_RULE, CalculonRunner
+from harness.outputs import write_text
 from harness.vocabulary import PEAK_ONLY, VIEWS
 
 CALCULON_COMMIT = "caa4b11f8fe1fee3ba57adaacb7590d7deabd053"
@@ -86,7 +87,7 @@ def write_record_file(runner: CalculonRunner, relative: str, records: list[dict]
         if old.oracle == identity:
             files = dict(old.files)
     files[relative] = sha256_file(path)
-    manifest_path.write_text(json.dumps(
+    write_text(manifest_path, json.dumps(
         {"schema": MANIFEST_SCHEMA, "oracle": identity.model_dump(), "files": dict(sorted(files.items()))},
-        indent=1, sort_keys=True) + "\n")
+        indent=1, sort_keys=True) + "\n", option="--vendor")
     return path

@@ -14,15 +14,15 @@ that differs from the manifest's, or a requested record that is missing is an
 
 from __future__ import annotations
 
-import gzip
 import json
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, ValidationError
 
+from harness import inputs, outputs
 from harness.digest import sha256_file
-from harness.errors import OracleRecordError
+from harness.errors import InputError, OracleRecordError
 from harness.ir.base import Frozen
 
 VENDOR_DIR = Path(__file__).resolve().parents[2] / "vendor" / "calculon-0.1.0"
@@ -71,19 +71,18 @@ class Manifest(Frozen):
 
 
 def read_json(path: Path) -> Any:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as handle:
-        return json.load(handle)
+    """A JSON file (``.gz`` allowed) under the strict input rules (:mod:`harness.inputs`); any problem is an
+    OracleRecordError naming the file and field."""
+    try:
+        return inputs.read_json(path).data
+    except InputError as error:
+        raise OracleRecordError(str(error)) from None
 
 
 def write_json(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(data, indent=None, sort_keys=True, separators=(",", ":")) + "\n"
-    if path.suffix == ".gz":
-        with gzip.GzipFile(path, "wb", mtime=0) as handle:
-            handle.write(text.encode("utf-8"))
-    else:
-        path.write_text(text)
+    """Write compact, sorted, strict JSON atomically (gzip-compressed with a fixed header for ``.gz``)."""
+    text = json.dumps(data, indent=None, sort_keys=True, separators=(",", ":"), allow_nan=False) + "\n"
+    outputs.write_bytes(path, text.encode("utf-8"), option="--output")
 
 
 def load_manifest(vendor: Path = VENDOR_DIR) -> Manifest:

@@ -18,7 +18,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from harness.errors import InputError
+from harness.outputs import atomic_output
 from harness.schedule.simulate import Simulation
 
 DENSE_OPS = 48  # more operations per stage than this: add the zoomed panels
@@ -119,8 +119,6 @@ def write_gantt(sim: Simulation, path: Path | str, title: str = "") -> Path:
     fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 8), fontsize=8, frameon=False)
     height = fig.get_figheight()
     fig.tight_layout(rect=(0, 0.3 / height, 1, 1))  # tight_layout leaves room for the suptitle
-    try:
-        fig.savefig(path)
-    except OSError as error:
-        raise InputError(str(path), "--png", error.strerror or str(error)) from None
+    with atomic_output(path, "wb", option="--png") as handle:
+        fig.savefig(handle, format="png")
     return Path(path)

@@ -33,8 +33,10 @@ from harness.errors import HarnessError, InputError
 from harness.estimate import Estimate
 from harness.explain import Attribution
 from harness.ir.base import Frozen
+from harness.outputs import atomic_output, check_output_dir
 from harness.vocabulary import COMPONENTS, CURVE_FAMILIES, PEAK_ONLY, SYSTEM_EVIDENCE
 
+PLOT_FILES = ("totals.png", "components.png", "gap_waterfall.png")
 SERIES = (("peak_only_total_s", PEAK_ONLY, "#9ecae1"), ("system_evidence_total_s", SYSTEM_EVIDENCE, "#3182bd"),
           ("calculon_total_s", "Calculon 0.1.0", "#fd8d3c"), ("paper_s", "paper", "#31a354"))
 # One colour per vocabulary entry, from qualitative palettes long enough for new entries.
@@ -97,10 +99,8 @@ def _grid(n: int) -> tuple[Figure, list]:
 def _save(fig: Figure, path: Path, layout: bool = False) -> Path:
     if layout:
         fig.tight_layout()
-    try:
-        fig.savefig(path)
-    except OSError as error:
-        raise InputError(str(path), "<file>", error.strerror or str(error)) from None
+    with atomic_output(path, "wb", option="--plots") as handle:
+        fig.savefig(handle, format="png")
     return path
 
 
@@ -215,14 +215,12 @@ def plot_waterfall(rows: list[PlotRow], path: Path) -> Path:
 
 
 def write_plots(rows: Iterable[PlotRow | Mapping[str, Any]], directory: Path | str) -> list[Path]:
-    """Write the calibration PNGs for ``rows`` into ``directory``; return their paths."""
+    """Write the calibration PNGs for ``rows`` into ``directory`` (created if missing; each PNG written
+    atomically, :mod:`harness.outputs`); return their paths."""
     checked = _rows(rows)
-    directory = Path(directory)
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise InputError(str(directory), "<directory>", error.strerror or str(error)) from None
-    paths = [plot_totals(checked, directory / "totals.png"), plot_components(checked, directory / "components.png")]
+    directory = check_output_dir(directory, option="--plots")
+    totals, components, waterfall = (directory / name for name in PLOT_FILES)
+    paths = [plot_totals(checked, totals), plot_components(checked, components)]
     if any(r.attribution_s is not None for r in checked):
-        paths.append(plot_waterfall(checked, directory / "gap_waterfall.png"))
+        paths.append(plot_waterfall(checked, waterfall))
     return paths

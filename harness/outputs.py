@@ -1,0 +1,189 @@
+"""Atomic output files: every file the harness writes goes through here.
+
+Rules:
+
+- **Checked before the work** (:func:`check_output`, :func:`check_output_dir`):
+  an output path that is an existing directory, the same file as one of the
+  command's inputs (also through a symbolic or hard link), the same path as
+  another output of the command, a read-only file, or whose nearest existing
+  ancestor is not a writable directory is refused with one line naming the
+  path and the option, before anything is computed.
+- **Parents**: missing parent directories of an output are created (like
+  ``mkdir -p``), by every command, when the file is written.
+- **Atomic**: the content goes to a temporary file in the target's directory
+  (``.<name>.<random>.tmp``), is flushed to disk, given the permissions a new
+  file would get (or the replaced file's), and renamed over the target. A
+  reader sees the old file or the complete new one, never a partial file; a
+  run that fails, is interrupted or hits a file-size limit leaves the target
+  untouched (a killed process may leave its temporary file behind, never a
+  truncated target). A symbolic link is followed: its target is replaced.
+- An existing character device or FIFO (``/dev/null``, ``/dev/stdout``) is
+  written directly: it cannot be replaced and holds no file to corrupt.
+
+Errors are :class:`~harness.errors.InputError` naming the path and the option.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import os
+import stat
+import tempfile
+from pathlib import Path
+from typing import IO, Iterable, Iterator
+
+from harness.errors import InputError
+
+PathLike = str | os.PathLike
+
+
+def _resolved(path: PathLike) -> Path:
+    return Path(os.path.realpath(os.fspath(path)))
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    if a == b:
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _writable_ancestor(path: Path, option: str, shown: str) -> None:
+    """The nearest existing ancestor of ``path`` must be a directory we can create entries in."""
+    ancestor = path.parent
+    while not ancestor.exists():
+        if ancestor == ancestor.parent:
+            break
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise InputError(shown, option, f"cannot be created: {ancestor} is not a directory")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise InputError(shown, option, f"cannot be written: the directory {ancestor} is not writable")
+
+
+def _is_stream_device(path: Path) -> bool:
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)
+
+
+def check_output(path: PathLike, *, option: str = "--output", inputs: Iterable[PathLike] = (),
+                 others: Iterable[PathLike] = ()) -> Path:
+    """Check an output file path before the work (see the module rules); returns it as a Path."""
+    shown = os.fspath(path)
+    if not shown:
+        raise InputError("<empty path>", option, "an output path is needed")
+    target = _resolved(path)
+    if target.is_dir():
+        raise InputError(shown, option, "is a directory (give a file path)")
+    for other in others:
+        if other is not None and _same_file(target, _resolved(other)):
+            raise InputError(shown, option, f"is also the path of another output ({os.fspath(other)})")
+    for source in inputs:
+        if source is not None and _same_file(target, _resolved(source)):
+            raise InputError(shown, option, f"is an input of this command ({os.fspath(source)}); it would be "
+                                            "overwritten")
+    if _is_stream_device(target):
+        return Path(path)
+    if target.exists():
+        if not target.is_file():
+            raise InputError(shown, option, "exists and is not a regular file")
+        if not os.access(target, os.W_OK):
+            raise InputError(shown, option, "the file is read-only")
+    _writable_ancestor(target, option, shown)
+    return Path(path)
+
+
+def check_output_dir(path: PathLike, *, option: str, inputs: Iterable[PathLike] = ()) -> Path:
+    """Check an output directory before the work: an existing one must be a writable directory, a missing
+    one must be creatable (its nearest existing ancestor a writable directory)."""
+    shown = os.fspath(path)
+    target = _resolved(path)
+    for source in inputs:
+        if source is not None and _same_file(target, _resolved(source)):
+            raise InputError(shown, option, f"is an input of this command ({os.fspath(source)})")
+    if target.exists():
+        if not target.is_dir():
+            raise InputError(shown, option, "exists and is not a directory")
+        if not os.access(target, os.W_OK | os.X_OK):
+            raise InputError(shown, option, "the directory is not writable")
+        return Path(path)
+    _writable_ancestor(target, option, shown)
+    return Path(path)
+
+
+def _new_file_mode(existing: Path) -> int:
+    try:
+        return stat.S_IMODE(os.stat(existing).st_mode)
+    except OSError:
+        mask = os.umask(0)
+        os.umask(mask)
+        return 0o666 & ~mask
+
+
+@contextlib.contextmanager
+def atomic_output(path: PathLike, mode: str = "w", *, option: str = "--output") -> Iterator[IO]:
+    """A file object whose content replaces ``path`` atomically when the block ends without error.
+
+    ``mode`` is ``"w"`` (UTF-8 text) or ``"wb"``. On an exception the
+    temporary file is removed and ``path`` is left as it was.
+    """
+    if mode not in ("w", "wb"):
+        raise ValueError(f"atomic_output: mode {mode!r} (use 'w' or 'wb')")
+    shown = os.fspath(path)
+    target = _resolved(path)
+    if _is_stream_device(target):
+        try:
+            with open(target, mode, **({"encoding": "utf-8"} if mode == "w" else {})) as handle:
+                yield handle
+        except OSError as error:
+            raise InputError(shown, option, f"cannot write: {error.strerror or error}") from None
+        return
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    except OSError as error:
+        raise InputError(shown, option, f"cannot write: {error.strerror or error}") from None
+    try:
+        with os.fdopen(fd, mode, **({"encoding": "utf-8", "newline": ""} if mode == "w" else {})) as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(temporary, _new_file_mode(target))
+        os.replace(temporary, target)
+    except OSError as error:
+        _remove(temporary)
+        raise InputError(shown, option, f"cannot write: {error.strerror or error}") from None
+    except BaseException:
+        _remove(temporary)
+        raise
+
+
+def _remove(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
+def write_text(path: PathLike, text: str, *, option: str = "--output") -> Path:
+    """Replace ``path`` with ``text`` (UTF-8) atomically."""
+    with atomic_output(path, "w", option=option) as handle:
+        handle.write(text)
+    return Path(path)
+
+
+def write_bytes(path: PathLike, data: bytes, *, option: str = "--output") -> Path:
+    """Replace ``path`` with ``data`` atomically; a ``.gz`` name is written gzip-compressed with a fixed
+    header (mtime 0, the target's name), so equal data gives equal bytes."""
+    path = Path(path)
+    with atomic_output(path, "wb", option=option) as handle:
+        if path.suffix == ".gz":
+            with gzip.GzipFile(filename=path.name, fileobj=handle, mode="wb", mtime=0) as compressed:
+                compressed.write(data)
+        else:
+            handle.write(data)
+    return path
