@@ -24,7 +24,7 @@ import sys
 
 from harness.errors import HarnessError, one_line
 
-COMMANDS = ("lower", "estimate", "oracle", "trace", "explain", "calibrate", "contract", "import_calculon")
+COMMANDS = ("lower", "estimate", "oracle", "trace", "explain", "calibrate", "contract", "import_calculon", "evidence")
 
 
 def build_parser() -> argparse.ArgumentParser:

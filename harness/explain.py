@@ -77,7 +77,8 @@ def contributors(plan: PortablePlanIR, pricer: Pricer) -> tuple[Contributor, ...
     for label, msg, field in (("forward", p.forward, "pp_forward_s"), ("backward", p.backward, "pp_backward_s")):
         if msg is not None:
             out.append(Contributor(f"pipeline.{label}", msg.collective, "pipeline",
-                                   dataclasses.replace(ZERO_BLOCK, **{field: pricer.message_s(msg)}), None, (msg,)))
+                                   dataclasses.replace(ZERO_BLOCK, **{field: pricer.boundary_s(msg, plan)}), None,
+                                   (msg,)))
     for msg in plan.data_parallel.messages if plan.data_parallel else ():
         out.append(Contributor(f"data_parallel.{msg.collective}", msg.collective, "data_parallel",
                                dataclasses.replace(ZERO_BLOCK, dp_s=pricer.message_s(msg)), None, (msg,)))

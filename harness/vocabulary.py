@@ -128,6 +128,8 @@ CURVE_FAMILIES = Vocabulary(
                               "tier.", "measured"),
     Term("hierarchical", "Groups larger than a tier's island: the island's collective plus one across islands on "
                          "the next tier.", "measured"),
+    Term("partitioned_p2p", "Pipeline boundary transfers split over the tensor-parallel group: each rank sends 1/TP, "
+                            "the receiving stage all-gathers it.", "measured"),
 )
 
 # --- timing components ---------------------------------------------------------------------------------------

@@ -33,7 +33,12 @@ keeps it the naive baseline of peaks, latencies and volume models):
   (``size_processors``) with a next tier costs the collective over one island
   on its tier plus the same collective over the islands on the next tier
   with ``1/island`` of the message;
-- ``output_layer``: priced by :mod:`harness.cost.output_layer`.
+- ``output_layer``: priced by :mod:`harness.cost.output_layer`;
+- ``partitioned_p2p``: a pipeline boundary transfer (:meth:`Pricer.boundary_s`)
+  with a tensor-parallel group of ``TP`` costs the p2p of ``1/TP`` of the
+  message plus an all-gather of the message over the TP group on its tier
+  (unless the plan already sends the 1/TP sequence shard, or the message is
+  the zero-byte inference slot).
 """
 
 from __future__ import annotations
@@ -77,6 +82,7 @@ _DEFINES = {
     "output_layer": lambda p: p.output_layer is not None,
     "collective_curves": lambda p: any(t.measured_collectives for t in p.networks),
     "hierarchical": lambda p: p.hierarchical_collectives is not None,
+    "partitioned_p2p": lambda p: p.partitioned_p2p is not None,
 }
 CURVE_FAMILIES.require([*CURVE_FAMILIES.of_kind("calculon"), *_DEFINES], "harness.cost.views._DEFINES")
 
@@ -175,6 +181,7 @@ class Pricer:
         self._issue_s = 0.0 if launch is None else launch.issue_s_per_operation
         self._measured_collectives = "collective_curves" in view.curves
         self._hierarchical = profile.hierarchical_collectives is not None and "hierarchical" in view.curves
+        self._partitioned_p2p = profile.partitioned_p2p is not None and "partitioned_p2p" in view.curves
         # id(instance) -> price, with the instance held alive by its memo (one
         # table per pass kind: the optimizer step runs on the vector engine)
         self._priced: _Memo[Work, PassCost] = _Memo()
@@ -244,6 +251,20 @@ class Pricer:
             eff = net.efficiency if self._network_curves else 1.0
         return net.latency_s + adjusted / (net.bandwidth_bytes_per_s * eff)
 
+    def boundary_s(self, message: Message | None, plan: PortablePlanIR) -> float:
+        """A pipeline boundary transfer of ``plan`` (family partitioned_p2p: split over the TP group)."""
+        if not self._partitioned_p2p or message is None or message.message_bytes == 0:
+            return self.message_s(message)
+        group = next((u for u in plan.network_use if u.dimension == "tensor"), None)
+        if group is None or _sequence_sharded_edges(plan):
+            return self.message_s(message)  # no TP group, or the plan already sends a 1/TP (sequence) shard
+        tp = group.group_size
+        slice_ = Message.trusted(collective=message.collective, message_bytes=message.message_bytes / tp,
+                                 participants=message.participants, network_tier=message.network_tier)
+        gather = Message.trusted(collective="all_gather", message_bytes=message.message_bytes, participants=tp,
+                                 network_tier=group.network_tier)
+        return self.message_s(slice_) + self.message_s(gather)
+
     def _hierarchical_s(self, message: Message, island: int) -> float:
         """Family hierarchical: the collective inside one island, then across the islands on the next tier."""
         inside = Message.trusted(collective=message.collective, message_bytes=message.message_bytes,
@@ -273,6 +294,13 @@ class Pricer:
                                                  self.message_s(msgs.backward_base),
                                                  self.message_s(msgs.backward_edge))
         return TaskCost(task.name, task.phase, task.primitive, passes)
+
+
+def _sequence_sharded_edges(plan: PortablePlanIR) -> bool:
+    """Whether the edge block's TP collectives reduce-scatter / all-gather (then the plan's boundary message
+    is already the 1/TP sequence shard: rs_ag, p2p_rs_ag layouts)."""
+    return any(t.messages is not None and t.messages.forward_edge is not None
+               and t.messages.forward_edge.collective in ("reduce_scatter", "all_gather") for t in plan.tasks)
 
 
 _PRICERS: dict[tuple[int, CostView, str], tuple[EvidenceProfile, Pricer]] = {}

@@ -30,6 +30,13 @@ Rules:
   tier's island (``size_processors``) runs hierarchically: the collective
   inside one island on that tier, plus the collective across islands on the
   next tier, carrying ``1/island`` of the message per processor.
+- ``PartitionedP2P``: with tensor parallelism, the pipeline boundary
+  activation (and its gradient) is the same on every TP rank; the training
+  software sends each rank's ``1/TP`` slice to its peer and the receiving
+  stage all-gathers the slices over its TP group (DeepSpeed's pipeline engine
+  partitions its send buffers over the model-parallel group). A transfer
+  costs the p2p of ``bytes / TP`` plus an all-gather of ``bytes`` over the TP
+  group on the tensor tier.
 """
 
 from __future__ import annotations
@@ -150,6 +157,13 @@ class HierarchicalCollectives(_Strict):
 
     kind: Literal["island_then_next_tier"] = Field(description="The one rule: the collective inside an island on "
                                                                "its tier, then across islands on the next tier.")
+
+
+class PartitionedP2P(_Strict):
+    """Pipeline boundary transfers partitioned over the TP group (see the module rules)."""
+
+    kind: Literal["slice_then_all_gather"] = Field(description="The one rule: p2p of 1/TP of the boundary, then an "
+                                                               "all-gather over the TP group.")
 
 
 class FittedParameter(_Strict):

@@ -61,10 +61,10 @@ import re
 import stat
 import time
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
 import yaml
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, Strict, field_validator
 
 from harness.errors import EvidenceError, InputError
 from harness.evidence.families import (
@@ -73,6 +73,7 @@ from harness.evidence.families import (
     HierarchicalCollectives,
     LaunchOverhead,
     OutputLayer,
+    PartitionedP2P,
     SaturatingCurve,
 )
 from harness.inputs import decode, parse_yaml, read_bytes, validate
@@ -172,8 +173,8 @@ class NetworkTier(StrictEvidence):
     processor_usage: float = Field(ge=0, lt=1, allow_inf_nan=False,
                                    description="Fraction of the processor a transfer occupies.")
     collectives: dict[CollectiveOp, VolumeModel] = Field(description="Volume model per operation.")
-    measured_collectives: dict[CollectiveOp, tuple[CollectiveCurve, ...]] | None = Field(
-        None, strict=False, description="Measured efficiency by message size per collective and participant count "
+    measured_collectives: dict[CollectiveOp, Annotated[tuple[CollectiveCurve, ...], Strict(False)]] | None = Field(
+        None, description="Measured efficiency by message size per collective and participant count "
                           "(family collective_curves); replaces 'efficiency' for those collectives.")
 
     @field_validator("collectives")
@@ -218,6 +219,8 @@ class EvidenceProfile(Artifact):
                                                                "(family output_layer).")
     hierarchical_collectives: HierarchicalCollectives | None = Field(
         None, description="Groups larger than a tier's island run hierarchically (family hierarchical).")
+    partitioned_p2p: PartitionedP2P | None = Field(
+        None, description="Pipeline boundary transfers split over the TP group (family partitioned_p2p).")
     fit: FitProvenance | None = Field(None, description="How the revision was fitted to measurements.")
 
     def to_data(self) -> dict:
