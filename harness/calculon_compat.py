@@ -99,8 +99,8 @@ def switched_off(*names: str) -> Iterator[None]:
 
 #: Calculon's order of the iteration total. Every component appears once (checked below); a new
 #: component is placed where Calculon adds its counterpart.
-CALCULON_TOTAL_ORDER = ("forward", "backward", "optimizer", "recompute", "recommunication", "pipeline_bubble",
-                        "tensor_parallel", "pipeline_parallel", "data_parallel")
+CALCULON_TOTAL_ORDER = ("forward", "backward", "optimizer", "forward_offload", "backward_offload", "recompute",
+                        "recommunication", "pipeline_bubble", "tensor_parallel", "pipeline_parallel", "data_parallel")
 COMPONENTS.require(CALCULON_TOTAL_ORDER, "harness.calculon_compat.CALCULON_TOTAL_ORDER")
 
 
@@ -269,3 +269,114 @@ def layer_norm_gradient_read_bytes(elements: int, weights: int, bytes_per_elemen
 def inference_backward_p2p() -> bool:
     """Whether an inference plan with PP > 1 keeps a zero-byte backward p2p message."""
     return applies(inference_backward_p2p)
+
+
+# --- TP/DP overlap and offload (harness.schedule.projection, the calculon-0.1.0 projection) ---------------------
+# The physical alternative of each rule is what the list schedule of the ConcretePlanIR's commands does
+# (harness.schedule.physical); scripts/quirk_effects.py measures each rule on a corpus.
+
+@rule("doubled-pipe-tile",
+      reason="With pipe TP overlap the first network tile runs before any GEMM tile; Calculon adds it both to the "
+             "GEMM's processing time (forward, backward, recompute) and to the exposed TP time.",
+      alternative="the exposed first tile is counted once, as exposed TP time",
+      used_in=("harness.schedule.projection",))
+def pipe_tile(time_s: float, exposed_s: float, net_tile_s: float) -> tuple[float, float]:
+    """(processing, exposed) of a pipe-overlapped pass after its first network tile."""
+    if applies(pipe_tile):
+        return time_s + net_tile_s, exposed_s + net_tile_s
+    return time_s, exposed_s + net_tile_s
+
+
+@rule("edge-block-equals-base-block",
+      reason="Calculon tiles an overlapped GEMM against the base block's message in every block, so the chunk's edge "
+             "block (where p2p_rs_ag sends a reduce-scatter/all-gather instead of an all-reduce) exposes the base "
+             "block's TP time; only its TP link time differs.",
+      alternative="the edge block's exposed TP time comes from tiling against the edge block's own message",
+      used_in=("harness.schedule.projection",))
+def edge_tile_message(base, edge):
+    """The message an edge block's overlapped GEMM is tiled against."""
+    return base if applies(edge_tile_message) else edge
+
+
+@rule("stateful-exposed-time",
+      reason="Calculon reads a layer's exposed time from whatever its last processing-time call stored; in the block "
+             "loop that is the forward pass, so an overlapped GEMM's recommunication exposes its forward exposed time.",
+      alternative="the recommunication exposes what sticks out of the pass the re-sent message is tiled with (the "
+                  "recomputed GEMM when it is recomputed, else its weight gradient)",
+      used_in=("harness.schedule.projection",))
+def recommunication_exposed(forward_exposed_s: float, tiled_exposed_s: float) -> float:
+    """Exposed recommunication of an overlapped GEMM."""
+    return forward_exposed_s if applies(recommunication_exposed) else tiled_exposed_s
+
+
+@rule("weight-grad-tiled-against-recommunication",
+      reason="Calculon tiles an overlapped GEMM's weight gradient against the re-sent forward message whenever the "
+             "layer recommunicates, also when the recomputed GEMM is tiled against the same message and the "
+             "recommunication exposed time is counted on its own.",
+      alternative="the weight gradient is tiled against the re-sent message only when the GEMM is not recomputed",
+      used_in=("harness.schedule.projection",))
+def weight_grad_tiled(recomputed: bool) -> bool:
+    """Whether the weight gradient of a recommunicating overlapped GEMM is tiled against the re-sent message."""
+    return True if applies(weight_grad_tiled) else not recomputed
+
+
+@rule("recommunication-without-reduction",
+      reason="Calculon prices a re-sent reduce-scatter or all-reduce of an overlapped GEMM without its local "
+             "reduction work.",
+      alternative="a re-sent reducing collective reduces again",
+      used_in=("harness.schedule.projection",))
+def resent_reduces() -> bool:
+    """Whether a re-sent reducing collective carries its local reduction."""
+    return not applies(resent_reduces)
+
+
+@rule("prefix-counter-recompute-windows",
+      reason="The DP overlap windows subtract the recompute memory time and add the recompute flop time as Calculon's "
+             "block_re_* counters, which add the running forward total at every recomputed layer.",
+      alternative="the recomputed layers' own flop and memory times",
+      used_in=("harness.schedule.projection",))
+def recompute_window_s(prefix_s: float, own_s: float) -> float:
+    """The recompute time a DP window uses."""
+    return prefix_s if applies(recompute_window_s) else own_s
+
+
+@rule("dp-window-microbatches-equal-pp",
+      reason="Calculon's DP window of a chunk is PP microbatches of backward time (1F1B with as many microbatches as "
+             "stages), whatever the number of microbatches.",
+      alternative="min(microbatches, PP) microbatches",
+      used_in=("harness.schedule.projection",))
+def dp_window_microbatches(microbatches: int, stages: int) -> int:
+    return stages if applies(dp_window_microbatches) else min(microbatches, stages)
+
+
+@rule("dp-one-block-always-exposed",
+      reason="Calculon exposes one block's DP sync on top of the chunks' and the last chunk's exposed time.",
+      alternative="only the chunks' and the last chunk's exposed time",
+      used_in=("harness.schedule.projection",))
+def dp_exposed_s(block_sync_s: float, exposed_s: float) -> float:
+    return block_sync_s + exposed_s if applies(dp_exposed_s) else exposed_s
+
+
+@rule("dp-optimizer-credit-twice",
+      reason="Without optimizer sharding the optimizer step's compute time is credited to the last chunk's DP window "
+             "a second time (it is already in each block's window).",
+      alternative="the last chunk's window gets the per-block credit only",
+      used_in=("harness.schedule.projection",))
+def last_window_optimizer_credit() -> bool:
+    return applies(last_window_optimizer_credit)
+
+
+@rule("dp-same-tier-as-pp-when-pp-1",
+      reason="Calculon takes DP and PP traffic to collide whenever DP's tier is PP's, also with PP = 1, where no "
+             "pipeline traffic exists (its p2p latency still enters the windows).",
+      alternative="collisions (and the p2p in the windows) only with PP > 1",
+      used_in=("harness.schedule.projection",))
+def dp_collides_with_pp(same_tier: bool, stages: int) -> bool:
+    return same_tier if applies(dp_collides_with_pp) else same_tier and stages > 1
+
+
+#: The rules of the calculon-0.1.0 projection of a ConcretePlanIR (TP/DP overlap and offload).
+OVERLAP_RULES = ("doubled-pipe-tile", "edge-block-equals-base-block", "stateful-exposed-time",
+                 "weight-grad-tiled-against-recommunication", "recommunication-without-reduction",
+                 "prefix-counter-recompute-windows", "dp-window-microbatches-equal-pp", "dp-one-block-always-exposed",
+                 "dp-optimizer-credit-twice", "dp-same-tier-as-pp-when-pp-1")

@@ -14,6 +14,7 @@ it unreachable; it stays as the last line of defence.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 from typing import Any
@@ -26,13 +27,22 @@ from harness.cost.views import COST_VIEWS, CostView, clear_pricers, pricer_for
 from harness.errors import EvidenceError, InputError
 from harness.evidence.profile import EvidenceProfile, load_profile
 from harness.ir.base import Frozen
+from harness.ir.concrete import ConcretePlanIR
 from harness.ir.model import ModelIR
 from harness.ir.portable import PortablePlanIR
 from harness.pipeline import Lowering, lower
 from harness.pipeline import clear_caches as clear_lowering_caches
 from harness.schedule.block import BlockTimes, block_times
 from harness.schedule.compose import Composition, compose, with_output_layer
-from harness.schedule.memory import BlockMemory, StageMemory, block_memory, infeasibility, stage_memory
+from harness.schedule.memory import (
+    BlockMemory,
+    StageMemory,
+    block_memory,
+    concrete_infeasibility,
+    infeasibility,
+    stage_memory,
+)
+from harness.schedule.projection import calculon_projection
 from harness.vocabulary import COMPONENTS, ESTIMATE_STATUSES, MEMORY_FIGURES
 from harness.workload import WorkloadMetrics, workload_metrics
 
@@ -51,6 +61,18 @@ MemoryBytes = create_model("MemoryBytes", __base__=Frozen, __module__=__name__,
                            **MEMORY_FIGURES.fields(float))
 
 
+class Requirements(Frozen):
+    """Bandwidths that keep the overlap and the offload hidden (reported, not applied), bytes/s."""
+
+    tp_overlap_per_s: float = Field(description="TP network bandwidth for the tiled GEMM/collective overlap.")
+    dp_overlap_chunk_per_s: float = Field(description="DP network bandwidth to hide the sync of all chunks but the last.")
+    dp_overlap_tail_per_s: float = Field(description="DP network bandwidth to hide the last chunk's sync.")
+    activation_offload_per_s: float = Field(description="Tier-2 bandwidth to offload a block's kept activations.")
+    weight_offload_per_s: float = Field(description="Tier-2 bandwidth to offload a block's weights.")
+    optimizer_offload_per_s: float = Field(description="Tier-2 bandwidth to offload weight gradients and optimizer state.")
+    offload_per_s: float = Field(description="Tier-2 bandwidth for everything offloaded.")
+
+
 class ViewEstimate(Frozen):
     """One cost view's estimate of one iteration."""
 
@@ -64,6 +86,8 @@ class ViewEstimate(Frozen):
     system_efficiency: float = Field(description="Compute time / total time.")
     total_efficiency: float = Field(description="Peak-matrix time of the useful work / total time.")
     sample_rate_per_s: float = Field(description="Samples per second.")
+    requirements: Requirements | None = Field(
+        None, description="Overlap/offload bandwidth requirements (layouts with TP/DP overlap or offload).")
 
 
 VIEW_JSON_FIELDS = ("total_s", "components_s", "memory_bytes", "workload")
@@ -115,6 +139,7 @@ def clear_caches() -> None:
     never depend on it."""
     clear_lowering_caches()
     clear_pricers()
+    _PROJECTIONS.clear()
 
 
 def check_tiers(data: EstimateInput, profile: EvidenceProfile, source: str) -> None:
@@ -151,10 +176,37 @@ def cost_view(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView, *,
     return block, comp
 
 
+_PROJECTIONS: dict[tuple[int, int], tuple[ConcretePlanIR, object, object]] = {}
+
+
+def projected(concrete: ConcretePlanIR, pricer):
+    """:func:`calculon_projection` memoized per (ConcretePlanIR, pricer) instance (a pure function of two
+    immutable values; the instances are held alive by the memo; bounded)."""
+    key = (id(concrete), id(pricer))
+    hit = _PROJECTIONS.get(key)
+    if hit is not None and hit[0] is concrete and hit[1] is pricer:
+        return hit[2]
+    if len(_PROJECTIONS) > 4096:
+        _PROJECTIONS.clear()
+    result = calculon_projection(concrete, pricer)
+    _PROJECTIONS[key] = (concrete, pricer, result)
+    return result
+
+
 def view_estimate(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView, workload: WorkloadMetrics,
-                  stage: StageMemory, model: ModelIR | None = None) -> ViewEstimate:
-    _, comp = cost_view(plan, profile, view, model=model)
-    c = comp.components_s
+                  stage: StageMemory, concrete: ConcretePlanIR | None = None,
+                  model: ModelIR | None = None) -> ViewEstimate:
+    """One view; a ConcretePlanIR (TP/DP overlap, offload) is projected with the ``calculon-0.1.0`` projection."""
+    requirements = None
+    memory = {name: getattr(stage, name) for name in MEMORY_FIGURES}
+    if concrete is None:
+        _, comp = cost_view(plan, profile, view, model=model)
+        c, total = comp.components_s, comp.total_s
+    else:
+        projection = projected(concrete, pricer_for(profile, view, plan.datatype))
+        c, total = projection.components_s, projection.total_s
+        requirements = Requirements(**dataclasses.asdict(projection.requirements))
+        memory.update(tier1_total=concrete.tier1_total_bytes, tier2_total=concrete.tier2_total_bytes)
     s = plan.schedule
     useful = workload.forward_flops
     if s.training:
@@ -162,13 +214,14 @@ def view_estimate(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView
     compute_time = c["forward"] + c["backward"] + c["optimizer"]
     perfect = s.blocks_per_stage * s.microbatches * useful / profile.matrix[plan.datatype].peak_flops_per_s
     return ViewEstimate(
-        view=view.name, total_s=comp.total_s, components_s=Components(**c),
-        memory_bytes=MemoryBytes(**{name: getattr(stage, name) for name in MEMORY_FIGURES}),
+        view=view.name, total_s=total, components_s=Components(**c),
+        memory_bytes=MemoryBytes(**memory),
         workload=workload, useful_flops=useful,
         compute_efficiency=perfect / compute_time if compute_time else 0.0,
-        system_efficiency=compute_time / comp.total_s if comp.total_s else 0.0,
-        total_efficiency=perfect / comp.total_s if comp.total_s else 0.0,
-        sample_rate_per_s=s.global_batch / comp.total_s if comp.total_s else 0.0,
+        system_efficiency=compute_time / total if total else 0.0,
+        total_efficiency=perfect / total if total else 0.0,
+        sample_rate_per_s=s.global_batch / total if total else 0.0,
+        requirements=requirements,
     )
 
 
@@ -179,11 +232,15 @@ def estimate_lowering(lowering: Lowering, profile: EvidenceProfile,
     block: BlockMemory = block_memory(plan)
     stage = stage_memory(plan, block)
     workload = workload_metrics(plan, block)
-    reason = infeasibility(plan, stage, profile)
+    concrete = lowering.concrete() if lowering.concurrent else None
+    if concrete is None:
+        reason = infeasibility(plan, stage, profile)
+    else:
+        reason = concrete_infeasibility(plan, concrete, profile)
     return require_physical(Estimate(
         status="infeasible" if reason else "ok", reason=reason, system=profile.name,
         evidence_revision=profile.revision(), digests=lowering.digests(),
-        views={v.name: view_estimate(plan, profile, v, workload, stage, lowering.model) for v in views},
+        views={v.name: view_estimate(plan, profile, v, workload, stage, concrete, lowering.model) for v in views},
     ), profile, source)
 
 

@@ -48,6 +48,7 @@ COMPONENT_PASSES = {
     "forward": ("forward",), "backward": ("activation_grad", "weight_grad"), "optimizer": ("optimizer",),
     "recompute": ("forward",), "tensor_parallel": ("forward", "activation_grad"), "pipeline_parallel": (),
     "data_parallel": (), "recommunication": (), "pipeline_bubble": ("forward", "activation_grad", "weight_grad"),
+    "forward_offload": (), "backward_offload": (),
 }
 COMPONENTS.require(COMPONENT_PASSES, "harness.explain.COMPONENT_PASSES")
 

@@ -42,10 +42,12 @@ OPS_TID, STEP_TID = 0, 1
 
 #: Work bounds of one trace (checked before simulating, :func:`check_trace_size`): pipeline operations
 #: (PP x chunks x microbatches x phases) and trace events (operations, nested blocks and tasks, metadata).
-#: Measured on the 2-core CI machine: 1e6 operations simulate in about 4 s; an event costs about 0.5 kB of
-#: memory while the trace is built, so 2e6 events stay near 1 GB.
-MAX_TRACE_OPERATIONS = 1_000_000
-MAX_TRACE_EVENTS = 2_000_000
+#: Measured on the 2-core machine (a loaded one): gpt3-175B/seqsel with 4096 microbatches, 196,608 operations
+#: and about 205,000 events, takes 10 s and 250 MB peak (about 1.2 kB per event while the trace is built and
+#: written). The bounds keep a trace within about a dozen seconds and 400 MB; ``--max-operations`` raises the
+#: first for whoever has the time and memory.
+MAX_TRACE_OPERATIONS = 200_000
+MAX_TRACE_EVENTS = 300_000
 
 
 def trace_size(plan: PortablePlanIR, task_microbatches: int) -> tuple[int, int]:

@@ -147,7 +147,11 @@ COMPONENTS = Vocabulary(
     Term("data_parallel", "Exposed data-parallel gradient sync.", "step"),
     Term("recommunication", "Exposed recommunication (all-gather redo, repeated collectives).", "pipeline"),
     Term("pipeline_bubble", "1F1B / interleaved pipeline bubble.", "bubble"),
+    Term("forward_offload", "Exposed memory tier-2 (offload) transfer time of the forward pass.", "pipeline"),
+    Term("backward_offload", "Exposed memory tier-2 (offload) transfer time of the backward pass.", "pipeline"),
 )
+#: The components of a layout without TP/DP overlap or offload (the goldens' and the contract's columns).
+PORTABLE_COMPONENTS = COMPONENTS[:9]
 
 # --- memory figures -----------------------------------------------------------------------------------------
 
@@ -159,20 +163,24 @@ MEMORY_FIGURES = Vocabulary(
     Term("weight_grad", "Weight gradients."),
     Term("activation_grad", "Activation gradients."),
     Term("optimizer", "Optimizer state."),
-    Term("tier1_total", "Total required in memory tier 1."),
+    Term("tier1_total", "Total required in memory tier 1 (an offloaded figure: its staging copies)."),
+    Term("tier2_total", "Total required in memory tier 2 (offloaded figures)."),
 )
+#: The memory figures of a layout without offload (the goldens' columns).
+TIER1_MEMORY_FIGURES = MEMORY_FIGURES[:7]
 
 # --- statuses ---------------------------------------------------------------------------------------------------
 
 ESTIMATE_STATUSES = Vocabulary(
     "estimate status",
     Term("ok", "The configuration runs on the profile's system."),
-    Term("infeasible", "It cannot run there (network tier too small or not filled, memory tier 1 over capacity); "
-                       "the figures are still given."),
+    Term("infeasible", "It cannot run there (network tier too small or not filled, offload with fewer than 3 "
+                       "blocks per processor, memory tier 1 or 2 over capacity); the figures are still given."),
 )
 BATCH_STATUSES = Vocabulary(
     "batch status",
     *ESTIMATE_STATUSES.terms,
-    Term("rejected", "A feature the portable plan cannot represent (TP/DP overlap, offload); no figures."),
+    Term("rejected", "A feature the estimate cannot represent (none since the ConcretePlanIR carries TP/DP "
+                     "overlap and offload); no figures."),
     Term("invalid", "A bad line (JSON, field, layout, profile); its reason names the line and field; no figures."),
 )

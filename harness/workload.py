@@ -77,7 +77,7 @@ def workload_metrics(plan: PortablePlanIR, memory: BlockMemory) -> WorkloadMetri
             re_ops += w.operations
             re_b += w.bytes_read + w.bytes_written
         m = task.messages
-        if m is None:
+        if m is None or phase == "recompute":  # a recomputed overlapped GEMM's messages are its recommunication
             continue
         if phase == "recommunication":
             if m.forward_base is not None:

@@ -27,21 +27,32 @@ import sys
 from pathlib import Path
 
 from harness.interop.calculon_batch import batch_line_json
-from harness.oracles.configspace import EXAMPLE_SHAPES, RandomChooser, draw_configuration, feature_counts
+from harness.oracles.configspace import (
+    EXAMPLE_SHAPES,
+    FEATURES,
+    OVERLAP_FEATURES,
+    RandomChooser,
+    draw_configuration,
+    feature_counts,
+)
 
 DEFAULT_SEED = 20240611
 DEFAULT_COUNT = 1500
 DEFAULT_OUTPUT = Path("vendor/calculon-0.1.0/differential/inputs.jsonl.gz")
+OVERLAP_SEED = 20261130
+OVERLAP_COUNT = 3000
+OVERLAP_OUTPUT = Path("vendor/calculon-0.1.0/overlap/inputs.jsonl.gz")
 
 
-def generate(seed: int, count: int) -> list[tuple[str, object]]:
-    """``(line, configuration)`` pairs, ids ``differential/NNNN/<shape>``."""
+def generate(seed: int, count: int, overlap: bool = False) -> list[tuple[str, object]]:
+    """``(line, configuration)`` pairs, ids ``differential/NNNN/<shape>`` (``overlap/NNNN/<shape>``)."""
     chooser = RandomChooser(seed)
     names = sorted(EXAMPLE_SHAPES)
+    prefix = "overlap" if overlap else "differential"
     out = []
     for index in range(count):
-        config = draw_configuration(chooser, names[index % len(names)])
-        record_id = f"differential/{index:04d}/{config.shape_name}"
+        config = draw_configuration(chooser, names[index % len(names)], overlap=overlap)
+        record_id = f"{prefix}/{index:04d}/{config.shape_name}"
         line = batch_line_json(record_id, config.calculon_model, config.calculon_execution, config.input.system)
         out.append((line, config))
     return out
@@ -49,11 +60,19 @@ def generate(seed: int, count: int) -> list[tuple[str, object]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"random seed (default {DEFAULT_SEED})")
-    parser.add_argument("--count", type=int, default=DEFAULT_COUNT, help=f"configurations (default {DEFAULT_COUNT})")
-    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help=f"JSONL(.gz) file (default {DEFAULT_OUTPUT})")
+    parser.add_argument("--overlap", action="store_true",
+                        help="draw TP/DP overlap and offload too (at least one option on per line); "
+                             f"defaults: seed {OVERLAP_SEED}, count {OVERLAP_COUNT}, {OVERLAP_OUTPUT}")
+    parser.add_argument("--seed", type=int, default=None, help=f"random seed (default {DEFAULT_SEED})")
+    parser.add_argument("--count", type=int, default=None, help=f"configurations (default {DEFAULT_COUNT})")
+    parser.add_argument("--output", type=Path, default=None, help=f"JSONL(.gz) file (default {DEFAULT_OUTPUT})")
     args = parser.parse_args(argv)
-    lines = generate(args.seed, args.count)
+    defaults = (OVERLAP_SEED, OVERLAP_COUNT, OVERLAP_OUTPUT) if args.overlap else \
+        (DEFAULT_SEED, DEFAULT_COUNT, DEFAULT_OUTPUT)
+    seed, count, output = (given if given is not None else default
+                           for given, default in zip((args.seed, args.count, args.output), defaults))
+    args.output = output
+    lines = generate(seed, count, args.overlap)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     data = "".join(line + "\n" for line, _ in lines).encode("utf-8")
     if args.output.suffix == ".gz":
@@ -61,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
             handle.write(data)
     else:
         args.output.write_bytes(data)
-    counts = feature_counts([config.input for _, config in lines])
+    counts = feature_counts([config.input for _, config in lines], OVERLAP_FEATURES if args.overlap else FEATURES)
     width = max(len(name) for name in counts)
     for name, number in counts.items():
         print(f"  {name:{width}s} {number}")

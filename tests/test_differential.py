@@ -20,7 +20,7 @@ from harness.interop.calculon_batch import require_valid
 from harness.interop.calculon_format import calculon_from_input
 from harness.oracles.calculon import calculon_verdict, check_record
 from harness.oracles.configspace import feature_counts
-from harness.oracles.records import VENDOR_DIR, load_manifest, load_record_file
+from harness.oracles.records import load_manifest, load_record_file, vendor_dir
 from harness.oracles.reference import read_reference
 
 from conftest import REFERENCE_DIR
@@ -28,7 +28,7 @@ from conftest import REFERENCE_DIR
 pytestmark = pytest.mark.differential
 
 CORPUS = "records/differential.json.gz"
-INPUTS = VENDOR_DIR / "differential" / "inputs.jsonl.gz"
+INPUTS = vendor_dir() / "differential" / "inputs.jsonl.gz"
 PUBLIC = REFERENCE_DIR / "oracle-records" / "differential-public.json"
 SAMPLE_SIZE = 60
 SAMPLE_SEED = 20240611

@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from harness.vocabulary import COMPONENTS
+from harness.vocabulary import PORTABLE_COMPONENTS, TIER1_MEMORY_FIGURES
 
 pytestmark = pytest.mark.baseline_regression
 
@@ -44,14 +44,16 @@ def test_components(case, peak_only_estimate, evidence_estimate, num_regression)
         (name, view), = est.views.items()
         comps = view.components_s.model_dump()
         assert sum(comps.values()) == pytest.approx(view.total_s, rel=1e-12)
-        data.update({f"{name}.{c}_s": [comps[c]] for c in COMPONENTS})
+        assert comps["forward_offload"] == comps["backward_offload"] == 0, "no case offloads"
+        data.update({f"{name}.{c}_s": [comps[c]] for c in PORTABLE_COMPONENTS})
         data[f"{name}.total_s"] = [view.total_s]
     num_regression.check(data, tolerances={k: COMPONENT_TOLERANCE for k in data})
 
 
 def test_memory(case, evidence_estimate, num_regression):
     memory = evidence_estimate.views["system_evidence"].memory_bytes.model_dump()
-    data = {f"{k}_bytes": [v] for k, v in memory.items()}
+    assert memory["tier2_total"] == 0, "no case offloads: nothing may live in memory tier 2"
+    data = {f"{k}_bytes": [memory[k]] for k in TIER1_MEMORY_FIGURES}
     num_regression.check(data, tolerances={k: MEMORY_TOLERANCE for k in data})
 
 

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from harness.cases import load_case
-from harness.errors import InputError, UnsupportedFeatureError
+from harness.errors import InputError
 
 from conftest import CASES_DIR, ROOT
 
@@ -54,12 +54,25 @@ def test_invalid_case_names_file_and_field(tmp_path, edit, field, message):
     assert text.startswith(f"{path}: {field}: ") and message in text and "\n" not in text
 
 
-@pytest.mark.parametrize("field,value", [("tp_overlap", "ring"), ("dp_overlap", True),
-                                         ("offload", {"weights": False, "activations": True, "optimizer": False})])
-def test_overlap_and_offload_are_rejected_with_the_reason(tmp_path, field, value):
-    path = _write(tmp_path, _set("execution", field, value))
-    with pytest.raises(UnsupportedFeatureError, match="not representable in the portable plan.*ConcretePlanIR"):
-        load_case(path)
+@pytest.mark.parametrize("field,value", [("tp_overlap", "ring"), ("tp_overlap", "pipe"),
+                                         ("offload", {"weights": True, "activations": True, "optimizer": True})])
+def test_overlap_and_offload_are_accepted(tmp_path, field, value):
+    """They lower to a ConcretePlanIR (parity with Calculon: tests/test_concrete_parity.py)."""
+    case = load_case(_write(tmp_path, _set("execution", field, value)))
+    got = getattr(case.execution, field)
+    assert (got.model_dump() if field == "offload" else got) == value
+
+
+@pytest.mark.parametrize("changes,field,message", [
+    ({"tensor_parallel": 1, "tp_overlap": "ring"}, "execution.tp_overlap", "needs tensor_parallel > 1"),
+    ({"dp_overlap": True}, "execution.dp_overlap", "needs data_parallel > 1"),
+    ({"training": False, "recompute": "none", "offload": {"optimizer": True}}, "execution.offload.optimizer",
+     "needs training: true"),
+])
+def test_overlap_options_where_calculon_asserts_are_input_errors(tmp_path, changes, field, message):
+    with pytest.raises(InputError) as info:
+        load_case(_write(tmp_path, lambda d: d["execution"].update(changes)))
+    assert info.value.field == field and message in info.value.message
 
 
 def test_cli_prints_one_line_and_no_traceback(tmp_path):

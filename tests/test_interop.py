@@ -75,8 +75,10 @@ def test_import_id_and_empty_comparison(tmp_path):
 @pytest.mark.parametrize("edit, where, field, message", [
     (lambda m, e: m.pop("attn_heads"), "model", "model.attn_heads", "required Calculon field is missing"),
     (lambda m, e: e.update(tensor_par=5, num_procs=40), "execution", "execution.tensor_par", "does not divide model.hidden"),
-    (lambda m, e: e.update(tensor_par_overlap="ring"), "execution", "execution.tensor_par_overlap", "not representable"),
-    (lambda m, e: e.update(weight_offload=True), "execution", "execution.weight_offload", "not representable"),
+    (lambda m, e: e.update(tensor_par_overlap="ring", tensor_par=1, num_procs=8), "execution",
+     "execution.tensor_par_overlap", "needs tensor_parallel > 1"),
+    (lambda m, e: e.update(data_par_overlap=True), "execution", "execution.data_par_overlap",
+     "needs data_parallel > 1"),
     (lambda m, e: e.update(bogus=1), "execution", "execution.bogus", "unknown Calculon field"),
     (lambda m, e: e.update(data_par_net=7), "execution", "execution.data_par_net", "tier 7 does not exist"),
     (lambda m, e: e.update(datatype="bfloat16"), "execution", "execution.datatype", "no bfloat16 matrix engine"),
@@ -114,7 +116,7 @@ def test_batch_classifies_every_line_and_does_not_stop(tmp_path, capsys):
         _line("ok"),
         _line("too-small", tensor_par_net=0, pipeline_par_net=0),   # TP 8 x PP 8 on the 8-processor tier 0
         _line("memory", tensor_par=1, num_procs=8),                    # GPT-3 on 8 processors
-        _line("overlap", tensor_par_overlap="ring"),
+        _line("overlap", tensor_par_overlap="ring", tensor_par=1, num_procs=8),
         "{not json",
         _line("layout", tensor_par=5, num_procs=40),
         json.dumps({"id": "extra", "model": MODEL, "execution": EXECUTION, "system": "a100_80g", "comment": 1}),
@@ -127,14 +129,14 @@ def test_batch_classifies_every_line_and_does_not_stop(tmp_path, capsys):
     assert main(["estimate", "--calculon-batch", str(_batch(tmp_path, lines)), "--output", str(out)]) == 1
     results = json.loads(out.read_text())
     assert [(r["id"], r["status"]) for r in results] == [
-        ("ok", "ok"), ("too-small", "infeasible"), ("memory", "infeasible"), ("overlap", "rejected"),
+        ("ok", "ok"), ("too-small", "infeasible"), ("memory", "infeasible"), ("overlap", "invalid"),
         (None, "invalid"), ("layout", "invalid"), ("extra", "invalid"), ("ok", "invalid"), ("bf16", "invalid"),
         ("nosys", "invalid")]
     reasons = [r["reason"] for r in results]
     assert reasons[0] is None
     assert reasons[1].startswith("network tier 0 is not big enough: its groups need 64 processors")
     assert reasons[2].startswith("memory tier 1 needs ")
-    assert reasons[3].startswith("execution.tensor_par_overlap: is not representable in the portable plan")
+    assert reasons[3] == "line 4: execution.tensor_par_overlap: TP overlap (ring) needs tensor_parallel > 1"
     assert reasons[4].startswith("line 5: <json>: not valid JSON")
     assert reasons[5] == "line 6: execution.tensor_par: TP=5 does not divide model.hidden=12288"
     assert reasons[6] == "line 7: comment: unknown field (a line has id, model, execution, system)"
@@ -167,10 +169,10 @@ def test_missing_batch_file_is_one_line(tmp_path, capsys):
 
 
 def test_require_valid_names_the_first_bad_line(tmp_path):
-    path = _batch(tmp_path, [_line("a"), _line("b", weight_offload=True)])
+    path = _batch(tmp_path, [_line("a"), _line("b", data_par_overlap=True)])
     with pytest.raises(InputError) as info:
         require_valid(path)
-    assert str(info.value).startswith(f"{path}: line 2: execution.weight_offload: is not representable")
+    assert str(info.value).startswith(f"{path}: line 2: execution.data_par_overlap: DP overlap needs data_parallel > 1")
     assert [record_id for record_id, _ in require_valid(_batch(tmp_path, [_line("a")]))] == ["a"]
 
 
@@ -185,6 +187,12 @@ def test_the_documented_batch_example_gives_the_documented_statuses(tmp_path):
     example = CASES_DIR.parent / "docs" / "examples" / "calculon-batch.jsonl"
     assert main(["estimate", "--calculon-batch", str(example), "--view", "system_evidence", "--output", str(out)]) == 1
     results = json.loads(out.read_text())
-    assert [r["status"] for r in results] == ["ok", "infeasible", "infeasible", "rejected", "invalid"]
+    assert [r["status"] for r in results] == ["ok", "infeasible", "infeasible", "ok", "invalid"]
     assert results[0]["views"]["system_evidence"]["total_s"] == 1.1366701004205777
+    # Weight offload of the first configuration: Calculon 0.1.0 gives the same total (offload fully hidden),
+    # tier 1 50709020672 bytes (2 blocks of weights instead of 48) and tier 2 the 48 blocks' weights.
+    offload = results[3]["views"]["system_evidence"]
+    assert offload["total_s"] == 1.1366701004205777
+    assert (offload["memory_bytes"]["tier1_total"], offload["memory_bytes"]["tier2_total"]) == \
+        (50709020672.0, 5438177280.0)
     assert results[2]["reason"] == "memory tier 1 needs 438877339648 bytes but has 85899345920 bytes"

@@ -168,7 +168,9 @@ BREAKS = {
                                "execution.activation_recompute"),
     "sharding with one replica": (_one_replica_sharding, "execution.optimizer_sharding"),
     "interleaving with one stage": (_one_stage_interleaving, "execution.pipeline_interleaving"),
-    "overlap": (_set(tensor_par_overlap="pipe"), "execution.tensor_par_overlap"),
+    "overlap with one TP rank": (lambda m, e: e.update(tensor_par_overlap="pipe", tensor_par=1,
+                                                       num_procs=e["pipeline_par"] * e["data_par"]),
+                                 "execution.tensor_par_overlap"),
 }
 
 

@@ -32,9 +32,9 @@ def test_the_vocabularies_name_what_the_documentation_names():
                               "collective_curves", "hierarchical", "partitioned_p2p")
     assert CURVE_FAMILIES.of_kind("calculon") == ("matrix", "vector", "memory", "network")
     assert COMPONENTS == ("forward", "backward", "optimizer", "recompute", "tensor_parallel", "pipeline_parallel",
-                          "data_parallel", "recommunication", "pipeline_bubble")
+                          "data_parallel", "recommunication", "pipeline_bubble", "forward_offload", "backward_offload")
     assert MEMORY_FIGURES == ("weight", "activation", "activation_checkpoint", "weight_grad", "activation_grad",
-                              "optimizer", "tier1_total")
+                              "optimizer", "tier1_total", "tier2_total")
     assert ESTIMATE_STATUSES == ("ok", "infeasible") and BATCH_STATUSES == ("ok", "infeasible", "rejected", "invalid")
     assert COMPONENTS.of_kind("step") == ("optimizer", "data_parallel")
     assert COMPONENTS.of_kind("bubble") == ("pipeline_bubble",)
@@ -60,7 +60,7 @@ def test_an_estimate_reports_every_name_in_vocabulary_order():
 def test_require_names_the_place_that_did_not_follow():
     COMPONENTS.require(reversed(COMPONENTS), "anywhere")  # any order unless ordered=True
     with pytest.raises(TypeError, match=r"harness\.x\.TABLE: must name exactly the timing components of harness"
-                                        r"\.vocabulary: missing \['pipeline_bubble'\], unknown \['bubble'\]"):
+                                        r"\.vocabulary: missing \['backward_offload'\], unknown \['bubble'\]"):
         COMPONENTS.require([*COMPONENTS[:-1], "bubble"], "harness.x.TABLE")
     with pytest.raises(TypeError, match="in order"):
         CURVE_FAMILIES.require(reversed(CURVE_FAMILIES), "harness.y", ordered=True)
@@ -83,11 +83,11 @@ def test_a_new_component_without_its_calculon_field_fails_at_import():
     """Adding a component is one vocabulary entry plus its rules: a forgotten mapping is an import error."""
     code = ("import harness.vocabulary as v\n"
             "v.COMPONENTS = v.Vocabulary(v.COMPONENTS.title, *v.COMPONENTS.terms, "
-            "v.Term('forward_offload', 'Offload.', 'pipeline'))\n"
+            "v.Term('host_transfer', 'Host transfers.', 'pipeline'))\n"
             "import harness.oracles.calculon\n")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert run.returncode == 1
-    assert "must name exactly the timing components" in run.stderr and "missing ['forward_offload']" in run.stderr
+    assert "must name exactly the timing components" in run.stderr and "missing ['host_transfer']" in run.stderr
 
 
 def test_the_package_does_not_shadow_the_estimate_module():

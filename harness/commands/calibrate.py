@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness import locations
 from harness.errors import HarnessError
 
 
 def register(sub) -> None:
     p = sub.add_parser("calibrate", help="run the calibration experiment and write its report")
-    p.add_argument("--cases", type=Path, default=Path("cases"), help="case directory (default: cases)")
+    p.add_argument("--cases", type=Path, help="case directory (default: the project's cases/, else the packaged ones)")
     p.add_argument("--output", type=Path, default=Path("out/calibration/report.json"),
                    help="JSON report path (default: out/calibration/report.json)")
     p.add_argument("--oracle", choices=("recorded", "live"), default="recorded",
@@ -28,18 +29,20 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from harness.cases import case_paths
+    from harness.cases import case_paths, load_case_files
     from harness.experiment.run import run_experiment
     from harness.experiment.tables import print_report
     from harness.oracles.calculon_oracle import LiveCalculon, RecordedCalculon
     from harness.outputs import check_output, check_output_dir, write_text
     from harness.report.plots import PLOT_FILES
 
-    inputs = case_paths(args.cases)
+    cases = args.cases or locations.current().cases_dir()
+    inputs = case_paths(cases)
     plot_paths = [args.plots / name for name in PLOT_FILES] if args.plots else []
     check_output(args.output, inputs=inputs, others=plot_paths)
     if args.plots:
         check_output_dir(args.plots, option="--plots", inputs=inputs)
+    load_case_files(cases)  # a bad case fails here, before the oracle's records are loaded
 
     if args.oracle == "live":
         if args.calculon_src is None:
@@ -47,7 +50,7 @@ def run(args) -> int:
         oracle = LiveCalculon(args.calculon_src)
     else:
         oracle = RecordedCalculon()
-    report = run_experiment(args.cases, oracle)
+    report = run_experiment(cases, oracle)
     write_text(args.output, report.to_json() + "\n")
     print_report(report)
     print(f"report: {args.output}")

@@ -16,7 +16,7 @@ from harness.cases import case_paths, load_cases
 from harness.errors import InputError
 from harness.interop.calculon_batch import require_valid
 from harness.oracles.record import RECORD_VIEWS, record_inputs, write_record_file
-from harness.oracles.records import VENDOR_DIR
+from harness import locations
 from harness.oracles.runner import CalculonRunner
 from harness.outputs import check_output
 
@@ -35,12 +35,12 @@ def register(sub) -> None:
     r = osub.add_parser("record", help="run a Calculon checkout on the cases (or a batch) and vendor its outputs")
     r.add_argument("--calculon-src", required=True, type=Path, help="Calculon 0.1.0 source checkout")
     source = r.add_mutually_exclusive_group()
-    source.add_argument("--cases", type=Path, default=Path("cases"), help="case directory (default: cases)")
+    source.add_argument("--cases", type=Path, help="case directory (default: the project's cases/)")
     source.add_argument("--batch", type=Path, metavar="IN.jsonl",
                         help='Calculon-format batch, one {"id", "model", "execution", "system"} per line (.gz allowed)')
     r.add_argument("--output", default="records/cases.json",
                    help="record file, relative to the vendor directory (.gz: gzip-compressed)")
-    r.add_argument("--vendor", type=Path, default=VENDOR_DIR, help=f"vendor directory (default: {VENDOR_DIR})")
+    r.add_argument("--vendor", type=Path, help=f"vendor directory (default: the project's {locations.VENDOR_SUBDIR})")
     r.add_argument("--views", type=view_list, default=RECORD_VIEWS, metavar="VIEW[,VIEW]",
                    help=f"views to record (default: {','.join(RECORD_VIEWS)})")
     r.add_argument("--no-layers", dest="keep_layers", action="store_false",
@@ -52,16 +52,18 @@ def run_record(args) -> int:
     relative = Path(args.output)
     if relative.is_absolute() or ".." in relative.parts or not relative.parts:
         raise InputError(args.output, "--output", "must be a path inside the vendor directory (relative, no '..')")
-    sources = [args.batch] if args.batch is not None else case_paths(args.cases)
-    check_output(args.vendor / args.output, option="--output", inputs=sources)
-    check_output(args.vendor / "MANIFEST.json", option="--vendor", inputs=sources)
+    cases = args.cases or locations.current().cases_dir()
+    vendor = args.vendor or locations.current().writable(locations.VENDOR_SUBDIR, "vendored Calculon records")
+    sources = [args.batch] if args.batch is not None else case_paths(cases)
+    check_output(vendor / args.output, option="--output", inputs=sources)
+    check_output(vendor / "MANIFEST.json", option="--vendor", inputs=sources)
     runner = CalculonRunner(args.calculon_src)
     if args.batch is not None:
         inputs = require_valid(args.batch)
     else:
-        inputs = [(c.comparison.oracle_record or c.id, c.estimate_input()) for c in load_cases(args.cases)]
+        inputs = [(c.comparison.oracle_record or c.id, c.estimate_input()) for c in load_cases(cases)]
     records, revisions = record_inputs(runner, inputs, args.views, args.keep_layers)
-    path = write_record_file(runner, args.output, records, revisions, args.vendor)
+    path = write_record_file(runner, args.output, records, revisions, vendor)
     refused = sum(1 for r in records if any("error" in v for v in r["views"].values()))
     print(f"wrote {len(records)} records ({refused} refused by Calculon) to {path} "
           f"(Calculon source sha256 {runner.source_digest})")

@@ -208,6 +208,17 @@ class Pricer:
         eff = 1.0 if curve is None else curve.efficiency(size_bytes, *what)
         return size_bytes / (bandwidth * eff)
 
+    def tier2_s(self, size_bytes: float) -> float:
+        """Time to move ``size_bytes`` over the memory tier-2 link (the ``memory`` curve family applies)."""
+        if size_bytes == 0:
+            return 0.0
+        tier = self.profile.memory_tier2
+        eff = 1.0
+        if "memory" in self.view.curves:
+            eff = tier.transfer_size_efficiency.efficiency(size_bytes, f"evidence profile {self.profile.name}",
+                                                           "memory_tier2.transfer_size_efficiency")
+        return size_bytes / (tier.bandwidth_bytes_per_s * eff)
+
     def work(self, work: Work, optimizer: bool = False) -> PassCost:
         """Compute and memory time of one pass (the optimizer step runs on the vector engine)."""
         memo = self._priced_optimizer if optimizer else self._priced

@@ -14,7 +14,10 @@ Rules:
 - the families fitted to measurements (:mod:`harness.evidence.families`) are
   optional; an absent one is not part of the canonical content, so a profile
   that uses none keeps its revision;
-- the profile's *revision* is the SHA-256 of its canonical content.
+- the profile's *revision* is the SHA-256 of its canonical content;
+- a profile is found by name: ``<directory>/<name>.yaml`` when a directory is
+  given, else the project's ``evidence/`` then the packaged profiles
+  (:mod:`harness.locations`).
 
 Physical bounds (every estimate priced with a valid profile is finite and
 non-negative; see :mod:`harness.ir.model` for the input sizes):
@@ -54,7 +57,6 @@ the bytes are read and their SHA-256 decides.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import os
 import re
@@ -66,6 +68,7 @@ from typing import Annotated, ClassVar, Literal
 import yaml
 from pydantic import ConfigDict, Field, Strict, field_validator
 
+from harness import locations
 from harness.errors import EvidenceError, InputError
 from harness.evidence.families import (
     CollectiveCurve,
@@ -79,8 +82,6 @@ from harness.evidence.families import (
 from harness.inputs import decode, parse_yaml, read_bytes, validate
 from harness.ir.base import Artifact, Frozen
 from harness.ir.distributed import CollectiveOp
-
-EVIDENCE_DIR = Path(__file__).resolve().parents[2] / "evidence"
 
 MIN_EFFICIENCY = 1e-4
 MIN_PEAK_FLOPS_PER_S, MAX_PEAK_FLOPS_PER_S = 1e6, 1e24
@@ -234,9 +235,11 @@ class EvidenceProfile(Artifact):
         return self.digest()
 
 
-@functools.lru_cache(maxsize=256)
 def profile_path(name: str, directory: Path | None = None) -> Path:
-    return (directory or EVIDENCE_DIR) / f"{name}.yaml"
+    """``<directory>/<name>.yaml``, or the profile ``name`` of the current locations."""
+    if directory is not None:
+        return Path(directory) / f"{name}.yaml"
+    return locations.current().profile_path(name)
 
 
 def check_profile_name(name: object, source: str = "--system", field: str = "system") -> str:

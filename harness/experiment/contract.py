@@ -31,6 +31,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, StringConstraints, model_validator
 
+from harness import locations
 from harness.experiment.isolation import POLICY
 from harness.experiment.report import REPORT_SCHEMA, Budgets, Report
 from harness.inputs import read_json, validate
@@ -38,7 +39,6 @@ from harness.ir.base import Frozen
 from harness.outputs import write_text
 
 CONTRACT_SCHEMA = "blueprinting.baseline-regression-contract.v0"
-CONTRACT_PATH = Path(__file__).resolve().parents[2] / "goldens" / "baseline_regression_contract.json"
 AGGREGATES = ("peak_only_vs_calculon_mape_pct", "peak_only_vs_calculon_max_abs_pct", "evidence_vs_paper_mape_pct",
               "evidence_vs_paper_max_abs_pct", "peak_only_vs_paper_mape_pct")
 AGGREGATE_TOLERANCE_PCT = 1e-9  # absolute, in percentage points
@@ -155,14 +155,18 @@ def evaluate(contract: dict[str, Any], report: Report) -> list[str]:
     return broken
 
 
-def load_contract(path: Path = CONTRACT_PATH) -> dict[str, Any]:
-    """The contract as plain data, after the schema check (see the module rules)."""
+def load_contract(path: Path | None = None) -> dict[str, Any]:
+    """The contract as plain data, after the schema check (see the module rules); default: the current
+    locations' (the project's, else the packaged one)."""
+    path = locations.current().contract_path() if path is None else path
     document = read_json(path, what="--contract")
     contract = validate(ContractFile, document.data, str(path), what="a JSON object (the baseline contract)")
     return contract.model_dump(mode="json", by_alias=True)
 
 
-def write_contract(report: Report, path: Path = CONTRACT_PATH) -> Path:
-    """Write the contract ``report`` satisfies, atomically (strict JSON)."""
+def write_contract(report: Report, path: Path | None = None) -> Path:
+    """Write the contract ``report`` satisfies, atomically (strict JSON); default: the project's (never the
+    installed package's)."""
+    path = locations.current().writable(locations.CONTRACT_FILE, "the baseline contract") if path is None else path
     return write_text(path, json.dumps(build_contract(report), indent=1, sort_keys=True, allow_nan=False) + "\n",
                       option="--contract")

@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from harness import __version__
+from harness import __version__, locations
 from harness.cases import CaseFile, load_case_files
 from harness.digest import digest_data, sha256_file
 from harness.estimate import Estimate, estimate_lowering, check_tiers
@@ -185,12 +185,13 @@ def summarize(scope: str, results: list[CaseResult], budgets: Budgets, extra_vio
     return Summary(**summary, budgets=budgets, violations=tuple(violations))
 
 
-def run_experiment(cases_dir: Path | str = "cases", oracle=None, budgets: Budgets | None = None,
+def run_experiment(cases_dir: Path | str | None = None, oracle=None, budgets: Budgets | None = None,
                    gate: ComparisonGate | None = None) -> Report:
-    """Estimate every case of ``cases_dir`` (both views), then compare with the oracle and the paper."""
+    """Estimate every case of ``cases_dir`` (default: the current locations' cases), both views, then compare
+    with the oracle (default: the vendored records) and the paper."""
     from harness.oracles.calculon_oracle import RecordedCalculon
 
-    cases_dir = Path(cases_dir)
+    cases_dir = locations.current().cases_dir() if cases_dir is None else Path(cases_dir)
     cases = load_case_files(cases_dir)
     gate = gate or ComparisonGate()
     estimates = _estimate_all(cases, gate)

@@ -1,8 +1,10 @@
 """Semantic rules a shape and layout must satisfy before lowering.
 
 Each problem is ``(field, message)`` with ``field`` a dotted path in the case
-file (``execution.tensor_parallel``). Unsupported features (TP/DP overlap and
-offload) come first, so that they are reported with their specific reason.
+file (``execution.tensor_parallel``). TP/DP overlap and offload are lowered
+to the ConcretePlanIR; the options are valid only where they mean something
+(Calculon 0.1.0 asserts the same): TP overlap with TP > 1, DP overlap in
+training with DP > 1, optimizer offload in training.
 """
 
 from __future__ import annotations
@@ -13,16 +15,10 @@ Problem = tuple[str, str]
 
 
 def unsupported_features(execution: ExecutionLayout) -> list[str]:
-    """Fields that request semantics outside the portable plan."""
-    fields = []
-    if execution.tp_overlap != "none":
-        fields.append("execution.tp_overlap")
-    if execution.dp_overlap:
-        fields.append("execution.dp_overlap")
-    for name in ("weights", "activations", "optimizer"):
-        if getattr(execution.offload, name):
-            fields.append(f"execution.offload.{name}")
-    return fields
+    """Fields that request semantics the estimate cannot represent: none since
+    the ConcretePlanIR carries TP/DP overlap and offload (kept so that callers
+    that classify inputs keep one place to ask)."""
+    return []
 
 
 def blocks_per_stage(blocks: int, pipeline_parallel: int) -> int:
@@ -56,6 +52,14 @@ def layout_problems(shape: TransformerShape, execution: ExecutionLayout) -> list
         problems.append(("execution.seq_par_ag_redo", "all-gather redo is meaningless with full recompute (it already recommunicates)"))
     if e.recompute != "none" and not e.training:
         problems.append(("execution.recompute", "recomputation needs training: true"))
+    if e.tp_overlap != "none" and tp == 1:
+        problems.append(("execution.tp_overlap", f"TP overlap ({e.tp_overlap}) needs tensor_parallel > 1"))
+    if e.dp_overlap and not e.training:
+        problems.append(("execution.dp_overlap", "DP overlap needs training: true"))
+    elif e.dp_overlap and e.data_parallel == 1:
+        problems.append(("execution.dp_overlap", "DP overlap needs data_parallel > 1"))
+    if e.offload.optimizer and not e.training:
+        problems.append(("execution.offload.optimizer", "optimizer offload needs training: true"))
     if e.optimizer_sharding and e.data_parallel == 1:
         problems.append(("execution.optimizer_sharding", "optimizer sharding needs data_parallel > 1"))
     if e.pipeline_parallel == 1 and e.pipeline_interleaving != 1:

@@ -110,8 +110,39 @@ class CollectiveShape(Frozen):
     edge_backward: CollectiveOp | None = Field(description="Backward collective in a chunk's edge block.")
 
 
+class OverlappedLinearShape(Frozen):
+    """A linear fused with its adjacent TP collective (TP overlap: ring or pipe).
+
+    Role ``f`` all-gathers (or, unsplit, passes) the input forward and
+    reduces the input gradient backward; role ``g`` reduces (reduce-scatter
+    or all-reduce) the output forward and all-gathers the output gradient
+    backward. ``m``, ``n``, ``k`` are the local GEMM after the TP split; the
+    collective moves ``elements`` (the full activation). The kept activation
+    and gradient buffers follow the collective: the all-gather side keeps a
+    tile of the gathered input, the reduce side a tile of the partial output
+    gradient (Calculon 0.1.0's accounting, named in harness.calculon_compat).
+    """
+
+    INTERNED: ClassVar[bool] = True
+
+    kind: Literal["overlapped_linear"] = "overlapped_linear"
+    role: Literal["f", "g"] = Field(description="f: all-gather side (enters the TP region); g: reduce side.")
+    m: int = Field(gt=0, description="Rows of X and Y (tokens).")
+    n: int = Field(gt=0, description="Local contraction width.")
+    k: int = Field(gt=0, description="Local output features.")
+    elements: int = Field(gt=0, description="Elements of the full activation the collective moves.")
+    participants: int = Field(gt=1, description="Processors in the TP group (and tiles of the overlap).")
+    activation_elements: int = Field(ge=0, description="Input activation elements kept for backward.")
+    activation_grad_elements: int = Field(ge=0, description="Gradient elements held (gradient plus network buffer).")
+    base_forward: CollectiveOp | None = Field(description="Forward collective in a base block.")
+    base_backward: CollectiveOp | None = Field(description="Backward collective in a base block.")
+    edge_forward: CollectiveOp | None = Field(description="Forward collective in a chunk's edge block.")
+    edge_backward: CollectiveOp | None = Field(description="Backward collective in a chunk's edge block.")
+
+
 TaskShape = Annotated[
-    Union[LinearShape, BatchMatmulShape, NormShape, PointwiseShape, ResidualShape, ForkShape, CollectiveShape],
+    Union[LinearShape, BatchMatmulShape, NormShape, PointwiseShape, ResidualShape, ForkShape, CollectiveShape,
+          OverlappedLinearShape],
     Field(discriminator="kind"),
 ]
 

@@ -50,6 +50,8 @@ TIMING_FIELDS = {
     "components_s.data_parallel": "dp_comm_exposed_time",
     "components_s.recommunication": "recomm_exposed_time",
     "components_s.pipeline_bubble": "bubble_time",
+    "components_s.forward_offload": "fw_offload_exposed_time",
+    "components_s.backward_offload": "bw_offload_exposed_time",
 }
 COMPONENTS.require((m.split(".", 1)[1] for m in TIMING_FIELDS if m.startswith("components_s.")),
                    "harness.oracles.calculon.TIMING_FIELDS", ordered=True)
@@ -61,6 +63,7 @@ MEMORY_FIELDS = {
     "memory_bytes.activation_grad": "act_grad_space",
     "memory_bytes.optimizer": "optimizer_space",
     "memory_bytes.tier1_total": "proc_mem_tier1_cap_req",
+    "memory_bytes.tier2_total": "proc_mem_tier2_cap_req",
 }
 MEMORY_FIGURES.require((m.split(".", 1)[1] for m in MEMORY_FIELDS), "harness.oracles.calculon.MEMORY_FIELDS",
                        ordered=True)
@@ -219,10 +222,13 @@ def outside_budget(comparisons: Iterable[MetricComparison]) -> list[MetricCompar
 
 _CALCULON_KINDS = ((re.compile(r"Network tier(\d+) isn't big enough"), "network tier too small"),
                    (re.compile(r"Network tier(\d+) isn't fully used"), "network tier not filled"),
-                   (re.compile(r"Mem tier(\d+) needs"), "memory tier capacity"))
+                   (re.compile(r"Mem tier(\d+) needs"), "memory tier capacity"),
+                   (re.compile(r"Offloading requires each processor to handle at least 3 blocks"),
+                    "offload needs 3 blocks per processor"))
 _OUR_KINDS = ((re.compile(r"network tier (\d+) is not big enough"), "network tier too small"),
               (re.compile(r"network tier (\d+) is not fully used"), "network tier not filled"),
-              (re.compile(r"memory tier (\d+) needs"), "memory tier capacity"))
+              (re.compile(r"memory tier (\d+) needs"), "memory tier capacity"),
+              (re.compile(r"offloading needs at least 3 blocks per processor"), "offload needs 3 blocks per processor"))
 
 
 def _kind(message: str | None, patterns) -> str | None:
@@ -231,7 +237,7 @@ def _kind(message: str | None, patterns) -> str | None:
     for pattern, kind in patterns:
         match = pattern.match(message)
         if match:
-            return f"{kind} (tier {match.group(1)})"
+            return f"{kind} (tier {match.group(1)})" if match.groups() else kind
     return f"unrecognised: {message}"
 
 

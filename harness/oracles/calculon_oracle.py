@@ -17,7 +17,7 @@ from harness.errors import OracleRecordError
 from harness.evidence.calculon_export import calculon_system
 from harness.evidence.profile import load_profile
 from harness.interop.calculon_format import calculon_from_input
-from harness.oracles.records import VENDOR_DIR, OracleIdentity, RecordIndex, ViewRecord, load_manifest
+from harness.oracles.records import OracleIdentity, RecordIndex, ViewRecord, load_manifest
 from harness.oracles.runner import CalculonRunner
 from harness.vocabulary import PEAK_ONLY, VIEWS
 
@@ -27,7 +27,7 @@ class RecordedCalculon:
 
     mode: Literal["recorded"] = "recorded"
 
-    def __init__(self, files: tuple[str, ...] = ("records/cases.json",), vendor: Path = VENDOR_DIR) -> None:
+    def __init__(self, files: tuple[str, ...] = ("records/cases.json",), vendor: Path | None = None) -> None:
         self.index = RecordIndex(files, vendor)
         self.identity: OracleIdentity = self.index.manifest.oracle
         self.files = {f: self.index.manifest.files[f] for f in files}
@@ -48,7 +48,7 @@ class LiveCalculon:
 
     mode: Literal["live"] = "live"
 
-    def __init__(self, source: Path | str, vendor: Path = VENDOR_DIR) -> None:
+    def __init__(self, source: Path | str, vendor: Path | None = None) -> None:
         expected = load_manifest(vendor).oracle
         self.runner = CalculonRunner(source, expected.source_tree_sha256)
         self.identity = expected

@@ -18,7 +18,11 @@ Rules of a draw:
   and heads; microbatches tile the local batch; all-gather redo only with
   rs_ag and without full recompute; recompute only in training; optimizer
   sharding only with DP > 1; interleaving divides the first stage's blocks;
-- TP/DP overlap and offload are never drawn (the portable plan rejects them);
+- TP/DP overlap and offload are drawn only with ``overlap=True`` (the
+  overlap/offload corpus, :func:`draw_overlap_options`): then at least one of
+  the five options is on, each only where Calculon accepts it (TP overlap with
+  TP > 1, DP overlap in training with DP > 1, optimizer offload in training);
+  without it the random stream, and so every earlier corpus, is unchanged;
 - PP is 1, a divisor of the blocks, or any value up to the blocks (so blocks
   not divisible by PP occur); each dimension's network tier is drawn, so some
   draws exceed or under-fill tier 0 and some exceed memory: those are the
@@ -125,12 +129,37 @@ def _pipeline(chooser: Chooser, blocks: int) -> int:
     return chooser.integer(2, min(blocks, 64))
 
 
+def draw_overlap_options(chooser: Chooser, execution: dict[str, Any]) -> dict[str, Any]:
+    """TP/DP overlap and offload switches for a drawn layout (at least one on).
+
+    Each option is drawn only where Calculon accepts it; when every draw is
+    off, one of the accepted options is switched on.
+    """
+    training, tp, dp = execution["training"], execution["tensor_parallel"], execution["data_parallel"]
+    tp_overlap = chooser.choice(("none", "ring", "pipe")) if tp > 1 else "none"
+    dp_overlap = chooser.choice((False, True)) if training and dp > 1 else False
+    offload = {"weights": chooser.choice((False, True)), "activations": chooser.choice((False, True)),
+               "optimizer": chooser.choice((False, True)) if training else False}
+    if tp_overlap == "none" and not dp_overlap and not any(offload.values()):
+        accepted = ["weights", "activations"] + (["optimizer"] if training else []) + \
+            (["ring", "pipe"] if tp > 1 else []) + (["dp"] if training and dp > 1 else [])
+        pick = chooser.choice(accepted)
+        if pick in ("ring", "pipe"):
+            tp_overlap = pick
+        elif pick == "dp":
+            dp_overlap = True
+        else:
+            offload[pick] = True
+    return {"tp_overlap": tp_overlap, "dp_overlap": dp_overlap, "offload": offload}
+
+
 def draw_configuration(chooser: Chooser, shape_name: str | None = None, shape: TransformerShape | None = None,
-                       systems: Sequence[str] = PROFILES) -> Configuration:
+                       systems: Sequence[str] = PROFILES, overlap: bool = False) -> Configuration:
     """Draw one valid configuration (see the module rules).
 
     Without ``shape`` the shape is ``EXAMPLE_SHAPES[shape_name]`` (drawn when
-    ``shape_name`` is None too).
+    ``shape_name`` is None too). ``overlap`` adds :func:`draw_overlap_options`
+    after every other draw.
     """
     if shape is None:
         shape_name = shape_name or chooser.choice(sorted(EXAMPLE_SHAPES))
@@ -148,22 +177,21 @@ def draw_configuration(chooser: Chooser, shape_name: str | None = None, shape: T
     recompute = chooser.choice(("full", "attn_only", "none")) if training else "none"
     tp_comm = chooser.choice(("ar", "p2p_rs_ag", "rs_ag"))
     redo = chooser.choice((False, True)) if tp_comm == "rs_ag" and recompute != "full" else False
-    data = EstimateInput.model_validate({
-        "model": shape.model_dump(),
-        "system": system,
-        "execution": {
-            "tensor_parallel": tp, "pipeline_parallel": pp, "data_parallel": dp,
-            "global_batch": dp * microbatch * microbatches, "microbatch": microbatch,
-            "pipeline_interleaving": interleaving, "datatype": chooser.choice(profile_datatypes(system)),
-            "recompute": recompute, "tp_communication": tp_comm, "seq_par_ag_redo": redo,
-            "optimizer_sharding": chooser.choice((False, True)) if dp > 1 else False,
-            "fused_activation": chooser.choice((False, True)),
-            "attention": chooser.choice(("multihead", "multiquery")),
-            "network_tiers": {"tensor": chooser.choice((0, 0, 0, 1) if tp <= 8 else (0, 1, 1, 1)), "pipeline": chooser.choice((0, 1, 1, 1, 1, 1)),
-                              "data": chooser.choice((0, 1, 1, 1, 1, 1))},
-            "training": training,
-        },
-    })
+    execution = {
+        "tensor_parallel": tp, "pipeline_parallel": pp, "data_parallel": dp,
+        "global_batch": dp * microbatch * microbatches, "microbatch": microbatch,
+        "pipeline_interleaving": interleaving, "datatype": chooser.choice(profile_datatypes(system)),
+        "recompute": recompute, "tp_communication": tp_comm, "seq_par_ag_redo": redo,
+        "optimizer_sharding": chooser.choice((False, True)) if dp > 1 else False,
+        "fused_activation": chooser.choice((False, True)),
+        "attention": chooser.choice(("multihead", "multiquery")),
+        "network_tiers": {"tensor": chooser.choice((0, 0, 0, 1) if tp <= 8 else (0, 1, 1, 1)), "pipeline": chooser.choice((0, 1, 1, 1, 1, 1)),
+                          "data": chooser.choice((0, 1, 1, 1, 1, 1))},
+        "training": training,
+    }
+    if overlap:
+        execution.update(draw_overlap_options(chooser, execution))
+    data = EstimateInput.model_validate({"model": shape.model_dump(), "system": system, "execution": execution})
     validate_input(f"configuration draw ({shape_name or 'random shape'})", data)
     model, execution = calculon_from_input(data)
     return Configuration(shape_name or "random", data, model, execution)
@@ -192,9 +220,40 @@ FEATURES = {
 }
 
 
-def feature_counts(inputs: Sequence[EstimateInput]) -> dict[str, int]:
-    """How many inputs exercise each feature of :data:`FEATURES`, each shape and each profile."""
-    counts = {name: sum(1 for d in inputs if test(d)) for name, test in FEATURES.items()}
+OVERLAP_FEATURES = {
+    **FEATURES,
+    "tp overlap ring": lambda d: d.execution.tp_overlap == "ring",
+    "tp overlap pipe": lambda d: d.execution.tp_overlap == "pipe",
+    **{f"tp overlap with {c}": (lambda c: lambda d: d.execution.tp_overlap != "none"
+                                 and d.execution.tp_communication == c)(c) for c in ("ar", "p2p_rs_ag", "rs_ag")},
+    "tp overlap multiquery": lambda d: d.execution.tp_overlap != "none" and d.execution.attention == "multiquery",
+    "tp overlap all-gather redo": lambda d: d.execution.tp_overlap != "none" and d.execution.seq_par_ag_redo,
+    **{f"tp overlap recompute {r}": (lambda r: lambda d: d.execution.tp_overlap != "none" and d.execution.training
+                                     and d.execution.recompute == r)(r) for r in ("full", "attn_only", "none")},
+    "dp overlap": lambda d: d.execution.dp_overlap,
+    "dp overlap with optimizer sharding": lambda d: d.execution.dp_overlap and d.execution.optimizer_sharding,
+    "dp overlap without optimizer sharding": lambda d: d.execution.dp_overlap and not d.execution.optimizer_sharding,
+    "dp overlap, dp and pp on one tier": lambda d: d.execution.dp_overlap
+    and d.execution.network_tiers.data == d.execution.network_tiers.pipeline,
+    "dp overlap, dp and pp on one tier, pp = 1": lambda d: d.execution.dp_overlap and d.execution.pipeline_parallel == 1
+    and d.execution.network_tiers.data == d.execution.network_tiers.pipeline,
+    "dp overlap, dp and tp on one tier": lambda d: d.execution.dp_overlap
+    and d.execution.network_tiers.data == d.execution.network_tiers.tensor,
+    "dp overlap with interleaving": lambda d: d.execution.dp_overlap and d.execution.pipeline_interleaving > 1,
+    **{f"offload {'+'.join(k for k, on in zip(('weights', 'activations', 'optimizer'), combo) if on) or 'none'}":
+       (lambda combo: lambda d: (d.execution.offload.weights, d.execution.offload.activations,
+                                 d.execution.offload.optimizer) == combo)(combo)
+       for combo in ((w, a, o) for w in (False, True) for a in (False, True) for o in (False, True))},
+    "activation offload with full recompute": lambda d: d.execution.offload.activations
+    and d.execution.recompute == "full",
+    "offload in inference": lambda d: not d.execution.training
+    and (d.execution.offload.weights or d.execution.offload.activations),
+}
+
+
+def feature_counts(inputs: Sequence[EstimateInput], features: dict = FEATURES) -> dict[str, int]:
+    """How many inputs exercise each of ``features`` (default :data:`FEATURES`), each shape and each profile."""
+    counts = {name: sum(1 for d in inputs if test(d)) for name, test in features.items()}
     names = {shape: name for name, shape in EXAMPLE_SHAPES.items()}
     for name in EXAMPLE_SHAPES:
         counts[f"shape {name}"] = 0

@@ -27,7 +27,6 @@ from harness.oracles.calculon import explicit_recompute
 from harness.oracles.records import (
     MANIFEST_SCHEMA,
     RECORDS_SCHEMA,
-    VENDOR_DIR,
     Manifest,
     OracleIdentity,
     read_json,
@@ -74,7 +73,7 @@ def record_inputs(runner: CalculonRunner, inputs: Iterable[tuple[str, EstimateIn
 
 
 def write_record_file(runner: CalculonRunner, relative: str, records: list[dict], revisions: dict[str, str],
-                      vendor: Path = VENDOR_DIR) -> Path:
+                      vendor: Path) -> Path:
     identity = OracleIdentity(name="calculon", version=CALCULON_VERSION, commit=CALCULON_COMMIT,
                               source_tree_sha256=runner.source_digest, digest_rule=DIGEST_RULE)
     path = vendor / relative

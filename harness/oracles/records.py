@@ -1,6 +1,7 @@
 """Vendored Calculon records: the project's own file format and its checks.
 
-Layout of ``vendor/calculon-0.1.0/``:
+Layout of ``vendor/calculon-0.1.0/`` (the project's, else the packaged one:
+:meth:`harness.locations.Locations.vendor_dir`):
 
 - ``PROVENANCE.md``: what Calculon is, its commit and license (Apache-2.0),
   the source digest and how it is computed, how the records were made;
@@ -20,12 +21,11 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError
 
-from harness import inputs, outputs
+from harness import inputs, locations, outputs
 from harness.digest import sha256_file
 from harness.errors import InputError, OracleRecordError
 from harness.ir.base import Frozen
 
-VENDOR_DIR = Path(__file__).resolve().parents[2] / "vendor" / "calculon-0.1.0"
 RECORDS_SCHEMA = "blueprinting.oracle-records.v0"
 MANIFEST_SCHEMA = "blueprinting.oracle-manifest.v0"
 
@@ -85,8 +85,13 @@ def write_json(path: Path, data: Any) -> None:
     outputs.write_bytes(path, text.encode("utf-8"), option="--output")
 
 
-def load_manifest(vendor: Path = VENDOR_DIR) -> Manifest:
-    path = vendor / "MANIFEST.json"
+def vendor_dir(vendor: Path | None = None) -> Path:
+    """``vendor``, or the vendored records of the current locations."""
+    return locations.current().vendor_dir() if vendor is None else Path(vendor)
+
+
+def load_manifest(vendor: Path | None = None) -> Manifest:
+    path = vendor_dir(vendor) / "MANIFEST.json"
     if not path.is_file():
         raise OracleRecordError(f"{path}: missing (vendored Calculon records are not installed)")
     try:
@@ -95,8 +100,9 @@ def load_manifest(vendor: Path = VENDOR_DIR) -> Manifest:
         raise OracleRecordError(f"{path}: not a valid manifest: {str(error).splitlines()[0]}") from None
 
 
-def load_record_file(relative: str, vendor: Path = VENDOR_DIR) -> OracleRecordFile:
+def load_record_file(relative: str, vendor: Path | None = None) -> OracleRecordFile:
     """Load one record file after checking its digest against the manifest."""
+    vendor = vendor_dir(vendor)
     manifest = load_manifest(vendor)
     path = vendor / relative
     if relative not in manifest.files:
@@ -119,8 +125,8 @@ def load_record_file(relative: str, vendor: Path = VENDOR_DIR) -> OracleRecordFi
 class RecordIndex:
     """All records of the listed files, by id."""
 
-    def __init__(self, files: tuple[str, ...] = ("records/cases.json",), vendor: Path = VENDOR_DIR) -> None:
-        self.vendor = vendor
+    def __init__(self, files: tuple[str, ...] = ("records/cases.json",), vendor: Path | None = None) -> None:
+        self.vendor = vendor = vendor_dir(vendor)
         self.manifest = load_manifest(vendor)
         self.by_id: dict[str, tuple[str, OracleRecord]] = {}
         self.evidence_revisions: dict[str, str] = {}

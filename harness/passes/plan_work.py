@@ -21,7 +21,7 @@ import dataclasses
 
 from harness import calculon_compat as compat
 from harness.ir.checks import blocks_per_stage
-from harness.ir.distributed import CollectiveOp, CollectiveShape, DistributedTaskIR, Task
+from harness.ir.distributed import CollectiveOp, CollectiveShape, DistributedTaskIR, OverlappedLinearShape, Task
 from harness.ir.portable import (
     NO_CAPACITY,
     NO_WORK,
@@ -41,14 +41,14 @@ from harness.passes.rules import FACTS_LIMIT, clear_memo, derive
 _MESSAGES: dict[tuple, TaskMessages] = {}
 
 
-def _task_messages(s: CollectiveShape, b: int, tier: int, backward: bool) -> TaskMessages:
+def _task_messages(s: CollectiveShape | OverlappedLinearShape, b: int, tier: int, backward: bool) -> TaskMessages:
     """TP messages of a collective of shape ``s`` (None: the identity, nothing sent).
 
     Memoized by field values (a pure function of frozen values; bounded like
     :func:`harness.passes.rules.derive`): the f/g collectives of both
     sub-blocks and their clones share one immutable TaskMessages.
     """
-    key = (*s.__dict__.values(), b, tier, backward)
+    key = (type(s), *s.__dict__.values(), b, tier, backward)
     messages = _MESSAGES.get(key)
     if messages is not None:
         return messages
@@ -105,9 +105,11 @@ class TransformerPlanWork(ModulePass[DistributedTaskIR, PortablePlanIR]):
     def _plan_task(task: Task, b: int, shards: int, tier: int, training: bool) -> PlanTask:
         facts = derive(task.shape, b, shards)
         messages = None
-        if isinstance(task.shape, CollectiveShape):
+        if isinstance(task.shape, (CollectiveShape, OverlappedLinearShape)):
             # Backward messages exist for a training forward collective only; a
-            # recommunication task sends its original's forward messages again.
+            # recommunication task sends its original's forward messages again
+            # (as does the recompute clone of an overlapped linear: its GEMM is
+            # tiled against them).
             messages = _task_messages(task.shape, b, tier, training and task.phase == "forward")
         if task.phase == "forward" and training:
             passes = dict(forward=facts.forward, activation_grad=facts.activation_grad,
@@ -190,9 +192,9 @@ class TransformerPlanWork(ModulePass[DistributedTaskIR, PortablePlanIR]):
         for task in ir.tasks:
             if task.phase != "forward" and task.capacity is not NO_CAPACITY and task.capacity != NO_CAPACITY:
                 raise self.fail(f"clone {task.name} holds capacity")
-            if task.primitive == "tp_collective" and task.messages is None:
+            if task.primitive in ("tp_collective", "overlapped_linear") and task.messages is None:
                 raise self.fail(f"collective {task.name} has no messages")
-            if task.primitive != "tp_collective" and task.messages is not None:
+            if task.primitive not in ("tp_collective", "overlapped_linear") and task.messages is not None:
                 raise self.fail(f"compute task {task.name} sends TP messages")
         sched = ir.schedule
         if sched.blocks_per_chunk * sched.chunks_per_stage != sched.blocks_per_stage:

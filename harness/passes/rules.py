@@ -18,6 +18,13 @@ Rules, with ``b`` bytes per element:
 - TP collective: local reduction ``elements x (p-1)/p`` on the reducing side
   (g forward, f backward); HBM traffic of reduce-scatter/all-gather stays on
   the task; identities move nothing.
+- overlapped linear (a linear fused with its TP collective): the linear's
+  operations on the local GEMM; forward reads X, W and writes Y; dgrad and
+  wgrad touch the weight (gradient) and the kept activation and gradient
+  buffers of the shape (the all-gather side keeps a tile of the gathered
+  input, the reduce side a partial-output tile and its network buffer); the
+  collective's local reduction is priced by the ConcretePlanIR's collective
+  commands (:func:`reduction_operations`), not here.
 - optimizer (Adam): 11 operations per weight-gradient element; touches the
   fp32 master copy (when the datatype is narrower) and two fp32 moments;
   sharded over DP with optimizer sharding. The state is counted once.
@@ -37,6 +44,7 @@ from harness.ir.distributed import (
     BatchMatmulShape,
     CollectiveShape,
     ForkShape,
+    OverlappedLinearShape,
     LinearShape,
     NormShape,
     PointwiseShape,
@@ -182,6 +190,31 @@ def tp_collective(s: CollectiveShape, b: int, shards: int) -> PrimitiveFacts:
     )
 
 
+def overlapped_linear(s: OverlappedLinearShape, b: int, shards: int) -> PrimitiveFacts:
+    ops = 2 * s.m * s.n * s.k
+    x, w, y = s.m * s.n, s.n * s.k, s.m * s.k
+    act, grad = s.activation_elements, s.activation_grad_elements
+    return PrimitiveFacts(
+        forward=_work(ops, (x + w) * b, y * b, "matrix"),
+        activation_grad=_work(ops, (w + grad) * b, act * b, "matrix"),
+        weight_grad=_work(ops, (act + grad) * b, w * b, "matrix"),
+        optimizer=_optimizer(w, 2 * w, b, shards),
+        capacity=_capacity(b, shards, weights=w, activation=act * b, output=y, activation_grad=grad * b,
+                           moments=2 * w),
+    )
+
+
+#: Collectives that reduce: they carry local reduction work on the vector engine.
+REDUCING = frozenset({"reduce_scatter", "all_reduce"})
+
+
+def reduction_operations(collective: str, message_bytes: float, b: int, participants: int) -> float:
+    """Local reduction of a TP collective: ``elements x (p-1)/p`` when it reduces, else 0."""
+    if collective not in REDUCING:
+        return 0.0
+    return message_bytes / b * (participants - 1) / participants
+
+
 RULES = {
     "linear": linear,
     "batch_matmul": batch_matmul,
@@ -192,11 +225,12 @@ RULES = {
     "residual": residual,
     "fork": fork,
     "tp_collective": tp_collective,
+    "overlapped_linear": overlapped_linear,
 }
 
 
 #: Primitives with weights: the only ones whose facts depend on the optimizer shards.
-WEIGHTED = frozenset({"linear", "layer_norm"})
+WEIGHTED = frozenset({"linear", "layer_norm", "overlapped_linear"})
 
 _FACTS: dict[tuple, PrimitiveFacts] = {}
 FACTS_LIMIT = 8192

@@ -98,6 +98,9 @@ def compose(s: Schedule, b: BlockTimes, pp_forward_transfers: int, pp_backward_t
         "recommunication": chunk_sum(b.recomm_base_s, b.recomm_edge_s),
         "pipeline_bubble": compat.pipeline_bubble_s(c.bubble_full_chunks, c.bubble_extra_chunks, chunk,
                                                     c.bubble_reduction_s),
+        # The portable plan offloads nothing (offload is a ConcretePlanIR concern: harness.schedule.projection).
+        "forward_offload": 0.0,
+        "backward_offload": 0.0,
     }
     return Composition(components, compat.iteration_total(components), c)
 

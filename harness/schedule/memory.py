@@ -52,6 +52,7 @@ class StageMemory:
     activation_grad: float
     optimizer: float
     tier1_total: float
+    tier2_total: float = 0.0  # a StageMemory is the portable plan's: nothing is offloaded
 
 
 MEMORY_FIGURES.require((f.name for f in dataclasses.fields(StageMemory)), "harness.schedule.memory.StageMemory",
@@ -109,6 +110,38 @@ def stage_memory(plan: PortablePlanIR, block: BlockMemory) -> StageMemory:
 
 def infeasibility(plan: PortablePlanIR, memory: StageMemory, profile: EvidenceProfile) -> str | None:
     """Why the configuration cannot run on the profile's system, or None."""
+    reason = network_infeasibility(plan, profile)
+    if reason:
+        return reason
+    capacity = profile.memory_tier1.capacity_bytes
+    if memory.tier1_total > capacity:
+        return f"memory tier 1 needs {memory.tier1_total:.0f} bytes but has {capacity} bytes"
+    return None
+
+
+#: Offload streams block i+1 while block i runs and block i-1 drains: it needs three blocks per processor.
+OFFLOAD_MIN_BLOCKS = 3
+
+
+def concrete_infeasibility(plan: PortablePlanIR, concrete, profile: EvidenceProfile) -> str | None:
+    """Why a ConcretePlanIR cannot run, or None: network tiers, then offload with fewer than
+    :data:`OFFLOAD_MIN_BLOCKS` blocks per processor, then memory tier 1, then memory tier 2 (Calculon's order)."""
+    reason = network_infeasibility(plan, profile)
+    if reason:
+        return reason
+    o = concrete.options.offload
+    if (o.weights or o.activations or o.optimizer) and plan.schedule.blocks_per_stage < OFFLOAD_MIN_BLOCKS:
+        return (f"offloading needs at least {OFFLOAD_MIN_BLOCKS} blocks per processor, "
+                f"the first stage has {plan.schedule.blocks_per_stage}")
+    for tier, need, capacity in ((1, concrete.tier1_total_bytes, profile.memory_tier1.capacity_bytes),
+                                 (2, concrete.tier2_total_bytes, profile.memory_tier2.capacity_bytes)):
+        if need > capacity:
+            return f"memory tier {tier} needs {need:.0f} bytes but has {capacity} bytes"
+    return None
+
+
+def network_infeasibility(plan: PortablePlanIR, profile: EvidenceProfile) -> str | None:
+    """Why the parallel groups do not fit the profile's network tiers, or None."""
     need: dict[int, int] = {}
     for use in plan.network_use:
         need[use.network_tier] = need.get(use.network_tier, 1) * use.group_size
@@ -118,7 +151,4 @@ def infeasibility(plan: PortablePlanIR, memory: StageMemory, profile: EvidencePr
             return f"network tier {tier} is not big enough: its groups need {size} processors, it connects {net.size_processors}"
         if net.must_be_filled and net.size_processors % size:
             return f"network tier {tier} is not fully used: groups of {size} do not tile its {net.size_processors} processors"
-    capacity = profile.memory_tier1.capacity_bytes
-    if memory.tier1_total > capacity:
-        return f"memory tier 1 needs {memory.tier1_total:.0f} bytes but has {capacity} bytes"
     return None

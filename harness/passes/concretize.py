@@ -1,0 +1,335 @@
+"""Pass ``transformer-concretize``: PortablePlanIR -> ConcretePlanIR.
+
+Binds the plan's tasks to queues (rules in :mod:`harness.ir.concrete`):
+
+- a compute task's pass becomes one compute command on ``compute``;
+- a TP collective's message becomes a collective command on the TP tier's
+  queue (its local copy/reduction work travels with it, as in the plan);
+  an identity sends nothing and gets no command;
+- an overlapped linear becomes ``tiles`` GEMM tiles (a flop phase and a
+  memory phase each) and ``tiles - 1`` (ring) or ``tiles`` (pipe) network
+  tiles of its message, with the step dependencies of the module rules; a
+  pass whose message is the identity is one untiled compute command;
+- the backward program holds the recompute clones (forward work), the
+  recommunication messages, then the activation and weight gradients in
+  reverse task order; an overlapped linear's re-sent message is tiled with
+  its recomputed GEMM when it is recomputed, else with its weight gradient;
+- the edge block's forward program ends with the pipeline boundary p2p, its
+  backward program with the backward p2p (PP > 1);
+- per block: an ``optimizer`` program (training), a ``data_parallel``
+  program (the gradient messages, training with DP > 1), and with offload a
+  ``forward_offload`` and a ``backward_offload`` transfer on ``memory.tier2``
+  (forward: the larger of the weights and the kept activations; backward:
+  weights, kept activations and optimizer state, training only);
+- buffers: the first-stage memory figures, offloaded ones split between a
+  tier-1 staging copy and tier 2.
+
+Options (typed, recorded in the PassCheckpoint; :meth:`TransformerConcretize.for_layout`
+takes them from a layout): ``tp_overlap`` (none, ring, pipe), ``dp_overlap``,
+the three offload switches and the network tier of each parallel dimension
+(the plan only names the tiers of the dimensions that send something). No
+duration is produced and no hardware property is read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+from harness.ir.concrete import Buffer, Command, ConcreteOptions, ConcretePlanIR, Program, Queue
+from harness.ir.model import ExecutionLayout, Offload
+from harness.ir.portable import Message, PlanTask, PortablePlanIR, Work
+from harness.passes.base import ModulePass
+from harness.passes.rules import reduction_operations
+from harness.schedule.memory import BlockMemory, StageMemory, block_memory, stage_memory
+
+COMPUTE = "compute"
+TIER2 = "memory.tier2"
+
+
+def network_queue(tier: int) -> str:
+    return f"network.tier{tier}"
+
+
+class _Builder:
+    """Commands of one program with chained or explicit dependencies."""
+
+    def __init__(self, b: int, tp_queue: str) -> None:
+        self.b = b
+        self.tp_queue = tp_queue
+        self.commands: list[Command] = []
+        self.last: tuple[str, ...] = ()
+
+    def add(self, name: str, queue: str, kind: str, task: str, pass_name: str, component: str, *,
+            work: Work | None = None, message: Message | None = None, reduction: float = 0.0,
+            transfer: float = 0.0, phase: str = "whole", tile: int = 0, tiles: int = 1,
+            deps: tuple[str, ...] | None = None, chain: bool = True) -> str:
+        command = Command.trusted(name=name, queue=queue, kind=kind, task=task, pass_name=pass_name,
+                                  component=component, phase=phase, tile=tile, tiles=tiles, work=work,
+                                  message=message, reduction_operations=reduction, transfer_bytes=transfer,
+                                  depends_on=self.last if deps is None else deps)
+        self.commands.append(command)
+        if chain:
+            self.last = (name,)
+        return name
+
+    def reduction(self, message: Message) -> float:
+        return reduction_operations(message.collective, message.message_bytes, self.b, message.participants)
+
+    def collective(self, task: PlanTask, pass_name: str, component: str, message: Message | None,
+                   work: Work | None, reducing: bool = True) -> None:
+        if message is None:
+            return
+        self.add(f"{task.name}/{pass_name}.send", self.tp_queue, "collective", task.name, pass_name, component,
+                 work=work, message=message, reduction=self.reduction(message) if reducing else 0.0)
+
+    def tiled(self, task: PlanTask, pass_name: str, component: str, net_component: str, work: Work,
+              message: Message | None, tiles: int, mode: str, reducing: bool = True) -> None:
+        """An overlapped GEMM pass against ``message`` (untiled when it is the identity)."""
+        if message is None or tiles == 1:
+            self.add(f"{task.name}/{pass_name}", COMPUTE, "compute", task.name, pass_name, component, work=work)
+            return
+        reduction = self.reduction(message) if reducing else 0.0
+        prefix = f"{task.name}/{pass_name}"
+        step: tuple[str, ...] = self.last
+        first_net = 0 if mode == "pipe" else 1
+        if mode == "pipe":
+            step = (self.add(f"{prefix}/tile0.send", self.tp_queue, "collective", task.name, pass_name,
+                             net_component, message=message, reduction=reduction, tile=0, tiles=tiles, deps=step),)
+        for i in range(tiles):
+            net = ()
+            if i >= first_net and not (mode == "pipe" and i == 0):
+                net = (self.add(f"{prefix}/tile{i}.send", self.tp_queue, "collective", task.name, pass_name,
+                                net_component, message=message, reduction=reduction, tile=i, tiles=tiles,
+                                deps=step, chain=False),)
+            flops = self.add(f"{prefix}/tile{i}.flops", COMPUTE, "compute", task.name, pass_name, component,
+                             work=work, phase="flops", tile=i, tiles=tiles, deps=step, chain=False)
+            step = (self.add(f"{prefix}/tile{i}.memory", COMPUTE, "compute", task.name, pass_name, component,
+                             work=work, phase="memory", tile=i, tiles=tiles, deps=(flops, *net), chain=False),)
+        self.last = step
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerConcretize(ModulePass[PortablePlanIR, ConcretePlanIR]):
+    """Bind the plan to queues; tile overlapped pairs; place buffers."""
+
+    name = "transformer-concretize"
+
+    tp_overlap: Literal["none", "ring", "pipe"] = "none"
+    dp_overlap: bool = False
+    offload_weights: bool = False
+    offload_activations: bool = False
+    offload_optimizer: bool = False
+    tensor_tier: int = 0
+    pipeline_tier: int = 0
+    data_tier: int = 0
+
+    @classmethod
+    def for_layout(cls, e: ExecutionLayout) -> "TransformerConcretize":
+        """The pass with the options a layout asks for."""
+        return cls(tp_overlap=e.tp_overlap, dp_overlap=e.dp_overlap, offload_weights=e.offload.weights,
+                   offload_activations=e.offload.activations, offload_optimizer=e.offload.optimizer,
+                   tensor_tier=e.network_tiers.tensor, pipeline_tier=e.network_tiers.pipeline,
+                   data_tier=e.network_tiers.data)
+
+    def requires(self, ir: PortablePlanIR) -> None:
+        if not ir.tasks:
+            raise self.fail("the PortablePlanIR has no tasks")
+        overlapped = any(t.primitive == "overlapped_linear" for t in ir.tasks)
+        if overlapped != (self.tp_overlap != "none"):
+            raise self.fail(f"tp_overlap={self.tp_overlap} but the plan {'has' if overlapped else 'has no'} "
+                            "overlapped linears")
+        if self.dp_overlap and not (ir.schedule.training and ir.data_parallel is not None):
+            raise self.fail("DP overlap needs training with DP > 1")
+        if self.offload_optimizer and not ir.schedule.training:
+            raise self.fail("optimizer offload needs training")
+
+    def apply(self, plan: PortablePlanIR) -> ConcretePlanIR:
+        offload = Offload.trusted(weights=self.offload_weights, activations=self.offload_activations,
+                                  optimizer=self.offload_optimizer)
+        options = ConcreteOptions.trusted(tp_overlap=self.tp_overlap, dp_overlap=self.dp_overlap, offload=offload)
+        tiers = {"tensor": self.tensor_tier, "pipeline": self.pipeline_tier, "data": self.data_tier}
+        sizes = {use.dimension: use.group_size for use in plan.network_use}
+        used: dict[int, list[str]] = {}
+        for dim, tier in tiers.items():
+            if sizes.get(dim, 1) > 1:
+                used.setdefault(tier, []).append(dim)
+        o = offload
+        offloading = o.weights or o.activations or o.optimizer
+        queues = [Queue.trusted(name=COMPUTE, kind="compute", network_tier=None, dimensions=())]
+        queues += [Queue.trusted(name=network_queue(t), kind="network", network_tier=t, dimensions=tuple(d))
+                   for t, d in sorted(used.items())]
+        if offloading:
+            queues.append(Queue.trusted(name=TIER2, kind="memory_tier2", network_tier=None, dimensions=()))
+        queue_of = {dim: network_queue(t) for dim, t in tiers.items()}
+        queue_of["offload"] = TIER2
+        tiles = sizes.get("tensor", 1) if self.tp_overlap != "none" else 1
+        block = block_memory(plan)
+        stage = stage_memory(plan, block)
+        programs = self._programs(plan, options, queue_of, tiles, block)
+        return ConcretePlanIR.trusted(
+            datatype=plan.datatype, bytes_per_element=plan.bytes_per_element, options=options, tp_tiles=tiles,
+            queues=tuple(queues), tasks=plan.tasks, programs=programs,
+            buffers=self._buffers(plan, offload, block, stage), schedule=plan.schedule, pipeline=plan.pipeline,
+            data_parallel=plan.data_parallel, queue_of=queue_of)
+
+    def _programs(self, plan: PortablePlanIR, options: ConcreteOptions, queue_of: dict[str, str], tiles: int,
+                  block: BlockMemory) -> tuple[Program, ...]:
+        b = plan.bytes_per_element
+        training = plan.schedule.training
+        mode = options.tp_overlap
+        recomputed = {t.clone_of for t in plan.tasks if t.phase == "recompute"}
+        resent = {t.clone_of: t for t in plan.tasks if t.phase == "recommunication"}
+        forward = [t for t in plan.tasks if t.phase == "forward"]
+        programs = []
+        for kind in ("base", "edge"):
+            edge = kind == "edge"
+            fw = _Builder(b, queue_of["tensor"])
+            for task in forward:
+                msgs = task.messages
+                if task.primitive == "tp_collective":
+                    fw.collective(task, "forward", "tensor_parallel", msgs.forward_edge if edge else msgs.forward_base,
+                                  task.forward)
+                elif task.primitive == "overlapped_linear":
+                    fw.tiled(task, "forward", "forward", "tensor_parallel", task.forward,
+                             msgs.forward_edge if edge else msgs.forward_base, tiles, mode)
+                else:
+                    fw.add(f"{task.name}/forward", COMPUTE, "compute", task.name, "forward", "forward",
+                           work=task.forward)
+            if edge and plan.pipeline.forward is not None:
+                fw.add("pipeline/forward.send", queue_of["pipeline"], "p2p", "pipeline", "forward",
+                       "pipeline_parallel", message=plan.pipeline.forward)
+            programs.append(Program.trusted(kind="forward", block=kind, commands=tuple(fw.commands)))
+            if not training:
+                continue
+            bw = _Builder(b, queue_of["tensor"])
+            for task in plan.tasks:
+                if task.phase == "recompute" and task.primitive == "overlapped_linear":
+                    msgs = task.messages
+                    bw.tiled(task, "forward", "recompute", "recommunication", task.forward,
+                             msgs.forward_edge if edge else msgs.forward_base, tiles, mode)
+                elif task.phase == "recompute":
+                    bw.add(f"{task.name}/forward", COMPUTE, "compute", task.name, "forward", "recompute",
+                           work=task.forward)
+                elif task.phase == "recommunication" and task.primitive == "tp_collective":
+                    bw.collective(task, "forward", "recommunication",
+                                  task.messages.forward_edge if edge else task.messages.forward_base, None,
+                                  reducing=False)
+            for task in reversed(forward):
+                msgs = task.messages
+                if task.primitive == "tp_collective":
+                    bw.collective(task, "activation_grad", "tensor_parallel",
+                                  msgs.backward_edge if edge else msgs.backward_base, task.activation_grad)
+                    continue
+                if task.primitive == "overlapped_linear":
+                    bw.tiled(task, "activation_grad", "backward", "tensor_parallel", task.activation_grad,
+                             msgs.backward_edge if edge else msgs.backward_base, tiles, mode)
+                    again = resent.get(task.name)
+                    redo = None
+                    if again is not None and task.name not in recomputed:
+                        redo = again.messages.forward_edge if edge else again.messages.forward_base
+                    bw.tiled(task, "weight_grad", "backward", "recommunication", task.weight_grad, redo, tiles,
+                             mode, reducing=False)
+                    continue
+                bw.add(f"{task.name}/activation_grad", COMPUTE, "compute", task.name, "activation_grad", "backward",
+                       work=task.activation_grad)
+                if task.weight_grad.operations or task.weight_grad.bytes_accessed:
+                    bw.add(f"{task.name}/weight_grad", COMPUTE, "compute", task.name, "weight_grad", "backward",
+                           work=task.weight_grad)
+            if edge and plan.pipeline.backward is not None:
+                bw.add("pipeline/backward.send", queue_of["pipeline"], "p2p", "pipeline", "activation_grad",
+                       "pipeline_parallel", message=plan.pipeline.backward)
+            programs.append(Program.trusted(kind="backward", block=kind, commands=tuple(bw.commands)))
+        if training:
+            opt = _Builder(b, queue_of["tensor"])
+            for task in forward:
+                if task.optimizer.operations or task.optimizer.bytes_accessed:
+                    opt.add(f"{task.name}/optimizer", COMPUTE, "compute", task.name, "optimizer", "optimizer",
+                            work=task.optimizer)
+            programs.append(Program.trusted(kind="optimizer", block="any", commands=tuple(opt.commands)))
+        if plan.data_parallel is not None:
+            dp = _Builder(b, queue_of["data"])
+            for i, message in enumerate(plan.data_parallel.messages):
+                dp.add(f"data_parallel/{message.collective}", queue_of["data"], "collective", "data_parallel",
+                       "weight_grad", "data_parallel", message=message)
+            programs.append(Program.trusted(kind="data_parallel", block="any", commands=tuple(dp.commands)))
+        o = options.offload
+        if o.weights or o.activations or o.optimizer:
+            kept = block.activation_storage_bytes if plan.schedule.recompute != "full" \
+                else block.activation_checkpoint_bytes
+            weights = block.weight_bytes if o.weights else 0
+            acts = kept if o.activations else 0
+            fw = _Builder(b, TIER2)
+            fw.add("offload/forward", TIER2, "transfer", "offload", "forward", "forward_offload",
+                   transfer=max(weights, acts), deps=())
+            programs.append(Program.trusted(kind="forward_offload", block="any", commands=tuple(fw.commands)))
+            if training:
+                size = 0
+                if o.weights:
+                    size += block.weight_bytes
+                if o.activations:
+                    size += kept
+                if o.optimizer:
+                    size += block.optimizer_bytes
+                bw = _Builder(b, TIER2)
+                bw.add("offload/backward", TIER2, "transfer", "offload", "activation_grad", "backward_offload",
+                       transfer=size, deps=())
+                programs.append(Program.trusted(kind="backward_offload", block="any", commands=tuple(bw.commands)))
+        return tuple(programs)
+
+    @staticmethod
+    def _buffers(plan: PortablePlanIR, o: Offload, block: BlockMemory,
+                 stage: StageMemory) -> tuple[Buffer, ...]:
+        """Tier residency of every memory figure (Calculon 0.1.0's staging rules)."""
+        s = plan.schedule
+        training = s.training
+        full = s.recompute == "full"
+
+        def buf(name, total, offloaded, tier1, tier2):
+            return Buffer.trusted(name=name, total_bytes=total, offloaded=offloaded, tier1_bytes=tier1,
+                                  tier2_bytes=tier2)
+
+        out = [buf("weight", stage.weight, o.weights, 2 * block.weight_bytes if o.weights else stage.weight,
+                   stage.weight if o.weights else 0)]
+        if o.activations and not full:
+            out.append(buf("activation", stage.activation, True,
+                           block.activation_working_bytes + block.activation_storage_bytes, stage.activation))
+            out.append(buf("activation_checkpoint", stage.activation_checkpoint, False, 0, 0))
+        elif o.activations:
+            out.append(buf("activation", stage.activation, False, block.activation_working_bytes, 0))
+            out.append(buf("activation_checkpoint", stage.activation_checkpoint, True,
+                           2 * block.activation_checkpoint_bytes, stage.activation_checkpoint))
+        else:
+            out.append(buf("activation", stage.activation, False, stage.activation, 0))
+            out.append(buf("activation_checkpoint", stage.activation_checkpoint, False, stage.activation_checkpoint,
+                           0))
+        if o.optimizer and training:
+            out.append(buf("weight_grad", stage.weight_grad, True,
+                           block.weight_grad_unsharded_bytes + block.weight_grad_bytes,
+                           block.weight_grad_bytes * s.blocks_per_stage))
+            out.append(buf("optimizer", stage.optimizer, True, 2 * block.optimizer_bytes, stage.optimizer))
+        else:
+            out.append(buf("weight_grad", stage.weight_grad, False, stage.weight_grad, 0))
+            out.append(buf("optimizer", stage.optimizer, False, stage.optimizer, 0))
+        out.append(buf("activation_grad", stage.activation_grad, False, stage.activation_grad, 0))
+        return tuple(out)
+
+    def ensures(self, ir: ConcretePlanIR) -> None:
+        queues = {q.name for q in ir.queues}
+        for program in ir.programs:
+            seen: set[str] = set()
+            for command in program.commands:
+                if command.name in seen:
+                    raise self.fail(f"{program.kind}/{program.block}: duplicate command {command.name}")
+                if command.queue not in queues:
+                    raise self.fail(f"{command.name}: unknown queue {command.queue}")
+                missing = [d for d in command.depends_on if d not in seen]
+                if missing:
+                    raise self.fail(f"{command.name} waits for unknown or later command(s) {missing}")
+                if (command.kind == "compute") != (command.work is not None and command.queue == "compute"):
+                    raise self.fail(f"{command.name}: compute commands (only) run work on the compute queue")
+                if command.kind in ("collective", "p2p") and command.message is None:
+                    raise self.fail(f"{command.name}: a network command without a message")
+                seen.add(command.name)
+        if ir.tier1_total_bytes < 0 or ir.tier2_total_bytes < 0:
+            raise self.fail("negative memory")

@@ -1,0 +1,183 @@
+"""The wheel, installed in a fresh virtual environment, runs every command from any directory.
+
+One module-scoped build: the project's build inputs are copied to a temporary
+directory, built into a wheel (``pip wheel --no-build-isolation --no-index``:
+no network, the test environment's setuptools), installed without
+dependencies into a new venv (``--without-pip``; ``pip --python``), and the
+runtime dependencies already installed here are made importable through a
+``.pth`` file (only their directories: the checkout's editable install is not
+among them). Commands then run from a directory outside any project, so they
+can only use the packaged data (``harness/_data``), and with ``--project``,
+``HARNESS_PROJECT`` and discovery from the working directory.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import importlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness.cases import load_case
+from harness.commands.estimate import estimate_json
+from harness.estimate import estimate
+
+from conftest import CASES_DIR, ROOT
+
+BUILD_INPUTS = ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "harness", "evidence", "cases",
+                "vendor/calculon-0.1.0", "goldens/baseline_regression_contract.json")
+RUNTIME_DEPENDENCIES = ("pydantic", "pydantic_core", "annotated_types", "typing_extensions", "numpy", "yaml", "rich",
+                        "matplotlib")
+CASE = "gpt3-175B_seqsel"
+
+
+class Installed:
+    """A venv with the wheel installed, and a working directory outside any project."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.python = root / "venv" / "bin" / "python"
+        self.work = root / "elsewhere" / "deep"
+
+    def run(self, *args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
+            expect: int = 0) -> subprocess.CompletedProcess:
+        environment = {"PATH": f"{self.python.parent}:/usr/bin:/bin", "HOME": str(self.root), "MPLBACKEND": "Agg",
+                       **(env or {})}
+        run = subprocess.run([str(self.python), "-m", "harness", *args], cwd=cwd or self.work, env=environment,
+                             capture_output=True, text=True, timeout=120)
+        assert run.returncode == expect, f"{args}: exit {run.returncode}\n{run.stdout[-2000:]}\n{run.stderr[-2000:]}"
+        return run
+
+
+def _copy_build_inputs(destination: Path) -> None:
+    for relative in BUILD_INPUTS:
+        source = ROOT / relative
+        target = destination / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if source.is_dir():
+            shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__", "*.obtained*", "_data"))
+        else:
+            shutil.copy2(source, target)
+
+
+@pytest.fixture(scope="session")
+def installed(tmp_path_factory, worker_id) -> Installed:
+    """Built once per test session: pytest-xdist workers share one build (the first builds, under a file lock)."""
+    shared = tmp_path_factory.getbasetemp() if worker_id == "master" else tmp_path_factory.getbasetemp().parent
+    root = shared / "wheel"
+    with open(shared / "wheel.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (root / "ready").exists():
+            shutil.rmtree(root, ignore_errors=True)
+            _build_and_install(root)
+            (root / "ready").write_text("")
+    return Installed(root)
+
+
+def _build_and_install(root: Path) -> None:
+    source, dist = root / "source", root / "dist"
+    _copy_build_inputs(source)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
+                    "--wheel-dir", str(dist), str(source)], check=True, capture_output=True, text=True)
+    wheel, = dist.glob("blueprinting_harness-*.whl")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root / "venv")], check=True)
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(root / "venv" / "bin" / "python"), "install",
+                    "--quiet", "--no-deps", "--no-index", str(wheel)], check=True, capture_output=True, text=True)
+    purelib = subprocess.run([str(root / "venv" / "bin" / "python"), "-c",
+                              "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             check=True, capture_output=True, text=True).stdout.strip()
+    dependency_dirs = {str(Path(importlib.import_module(name).__file__).parents[1]) for name in RUNTIME_DEPENDENCIES}
+    assert str(ROOT) not in dependency_dirs
+    (Path(purelib) / "_test_dependencies.pth").write_text("\n".join(sorted(dependency_dirs)) + "\n")
+    (root / "elsewhere" / "deep").mkdir(parents=True)
+    shutil.copy(CASES_DIR / f"{CASE}.yaml", root / "elsewhere" / "deep" / "case.yaml")
+
+
+def test_the_installed_package_is_the_wheel_not_the_checkout(installed):
+    run = subprocess.run([str(installed.python), "-c", "import harness, harness.locations as l; "
+                          "print(harness.__file__); print(l.current().describe())"],
+                         cwd=installed.work, capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
+    module, description = run.stdout.splitlines()
+    assert module.startswith(str(installed.root / "venv")) and not module.startswith(str(ROOT))
+    assert description == f"project: none; packaged data: {Path(module).parent / '_data'}"
+
+
+def test_estimate_from_another_directory_uses_the_packaged_evidence(installed):
+    out = json.loads(installed.run("estimate", "case.yaml", "--json").stdout)
+    case = load_case(CASES_DIR / f"{CASE}.yaml")
+    assert out == [estimate_json(case.id, estimate(case.estimate_input()))]  # the checkout's own estimate
+
+
+def test_every_command_runs_from_another_directory(installed, tmp_path):
+    assert "sha256:" in installed.run("lower", "case.yaml", "--stage", "distributed").stdout
+    assert json.loads(installed.run("explain", "case.yaml", "--json").stdout)[0]["id"] == "gpt3-175B/seqsel"
+    assert "closed form" in installed.run("trace", "case.yaml", "--output", str(tmp_path / "t.json")).stdout
+    calibrate = installed.run("calibrate", "--output", str(tmp_path / "report.json"))
+    assert "budgets: all met" in calibrate.stdout and "peak-only vs Calculon MAPE: 12.99%" in calibrate.stdout
+    assert "honoured" in installed.run("contract", "check").stdout
+    model, execution = tmp_path / "m.json", tmp_path / "e.json"
+    from harness.interop.calculon_format import calculon_from_input
+
+    m, e = calculon_from_input(load_case(CASES_DIR / f"{CASE}.yaml").estimate_input())
+    model.write_text(json.dumps(m))
+    execution.write_text(json.dumps(e))
+    installed.run("import", "calculon", "--model", str(model), "--execution", str(execution), "--system", "a100_80g",
+                  "-o", str(tmp_path / "imported.yaml"))
+    original = load_case(CASES_DIR / f"{CASE}.yaml").estimate_input()
+    assert load_case(tmp_path / "imported.yaml").estimate_input() == original
+    shutil.copy(ROOT / "docs" / "examples" / "calculon-batch.jsonl", tmp_path / "batch.jsonl")
+    installed.run("estimate", "--calculon-batch", str(tmp_path / "batch.jsonl"), "--output", str(tmp_path / "out.json"),
+                  expect=1)  # the example's last line is invalid
+    from harness.cli import main
+
+    assert main(["estimate", "--calculon-batch", str(tmp_path / "batch.jsonl"), "--output",
+                 str(tmp_path / "checkout.json")]) == 1
+    assert json.loads((tmp_path / "out.json").read_text()) == json.loads((tmp_path / "checkout.json").read_text())
+
+
+def test_outputs_need_a_project_and_never_go_into_the_package(installed):
+    run = installed.run("contract", "write", expect=2)
+    assert run.stderr.startswith("error: the baseline contract is written into a project directory")
+    assert run.stderr.count("\n") == 1
+
+
+def _project(root: Path, peak_flops_per_s: float) -> Path:
+    """A project directory whose a100_80g profile has another matrix peak (shadowing the packaged one)."""
+    (root / "evidence").mkdir(parents=True)
+    profile = yaml.safe_load((ROOT / "evidence" / "a100_80g.yaml").read_text())
+    profile["matrix"]["float16"]["peak_flops_per_s"] = peak_flops_per_s
+    (root / "evidence" / "a100_80g.yaml").write_text(yaml.safe_dump(profile, sort_keys=False))
+    return root
+
+
+def test_project_directory_by_option_environment_and_discovery(installed, tmp_path):
+    packaged = json.loads(installed.run("estimate", "case.yaml", "--json").stdout)[0]["views"]
+    project = _project(tmp_path / "project", 2.0e14)
+    by_option = installed.run("--project", str(project), "estimate", "case.yaml", "--json").stdout
+    after_command = installed.run("estimate", "case.yaml", "--json", "--project", str(project)).stdout
+    by_environment = installed.run("estimate", "case.yaml", "--json", env={"HARNESS_PROJECT": str(project)}).stdout
+    (project / "sub").mkdir()
+    discovered = installed.run("estimate", str(installed.work / "case.yaml"), "--json", cwd=project / "sub").stdout
+    assert by_option == after_command == by_environment == discovered
+    views = json.loads(by_option)[0]["views"]
+    assert views["peak_only"]["components_s"]["forward"] > packaged["peak_only"]["components_s"]["forward"]
+    assert views["peak_only"]["memory_bytes"] == packaged["peak_only"]["memory_bytes"]
+    missing = installed.run("--project", str(tmp_path / "nope"), "estimate", "case.yaml", expect=2)
+    assert missing.stderr == f"error: {tmp_path / 'nope'}: --project: not a directory\n"
+
+
+def test_the_test_environment_builds_without_the_network():
+    """The build above needs setuptools (>= the build-system's) and wheel here: the test extra installs them."""
+    import setuptools
+    import wheel  # noqa: F401
+
+    assert int(setuptools.__version__.split(".")[0]) >= 68
+    assert sysconfig.get_paths()["purelib"] and os.path.isfile(ROOT / "setup.py")
