@@ -63,7 +63,6 @@ class _Strict(Frozen):
 class SaturatingCurve(_Strict):
     """A smooth, monotone, saturating efficiency curve (see the module rules)."""
 
-    kind: Literal["saturating"] = Field(description="Curve form: max_efficiency * x / (x + half_size).")
     max_efficiency: float = Field(ge=MIN_EFFICIENCY, le=1, allow_inf_nan=False,
                                   description="Efficiency approached by large requests.")
     half_size: float = Field(ge=0, le=MAX_SIZE, allow_inf_nan=False,

@@ -66,7 +66,7 @@ from pathlib import Path
 from typing import Annotated, ClassVar, Literal
 
 import yaml
-from pydantic import ConfigDict, Field, Strict, field_validator
+from pydantic import ConfigDict, Field, Strict, field_validator, model_validator
 
 from harness import locations
 from harness.errors import EvidenceError, InputError
@@ -111,20 +111,30 @@ class CurvePoint(StrictEvidence):
 
 
 class Curve(StrictEvidence):
-    """A step curve; points in strictly decreasing threshold order."""
+    """An efficiency curve: steps (``points``, in strictly decreasing threshold
+    order) or a smooth saturating curve (``saturating``); exactly one of them."""
 
-    points: tuple[CurvePoint, ...] = Field(min_length=1, max_length=1024, strict=False,
-                                           description="Step points, largest threshold first.")
+    points: tuple[CurvePoint, ...] | None = Field(None, min_length=1, max_length=1024, strict=False,
+                                                  description="Step points, largest threshold first.")
+    saturating: SaturatingCurve | None = Field(None, description="A smooth, monotone, saturating curve instead.")
 
     @field_validator("points")
     @classmethod
-    def _decreasing(cls, points: tuple[CurvePoint, ...]) -> tuple[CurvePoint, ...]:
-        for a, b in zip(points, points[1:]):
+    def _decreasing(cls, points: tuple[CurvePoint, ...] | None) -> tuple[CurvePoint, ...] | None:
+        for a, b in zip(points or (), (points or ())[1:]):
             if not b.threshold < a.threshold:
                 raise ValueError("thresholds must strictly decrease")
         return points
 
+    @model_validator(mode="after")
+    def _one_form(self):
+        if (self.points is None) == (self.saturating is None):
+            raise ValueError("a curve has either points (steps) or saturating, exactly one")
+        return self
+
     def efficiency(self, size: float, source: str, field: str) -> float:
+        if self.saturating is not None:
+            return self.saturating.efficiency(size, source, field)
         for point in self.points:
             if size >= point.threshold:
                 return point.efficiency
@@ -137,7 +147,7 @@ class ComputeEngine(StrictEvidence):
 
     peak_flops_per_s: float = Field(ge=MIN_PEAK_FLOPS_PER_S, le=MAX_PEAK_FLOPS_PER_S, allow_inf_nan=False,
                                     description="Peak operations per second.")
-    operation_size_efficiency: Curve | SaturatingCurve = Field(
+    operation_size_efficiency: Curve = Field(
         description="Efficiency by operations per task: steps (threshold in operations) or a saturating curve.")
 
 
@@ -147,7 +157,7 @@ class MemoryTier(StrictEvidence):
     capacity_bytes: int = Field(gt=0, le=MAX_CAPACITY_BYTES, description="Capacity per processor, bytes.")
     bandwidth_bytes_per_s: float = Field(ge=MIN_BANDWIDTH_BYTES_PER_S, le=MAX_BANDWIDTH_BYTES_PER_S,
                                          allow_inf_nan=False, description="Peak bandwidth.")
-    transfer_size_efficiency: Curve | SaturatingCurve = Field(
+    transfer_size_efficiency: Curve = Field(
         description="Efficiency by bytes per access: steps (threshold in bytes) or a saturating curve.")
 
 

@@ -38,7 +38,6 @@ from harness.cost.output_layer import output_layer_work
 from harness.cost.views import COST_VIEWS, CostView, Pricer
 from harness.errors import HarnessError
 from harness.estimate import check_tiers, cost_view
-from harness.evidence.families import SaturatingCurve
 from harness.evidence.profile import EvidenceProfile
 from harness.ir.portable import Message
 from harness.ir.model import BYTES_PER_ELEMENT
@@ -269,15 +268,16 @@ class Design:
 
 def _efficiency(curve, sizes: np.ndarray, applied: bool) -> np.ndarray | float:
     """A curve's efficiency at every size (1.0 when the family is not applied), by the curve's rule
-    (:class:`~harness.evidence.families.SaturatingCurve`, or the step curve of
-    :class:`~harness.evidence.profile.Curve`; a size of 0 is never priced, its value is unused)."""
+    (:class:`~harness.evidence.profile.Curve`: saturating or steps; a size of 0 is never priced, its value is
+    unused)."""
     if not applied:
         return 1.0
-    if isinstance(curve, SaturatingCurve):
-        if curve.half_size == 0:
-            return curve.max_efficiency
+    if curve.saturating is not None:
+        saturating = curve.saturating
+        if saturating.half_size == 0:
+            return saturating.max_efficiency
         with np.errstate(divide="ignore", invalid="ignore"):
-            return curve.max_efficiency * sizes / (sizes + curve.half_size)
+            return saturating.max_efficiency * sizes / (sizes + saturating.half_size)
     out = np.full(np.shape(sizes), np.nan)
     for point in reversed(curve.points):  # smallest threshold first; larger thresholds overwrite
         out = np.where(sizes >= point.threshold, point.efficiency, out)

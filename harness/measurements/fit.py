@@ -52,7 +52,7 @@ from harness.evidence.families import (
     PartitionedP2P,
     SaturatingCurve,
 )
-from harness.evidence.profile import EvidenceProfile
+from harness.evidence.profile import Curve, EvidenceProfile
 from harness.measurements.corpus import Corpus
 from harness.measurements.design import Design
 from harness.measurements.nccl_tests import with_sweeps
@@ -103,8 +103,8 @@ def template(base: EvidenceProfile, sweeps: Sequence, name: str, datatype: str =
     """The fitted revision's fixed structure on ``base`` (parameters at their start values)."""
     profile = with_sweeps(base, sweeps, "collective sweeps")
     vector = profile.vector[datatype]
-    flat = max(p.efficiency for p in vector.operation_size_efficiency.points) \
-        if hasattr(vector.operation_size_efficiency, "points") else vector.operation_size_efficiency.max_efficiency
+    curve = vector.operation_size_efficiency
+    flat = max(p.efficiency for p in curve.points) if curve.points else curve.saturating.max_efficiency
     networks = list(profile.networks)
     if len(networks) > 1:
         collectives = dict(networks[1].collectives)
@@ -115,7 +115,7 @@ def template(base: EvidenceProfile, sweeps: Sequence, name: str, datatype: str =
     profile = profile.model_copy(update={
         "name": name, "processing_mode": "roofline", "networks": tuple(networks),
         "vector": {**profile.vector, datatype: vector.model_copy(update={
-            "operation_size_efficiency": SaturatingCurve(kind="saturating", max_efficiency=flat, half_size=0.0)})},
+            "operation_size_efficiency": _saturating(flat, 0.0)})},
         "launch": LaunchOverhead(issue_s_per_operation=1e-5),
         "output_layer": OutputLayer(vocabulary=VOCABULARY, vocabulary_multiple=VOCABULARY_MULTIPLE,
                                     loss_bytes_per_logit=40.0),
@@ -126,13 +126,17 @@ def template(base: EvidenceProfile, sweeps: Sequence, name: str, datatype: str =
     return with_values(profile, {p.name: p.start for p in PARAMETERS}, datatype)
 
 
+def _saturating(max_efficiency: float, half_size: float) -> Curve:
+    return Curve(saturating=SaturatingCurve(max_efficiency=max_efficiency, half_size=half_size))
+
+
 def with_values(profile: EvidenceProfile, values: dict[str, float], datatype: str = "float16") -> EvidenceProfile:
     """``profile`` with the fitted parameters set to ``values``."""
     v = values
-    matrix = profile.matrix[datatype].model_copy(update={"operation_size_efficiency": SaturatingCurve(
-        kind="saturating", max_efficiency=v["matrix_max_efficiency"], half_size=v["matrix_half_size"])})
-    memory = profile.memory_tier1.model_copy(update={"transfer_size_efficiency": SaturatingCurve(
-        kind="saturating", max_efficiency=v["memory_max_efficiency"], half_size=v["memory_half_size"])})
+    matrix = profile.matrix[datatype].model_copy(update={"operation_size_efficiency": _saturating(
+        v["matrix_max_efficiency"], v["matrix_half_size"])})
+    memory = profile.memory_tier1.model_copy(update={"transfer_size_efficiency": _saturating(
+        v["memory_max_efficiency"], v["memory_half_size"])})
     return profile.model_copy(update={
         "matrix": {**profile.matrix, datatype: matrix}, "memory_tier1": memory,
         "launch": LaunchOverhead(issue_s_per_operation=v["issue_s_per_operation"]),
