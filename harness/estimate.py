@@ -170,8 +170,8 @@ def cost_view(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView, *,
     comp = compose(plan.schedule, block, p.forward_transfers_per_microbatch, p.backward_transfers_per_microbatch)
     if profile.output_layer is not None and "output_layer" in view.curves and plan.schedule.training:
         if model is None:
-            raise EvidenceError(f"evidence profile {profile.name}: the output_layer family needs the model "
-                                f"shape (cost_view(..., model=lowering.model))")
+            raise EvidenceError(f"evidence profile {profile.name}", "output_layer",
+                                "the family needs the model shape (cost_view(..., model=lowering.model))")
         comp = with_output_layer(comp, plan.schedule.microbatches, *output_layer_s(pricer, model))
     return block, comp
 

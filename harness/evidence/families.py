@@ -180,10 +180,11 @@ class FittedParameter(_Strict):
 
 
 class CorpusDigest(_Strict):
-    """One measurement corpus a revision was fitted on."""
+    """One measurement corpus a revision was fitted on (identified by its content, not where it was read)."""
 
-    path: str = Field(description="Corpus file, as given to the fit.")
-    sha256: str = Field(description="SHA-256 of the corpus file.")
+    name: str = Field(description="The corpus's name (its header).")
+    file: str = Field(description="The corpus file's name (without its directory).")
+    sha256: str = Field(description="SHA-256 of the corpus file's bytes.")
     records: int = Field(ge=0, description="Records of the file the fit used.")
 
 

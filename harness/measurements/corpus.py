@@ -37,9 +37,9 @@ import dataclasses
 import hashlib
 import json
 from pathlib import Path
-from typing import Annotated, ClassVar, Iterable, Literal, Union
+from typing import Annotated, Iterable, Literal
 
-from pydantic import ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from harness.cases import validate_input, EstimateInput
 from harness.digest import canonical_json
@@ -105,14 +105,12 @@ class _Configured(_Record):
     model: TransformerShape = Field(description="Model shape (the case schema's).")
     execution: ExecutionLayout = Field(description="Parallel layout and options (the case schema's).")
 
-    @model_validator(mode="after")
-    def _valid_layout(self):
-        # the case rules (divisibility, tiers, unsupported features) as one ValueError naming the field
+    def check_layout(self, source: str, line: int | None = None) -> None:
+        """The case rules (divisibility, tiers, unsupported features): an InputError naming the field."""
         try:
-            validate_input("<record>", EstimateInput(model=self.model, execution=self.execution, system="a"))
+            validate_input(source, EstimateInput(model=self.model, execution=self.execution, system="a"))
         except InputError as error:
-            raise ValueError(f"{error.field}: {error.message}") from None
-        return self
+            raise InputError(source, error.field, error.message, line=line) from None
 
     def estimate_input(self, system: str) -> EstimateInput:
         return EstimateInput(model=self.model, execution=self.execution, system=system)
@@ -174,10 +172,9 @@ class MemoryTransferRecord(_Record):
     measured_s: Seconds = Field(description="Measured seconds.")
 
 
-Record = Annotated[Union[IterationRecord, LayerPassRecord, CollectiveSweepRecord, GemmRecord, MemoryTransferRecord],
-                   Field(discriminator="kind")]
-RECORD_KINDS = ("iteration", "layer_pass", "collective_sweep", "gemm", "memory_transfer")
-_RECORD = TypeAdapter(Record)
+RECORD_MODELS = {"iteration": IterationRecord, "layer_pass": LayerPassRecord, "collective_sweep": CollectiveSweepRecord,
+                 "gemm": GemmRecord, "memory_transfer": MemoryTransferRecord}
+RECORD_KINDS = tuple(RECORD_MODELS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,13 +190,11 @@ class Corpus:
         return tuple(r for r in self.records if r.kind == kind)
 
 
-def _validated(adapter_or_model, data, source: str, line: int):
+def _validated(model, data, source: str, line: int):
     if not isinstance(data, dict):
         raise InputError(source, f"line {line}", "a corpus line must be a JSON object")
     try:
-        if isinstance(adapter_or_model, TypeAdapter):
-            return adapter_or_model.validate_python(data)
-        return adapter_or_model.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as error:
         found = validation_error(source, error)
         raise InputError(source, found.field, found.message, line=line) from None
@@ -225,7 +220,10 @@ def read_corpus(path: Path | str) -> Corpus:
         if isinstance(item.data, dict) and item.data.get("kind") not in RECORD_KINDS:
             raise InputError(source, "kind", f"{item.data.get('kind')!r} is not a record kind "
                                              f"({', '.join(RECORD_KINDS)})", line=item.number)
-        record = _validated(_RECORD, item.data, source, item.number)
+        record = _validated(RECORD_MODELS[item.data["kind"]] if isinstance(item.data, dict) else None, item.data,
+                            source, item.number)
+        if isinstance(record, _Configured):
+            record.check_layout(source, item.number)
         if record.id in ids:
             raise InputError(source, "id", f"duplicate id {record.id!r} (also on line {ids[record.id]})",
                              line=item.number)

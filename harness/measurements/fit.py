@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
@@ -241,7 +242,8 @@ def provenance(result: FitResult, base: EvidenceProfile, corpora: Sequence[Corpu
     """The fitted revision's provenance (base, corpora, objective, parameters with uncertainty)."""
     return FitProvenance(
         base_profile=base.name, base_revision=base.revision(),
-        corpora=tuple(CorpusDigest(path=c.path, sha256=c.sha256, records=used.get(c.path, 0)) for c in corpora),
+        corpora=tuple(CorpusDigest(name=c.header.name, file=Path(c.path).name, sha256=c.sha256,
+                                   records=used.get(c.path, 0)) for c in corpora),
         objective=(f"scipy.optimize.least_squares (trf, soft_l1, f_scale {F_SCALE}) on log(predicted / measured) "
                    f"of the system_evidence iteration time; one-node and multi-node runs weigh the same in total"
                    + (f", layer passes {layer_weight:g} x one class" if layer_weight else "; layer passes not fitted")

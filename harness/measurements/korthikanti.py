@@ -87,9 +87,11 @@ def import_table4(path: Path | str) -> list[LayerPassRecord]:
             "network_tiers": {"tensor": 0, "pipeline": 1, "data": 1}}, source, prefix=(where,))
         forward = finite_number(row["forward_ms"], source, f"{where}.forward_ms", minimum=1e-9) / 1000
         backward = finite_number(row["backward_ms"], source, f"{where}.backward_ms", minimum=1e-9) / 1000
-        records.append(LayerPassRecord(kind="layer_pass", id=f"table4-row-{index + 1}", model=shape,
-                                       execution=layout, measured_forward_s=forward, measured_backward_s=backward,
-                                       note=str(row.get("experiment", ""))))
+        record = LayerPassRecord(kind="layer_pass", id=f"table4-row-{index + 1}", model=shape, execution=layout,
+                                 measured_forward_s=forward, measured_backward_s=backward,
+                                 note=str(row.get("experiment", "")))
+        record.check_layout(source)
+        records.append(record)
     return records
 
 

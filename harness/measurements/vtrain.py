@@ -92,8 +92,9 @@ def import_vtrain(paths: list[Path | str]) -> list[IterationRecord]:
                         network_tiers={"tensor": 0, "pipeline": 0 if v["tp"] * v["pp"] <= NODE_PROCESSORS else 1,
                                        "data": 0 if one_node else 1}),
                     measured_iteration_s=ms / 1000)
-            except ValueError as error:  # a layout the case rules refuse
-                message = str(error).splitlines()[1].strip() if "\n" in str(error) else str(error)
+            except ValueError as error:  # a value the layout schema refuses (bounds)
+                message = str(error).splitlines()[-1].strip()
                 raise InputError(source, "<row>", message, line=row.line) from None
+            record.check_layout(source, row.line)
             records.append(record)
     return records
