@@ -124,12 +124,21 @@ def _check_figures(source: str, prefix: str, figures: dict[str, Any], profile: E
 
 
 def require_physical(est: "Estimate", profile: EvidenceProfile, source: str) -> "Estimate":
-    """``est`` if every figure of every view is finite and non-negative (see the module rules)."""
+    """``est`` if every figure of every view is finite and non-negative (see the module rules).
+
+    Fast path: ``min >= 0`` and a finite ``sum`` of a view's figures prove them all finite and non-negative
+    (a NaN or an infinity makes the sum NaN or infinite); only otherwise is each figure checked by name.
+    """
     for name, view in est.views.items():
-        _check_figures(source, f"{name}.", {k: v for k, v in view.__dict__.items() if isinstance(v, (int, float))}, profile)
-        _check_figures(source, f"{name}.components_s.", view.components_s.__dict__, profile)
-        _check_figures(source, f"{name}.memory_bytes.", view.memory_bytes.__dict__, profile)
-        _check_figures(source, f"{name}.workload.", view.workload.__dict__, profile)
+        own = {k: v for k, v in view.__dict__.items() if type(v) is float or type(v) is int}
+        components, memory, workload = view.components_s.__dict__, view.memory_bytes.__dict__, view.workload.__dict__
+        figures = [*own.values(), *components.values(), *memory.values(), *workload.values()]
+        if min(figures) >= 0.0 and sum(figures) < _INF:
+            continue
+        sections = (("components_s", components), ("memory_bytes", memory), ("workload", workload))
+        _check_figures(source, f"{name}.", own, profile)
+        for section_name, section in sections:
+            _check_figures(source, f"{name}.{section_name}.", section, profile)
     return est
 
 
@@ -177,6 +186,7 @@ def cost_view(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView, *,
 
 
 _PROJECTIONS: dict[tuple[int, int], tuple[ConcretePlanIR, object, object]] = {}
+PROJECTIONS_LIMIT = 4096  # bound of _PROJECTIONS: cleared when full
 
 
 def projected(concrete: ConcretePlanIR, pricer):
@@ -186,7 +196,7 @@ def projected(concrete: ConcretePlanIR, pricer):
     hit = _PROJECTIONS.get(key)
     if hit is not None and hit[0] is concrete and hit[1] is pricer:
         return hit[2]
-    if len(_PROJECTIONS) > 4096:
+    if len(_PROJECTIONS) >= PROJECTIONS_LIMIT:
         _PROJECTIONS.clear()
     result = calculon_projection(concrete, pricer)
     _PROJECTIONS[key] = (concrete, pricer, result)

@@ -79,7 +79,7 @@ class Lowering:
         concretize.requires(self.plan)
         out = concretize.apply(self.plan)
         concretize.ensures(out)
-        if len(_CONCRETE) > 4096:
+        if len(_CONCRETE) >= LOWERINGS_LIMIT:
             _CONCRETE.clear()
         _CONCRETE[id(self)] = (self, out)
         return out
@@ -90,6 +90,8 @@ class Lowering:
         return out, TransformerConcretize.for_layout(self.model.execution).checkpoint(self.plan, out)
 
 
+#: Bound of the lowering memos (:data:`_CACHE`, :data:`_CONCRETE`): cleared when full.
+LOWERINGS_LIMIT = 4096
 _CONCRETE: dict[int, tuple[Lowering, ConcretePlanIR]] = {}
 
 
@@ -102,7 +104,7 @@ def lower_model(model: ModelIR) -> Lowering:
     if cached is not None:
         return cached
     lowering = Lowering.of(*run_pipeline(PIPELINE, model))
-    if len(_CACHE) > 4096:
+    if len(_CACHE) >= LOWERINGS_LIMIT:
         _CACHE.clear()
     _CACHE[key] = lowering
     return lowering

@@ -246,14 +246,10 @@ def test_full_corpus_counts():
 @pytest.mark.slow
 @pytest.mark.differential
 def test_overlap_rules_effects():
-    """PIN (scripts/quirk_effects.py on overlap-public.json): view estimates each overlap rule changes when off,
-    and the largest change of the total in percent (rounded down to a floor that the measured value exceeds)."""
-    from conftest import REFERENCE_DIR
-    from harness.oracles.reference import read_reference
+    """PIN (scripts/quirk_effects.py on the public overlap corpus): view estimates each overlap rule changes when
+    off, and the largest change of the total in percent (rounded down to a floor that the measured value exceeds)."""
+    from harness.oracles.records import load_record_file
 
-    path = REFERENCE_DIR / "oracle-records" / "overlap-public.json"
-    if not path.is_file():
-        pytest.skip(f"{path} not found")
     import importlib.util
     from pathlib import Path
 
@@ -262,7 +258,7 @@ def test_overlap_rules_effects():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     rows = {name: (changed, total, largest) for name, changed, total, largest in module.effects(
-        read_reference(path).records)}
+        load_record_file("records/public-overlap.json.gz").records)}
     assert {name: changed for name, (changed, _, _) in rows.items()} == {
         "doubled-pipe-tile": 29, "edge-block-equals-base-block": 17, "stateful-exposed-time": 7,
         "weight-grad-tiled-against-recommunication": 9, "recommunication-without-reduction": 9,

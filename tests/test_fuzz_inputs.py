@@ -41,6 +41,8 @@ from harness.interop.calculon_format import calculon_from_input
 from harness.oracles.configspace import draw_configuration, draw_shape
 from harness.commands.estimate import batch_entry_json
 
+from test_properties import HypothesisChooser as Chooser  # the configspace chooser backed by hypothesis
+
 UNIT_ROUNDOFF = 2.0**-53
 COMPONENT_COUNT = 9
 DEFAULT = settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
@@ -48,19 +50,6 @@ MANY = settings(max_examples=3000, deadline=None, suppress_health_check=list(Hea
 
 RAW_TOKENS = (".inf", "-.inf", ".nan", ".NaN", "NaN", "Infinity", "-Infinity", "1e999", "-1e999", "9" * 400,
               "1e-320", "true", "yes", "~", "null", "0x10", "1_000", "[]", "{}", '"8"', "&a 1", "*a", "!!binary AA==")
-
-
-class Chooser:
-    """A configspace chooser backed by hypothesis (so failing examples shrink)."""
-
-    def __init__(self, data: st.DataObject) -> None:
-        self.data = data
-
-    def choice(self, options):
-        return self.data.draw(st.sampled_from(list(options)))
-
-    def integer(self, low: int, high: int) -> int:
-        return self.data.draw(st.integers(low, high))
 
 
 hostile_scalars = st.one_of(

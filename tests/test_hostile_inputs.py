@@ -392,6 +392,7 @@ HOSTILE_LINES = [  # (id, raw line, field, message)
     ("system-missing", _line(id="i", system="nope"), "system", "no evidence profile named 'nope'"),
     ("id-control", _line(id="j\u0007"), "id", "without control characters"),
     ("list", "[1, 2]", "<root>", "a batch line must be a JSON object"),
+    ("newline-key", _line(id="k")[:-1] + ', "\\n": 1}', "\\n", "unknown field"),  # found by the fuzz: one line
 ]
 
 
@@ -540,3 +541,35 @@ def test_hostile_manifest(vendor, text, message):
         load_manifest(vendor)
     assert str(info.value).startswith(str(vendor / "MANIFEST.json")) and message in str(info.value)
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("value", ['"1.5"', "true", "[1.5]", "null"])
+def test_record_edited_with_its_digest_is_one_error_line(tmp_path, capsys, value):
+    """A record whose figure was edited and whose manifest digest was recomputed to match: still one line."""
+    import hashlib
+
+    project = tmp_path / "project"
+    vendor = project / "vendor" / "calculon-0.1.0"
+    shutil.copytree(ROOT / "vendor" / "calculon-0.1.0", vendor)
+    records = vendor / "records" / "cases.json"
+    text = records.read_text()
+    edited = re.sub(r'"total_time":[-0-9.e+]+', f'"total_time":{value}', text, count=1)
+    assert edited != text
+    records.write_text(edited)
+    manifest = json.loads((vendor / "MANIFEST.json").read_text())
+    manifest["files"]["records/cases.json"] = hashlib.sha256(edited.encode()).hexdigest()
+    (vendor / "MANIFEST.json").write_text(json.dumps(manifest))
+    status, out, err = run(capsys, "--project", project, "calibrate", "--cases", CASES_DIR, "--output",
+                           tmp_path / "report.json")
+    one_error_line(status, err, "total_time", "is not a finite number")
+    assert not (tmp_path / "report.json").exists()
+
+
+@pytest.mark.parametrize("content", [b"", b"\n  \n\n", gzip.compress(b"")])
+def test_empty_batch_is_an_error_not_an_empty_success(tmp_path, capsys, content):
+    path = tmp_path / ("in.jsonl.gz" if content.startswith(b"\x1f\x8b") else "in.jsonl")
+    path.write_bytes(content)
+    output = tmp_path / "out.json"
+    one_error_line(*run(capsys, "estimate", "--calculon-batch", path, "--output", output)[::2],
+                   f"{path}: <file>: no batch lines")
+    assert not output.exists()

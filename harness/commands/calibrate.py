@@ -37,11 +37,11 @@ def run(args) -> int:
     from harness.experiment.run import run_experiment
     from harness.experiment.tables import print_report
     from harness.oracles.calculon_oracle import LiveCalculon, RecordedCalculon
-    from harness.outputs import check_output, check_output_dir, write_text
+    from harness.outputs import check_output, check_output_dir, data_files, write_text
     from harness.report.plots import PLOT_FILES
 
     cases = args.cases or locations.current().cases_dir()
-    inputs = case_paths(cases)
+    inputs = [*case_paths(cases), *data_files()]
     plot_paths = [args.plots / name for name in PLOT_FILES] if args.plots else []
     check_output(args.output, inputs=inputs, others=plot_paths)
     if args.plots:

@@ -12,7 +12,8 @@ or memory capacity; figures still given), ``rejected`` (TP/DP overlap or
 offload; no views) or ``invalid`` (reason ``line N: field: message``; no
 views). A bad line never stops the batch (an estimate that fails for one
 line makes that line ``invalid``); the exit status is 1 when any line is
-invalid, 0 otherwise. The batch is streamed: each line is read, estimated and
+invalid, 0 otherwise. A batch without any line (empty or blank) is an error,
+like a calibration without cases. The batch is streamed: each line is read, estimated and
 written before the next, and the estimate path's memo tables (lowerings,
 interned IR values, prices; results never depend on them) are cleared every
 :data:`BATCH_CACHE_LINES` lines, so memory does not grow with the file
@@ -33,10 +34,10 @@ from typing import IO, Any, Iterator
 
 from harness.cases import load_case
 from harness.cost.views import COST_VIEWS
-from harness.errors import HarnessError, InputError
+from harness.errors import HarnessError, InputError, one_line
 from harness.estimate import DEFAULT_VIEWS, Estimate, clear_caches, estimate
 from harness.interop.calculon_batch import BatchLine, iter_batch
-from harness.outputs import atomic_output, check_output
+from harness.outputs import atomic_output, check_output, data_files
 from harness.vocabulary import BATCH_STATUSES, VIEWS
 
 
@@ -79,7 +80,8 @@ def batch_entry_json(entry: BatchLine, views=DEFAULT_VIEWS, source: str = "<batc
         message = error.message if isinstance(error, InputError) else str(error)
     except (ArithmeticError, ValueError, RecursionError) as error:  # a bug; the batch still goes on
         field, message = "<estimate>", f"internal error {type(error).__name__}: {error}"
-    return {"id": entry.id, "status": "invalid", "reason": f"line {entry.line}: {field}: {message}", "views": {}}
+    return {"id": entry.id, "status": "invalid", "reason": one_line(f"line {entry.line}: {field}: {message}"),
+            "views": {}}
 
 
 def dumps(data: Any, indent: int | None = 1) -> str:
@@ -124,15 +126,16 @@ def run_batch(args, views) -> int:
     if args.cases:
         raise InputError("--calculon-batch", "CASE.yaml", "give case files or a batch, not both")
     if args.output is not None:
-        check_output(args.output, inputs=[args.calculon_batch])
+        check_output(args.output, inputs=[args.calculon_batch, *data_files()])
     source = str(args.calculon_batch)
     lines = iter_batch(args.calculon_batch)
     counts: Counter[str] = Counter()
     first = next(lines, None)  # a file that cannot be read fails here, before the output is touched
+    if first is None:
+        raise InputError(source, "<file>", "no batch lines (the file is empty or blank): nothing to estimate")
     with _destination(args.output) as handle:
         writer = JsonListWriter(handle)
-        for entry in ([first] if first is not None else []):
-            _write_entry(writer, entry, views, source, counts)
+        _write_entry(writer, first, views, source, counts)
         for entry in lines:
             _write_entry(writer, entry, views, source, counts)
         writer.close()
@@ -157,7 +160,7 @@ def run(args) -> int:
     if not args.cases:
         raise InputError("estimate", "CASE.yaml", "give at least one case file (or --calculon-batch IN.jsonl)")
     if args.output is not None:
-        check_output(args.output, inputs=args.cases)
+        check_output(args.output, inputs=[*args.cases, *data_files()])
     results = []
     for path in args.cases:
         case = load_case(path)

@@ -71,7 +71,7 @@ def run(args) -> int:
             out = [{"id": cid, "views": [v.model_dump(mode="json") for v in views]} for cid, views in results]
         else:
             out = [attribution_json(cid, a) for cid, a in results]
-        print(json.dumps(out, indent=1))
+        print(json.dumps(out, indent=1, allow_nan=False))
         return 0
     for cid, result in results:
         (print_by_task if args.by_task else print_attribution)(cid, result)

@@ -1,11 +1,17 @@
-"""``harness oracle record --calculon-src PATH [--cases DIR | --batch IN.jsonl] [--output REL]``.
+"""``harness oracle record --calculon-src PATH [--cases DIR | --batch IN.jsonl] [--output REL]`` and
+``harness oracle import-reference REFERENCE.json --output REL [--no-layers]``.
 
-Runs a local Calculon checkout on every case, or on every line of a
+``record`` runs a local Calculon checkout on every case, or on every line of a
 Calculon-format batch (see :mod:`harness.interop.calculon_batch`; every line
 must be valid and supported), and writes the project's own record file under
 ``vendor/calculon-0.1.0/`` plus its manifest. ``--views`` chooses the recorded
 views (default both); ``--no-layers`` drops per-layer figures (the explicit
 recompute sums are kept).
+
+``import-reference`` converts a shared reference record file
+(:mod:`harness.oracles.reference`) into the same format, numbers unchanged,
+after checking that it comes from the manifest's Calculon (source digest), so
+that the tests that use it run wherever the project is checked out.
 """
 
 from __future__ import annotations
@@ -15,10 +21,10 @@ from pathlib import Path
 from harness.cases import case_paths, load_cases
 from harness.errors import InputError
 from harness.interop.calculon_batch import require_valid
-from harness.oracles.record import RECORD_VIEWS, record_inputs, write_record_file
+from harness.oracles.record import RECORD_VIEWS, record_inputs, runner_identity, write_record_file
 from harness import locations
 from harness.oracles.runner import CalculonRunner
-from harness.outputs import check_output
+from harness.outputs import check_output, data_files
 
 
 def view_list(text: str) -> tuple[str, ...]:
@@ -46,6 +52,12 @@ def register(sub) -> None:
     r.add_argument("--no-layers", dest="keep_layers", action="store_false",
                    help="drop per-layer figures (explicit recompute sums are kept)")
     r.set_defaults(func=run_record)
+    i = osub.add_parser("import-reference", help="convert a shared reference record file into vendored records")
+    i.add_argument("reference", type=Path, metavar="REFERENCE.json", help="reference record file ({meta, records})")
+    i.add_argument("--output", required=True, help="record file, relative to the vendor directory (.gz: gzip)")
+    i.add_argument("--vendor", type=Path, help=f"vendor directory (default: the project's {locations.VENDOR_SUBDIR})")
+    i.add_argument("--no-layers", dest="keep_layers", action="store_false", help="drop per-layer figures")
+    i.set_defaults(func=run_import_reference)
 
 
 def run_record(args) -> int:
@@ -55,16 +67,38 @@ def run_record(args) -> int:
     cases = args.cases or locations.current().cases_dir()
     vendor = args.vendor or locations.current().writable(locations.VENDOR_SUBDIR, "vendored Calculon records")
     sources = [args.batch] if args.batch is not None else case_paths(cases)
-    check_output(vendor / args.output, option="--output", inputs=sources)
-    check_output(vendor / "MANIFEST.json", option="--vendor", inputs=sources)
+    protected = [*sources, *data_files(vendor=False)]
+    check_output(vendor / args.output, option="--output", inputs=protected)
+    check_output(vendor / "MANIFEST.json", option="--vendor", inputs=protected)
     runner = CalculonRunner(args.calculon_src)
     if args.batch is not None:
         inputs = require_valid(args.batch)
     else:
         inputs = [(c.comparison.oracle_record or c.id, c.estimate_input()) for c in load_cases(cases)]
     records, revisions = record_inputs(runner, inputs, args.views, args.keep_layers)
-    path = write_record_file(runner, args.output, records, revisions, vendor)
+    path = write_record_file(runner_identity(runner), args.output, records, revisions, vendor)
     refused = sum(1 for r in records if any("error" in v for v in r["views"].values()))
     print(f"wrote {len(records)} records ({refused} refused by Calculon) to {path} "
           f"(Calculon source sha256 {runner.source_digest})")
+    return 0
+
+
+def run_import_reference(args) -> int:
+    from harness.errors import OracleRecordError
+    from harness.oracles.records import load_manifest
+    from harness.oracles.reference import read_reference, record_dicts
+
+    relative = Path(args.output)
+    if relative.is_absolute() or ".." in relative.parts or not relative.parts:
+        raise InputError(args.output, "--output", "must be a path inside the vendor directory (relative, no '..')")
+    vendor = args.vendor or locations.current().writable(locations.VENDOR_SUBDIR, "vendored Calculon records")
+    check_output(vendor / args.output, option="--output", inputs=[args.reference])
+    reference = read_reference(args.reference)
+    identity = load_manifest(vendor).oracle
+    if reference.source_tree_sha256 != identity.source_tree_sha256:
+        raise OracleRecordError(f"{args.reference}: recorded with Calculon source {reference.source_tree_sha256}, "
+                                f"not the manifest's {identity.source_tree_sha256}")
+    records = record_dicts(reference, args.keep_layers)
+    path = write_record_file(identity, args.output, records, {}, vendor)
+    print(f"wrote {len(records)} records converted from {args.reference} to {path}")
     return 0

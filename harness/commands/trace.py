@@ -22,7 +22,7 @@ from harness.cost.views import COST_VIEWS
 from harness.errors import InputError
 from harness.estimate import check_tiers
 from harness.evidence.profile import load_profile
-from harness.outputs import check_output
+from harness.outputs import check_output, data_files
 from harness.pipeline import lower
 from harness.trace import MAX_TRACE_OPERATIONS, build_trace, check_trace_size, write_trace
 from harness.vocabulary import SYSTEM_EVIDENCE, VIEWS
@@ -46,9 +46,10 @@ def run(args) -> int:
         raise InputError(args.case, "--task-microbatches", f"must be >= 0, got {args.task_microbatches}")
     if args.max_operations < 1:
         raise InputError(args.case, "--max-operations", f"must be >= 1, got {args.max_operations}")
-    check_output(args.output, option="--output", inputs=[args.case], others=[args.png])
+    inputs = [args.case, *data_files()]
+    check_output(args.output, option="--output", inputs=inputs, others=[args.png])
     if args.png:
-        check_output(args.png, option="--png", inputs=[args.case], others=[args.output])
+        check_output(args.png, option="--png", inputs=inputs, others=[args.output])
     case = load_case(args.case)
     data = case.estimate_input()
     profile = load_profile(data.system)

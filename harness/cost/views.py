@@ -315,6 +315,7 @@ def _sequence_sharded_edges(plan: PortablePlanIR) -> bool:
 
 
 _PRICERS: dict[tuple[int, CostView, str], tuple[EvidenceProfile, Pricer]] = {}
+PRICERS_LIMIT = 64  # bound of _PRICERS: cleared when full
 
 
 def pricer_for(profile: EvidenceProfile, view: CostView, datatype: str) -> Pricer:
@@ -324,7 +325,7 @@ def pricer_for(profile: EvidenceProfile, view: CostView, datatype: str) -> Price
     key = (id(profile), view, datatype)
     entry = _PRICERS.get(key)
     if entry is None:
-        if len(_PRICERS) >= 64:
+        if len(_PRICERS) >= PRICERS_LIMIT:
             _PRICERS.clear()
         entry = _PRICERS[key] = (profile, Pricer(profile, view, datatype))
     return entry[1]

@@ -269,6 +269,7 @@ class _Cached:
 
 
 _CACHE: dict[Path, _Cached] = {}
+PROFILES_LIMIT = 256  # bound of _CACHE: cleared when full
 
 
 def load_profile(name: str, directory: Path | None = None) -> EvidenceProfile:
@@ -293,7 +294,7 @@ def load_profile(name: str, directory: Path | None = None) -> EvidenceProfile:
         profile = cached.profile
     else:
         profile = parse_profile(data, str(path), name)
-    if len(_CACHE) >= 256:
+    if len(_CACHE) >= PROFILES_LIMIT:
         _CACHE.clear()
     _CACHE[path] = _Cached(identity, digest, read_ns, profile)
     return profile

@@ -106,10 +106,24 @@ class ComponentParity(Frozen):
 
 
 class Budgets(Frozen):
-    calculon_pct: float = Field(1e-9, description="Every timing, workload and capacity metric vs Calculon, percent.")
-    memory_bytes: float = Field(1.0, description="Every memory figure vs Calculon, bytes.")
-    paper_mape_pct: float = Field(3.66, description="System-evidence vs paper MAPE, percent.")
-    paper_max_abs_pct: float = Field(8.88, description="System-evidence vs paper max |error|, percent.")
+    """The gate's limits: two budgets (with their reasons) and two pins.
+
+    The Calculon budgets are the seed's: 1e-9 % is far above floating-point
+    reassociation (about 1e-14 %) and far below any modelling difference;
+    1 byte of memory is one rounding of a byte count. The paper limits are
+    *pins*, not budgets: the measured 3.65 % and 8.87 % (Korthikanti et al.
+    Table 5) rounded up by 0.01, so that any change that moves the estimates
+    away from the paper fails the gate and is reviewed; they say nothing about
+    how close to the paper a model should be.
+    """
+
+    calculon_pct: float = Field(1e-9, description="Budget: every timing, workload and capacity metric vs Calculon, "
+                                                  "percent (floating-point reassociation is ~1e-14 %).")
+    memory_bytes: float = Field(1.0, description="Budget: every memory figure vs Calculon, bytes (one rounding).")
+    paper_mape_pct: float = Field(3.66, description="Pin: system-evidence vs paper MAPE, percent (the measured "
+                                                    "3.65 % + 0.01).")
+    paper_max_abs_pct: float = Field(8.88, description="Pin: system-evidence vs paper max |error|, percent (the "
+                                                       "measured 8.87 % + 0.01).")
 
 
 class Summary(Frozen):
