@@ -565,7 +565,7 @@ def test_record_edited_with_its_digest_is_one_error_line(tmp_path, capsys, value
     assert not (tmp_path / "report.json").exists()
 
 
-@pytest.mark.parametrize("content", [b"", b"\n  \n\n", gzip.compress(b"")])
+@pytest.mark.parametrize("content", [b"", b"\n  \n\n", gzip.compress(b"", mtime=0)], ids=["empty", "blank", "empty-gz"])
 def test_empty_batch_is_an_error_not_an_empty_success(tmp_path, capsys, content):
     path = tmp_path / ("in.jsonl.gz" if content.startswith(b"\x1f\x8b") else "in.jsonl")
     path.write_bytes(content)

@@ -342,3 +342,19 @@ def test_profile_cache_follows_content_not_timestamps(tmp_path, monkeypatch):
 
     monkeypatch.setattr(profile_module, "read_bytes", no_read)
     assert profile_module.load_profile("a100_80g", directory) is second
+
+
+def test_oracle_record_validates_its_batch_before_loading_calculon(tmp_path, capsys, monkeypatch):
+    import harness.oracles.runner as runner
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("loaded Calculon before validating the inputs")
+
+    monkeypatch.setattr(runner.CalculonRunner, "__init__", refuse)
+    batch = tmp_path / "in.jsonl"
+    batch.write_text('{"id": "a", "model": {"hidden": NaN}, "execution": {}, "system": "a100_80g"}\n')
+    one_error_line(*run(capsys, "oracle", "record", "--calculon-src", tmp_path, "--batch", batch, "--output",
+                        "records/x.json", "--vendor", tmp_path / "vendor")[::2],
+                   f"{batch}: line 1: model.hidden: NaN is not a finite number")
+    one_error_line(*run(capsys, "oracle", "import-reference", batch, "--output", "../x.json", "--vendor",
+                        tmp_path / "vendor")[::2], "../x.json: --output: must be a path inside the vendor directory")

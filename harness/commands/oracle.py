@@ -60,21 +60,27 @@ def register(sub) -> None:
     i.set_defaults(func=run_import_reference)
 
 
-def run_record(args) -> int:
-    relative = Path(args.output)
+def _inside_vendor(output: str) -> Path:
+    """``--output`` as a path inside the vendor directory: relative, without ``..``."""
+    relative = Path(output)
     if relative.is_absolute() or ".." in relative.parts or not relative.parts:
-        raise InputError(args.output, "--output", "must be a path inside the vendor directory (relative, no '..')")
+        raise InputError(output, "--output", "must be a path inside the vendor directory (relative, no '..')")
+    return relative
+
+
+def run_record(args) -> int:
+    _inside_vendor(args.output)
     cases = args.cases or locations.current().cases_dir()
     vendor = args.vendor or locations.current().writable(locations.VENDOR_SUBDIR, "vendored Calculon records")
     sources = [args.batch] if args.batch is not None else case_paths(cases)
     protected = [*sources, *data_files(vendor=False)]
     check_output(vendor / args.output, option="--output", inputs=protected)
     check_output(vendor / "MANIFEST.json", option="--vendor", inputs=protected)
-    runner = CalculonRunner(args.calculon_src)
-    if args.batch is not None:
+    if args.batch is not None:  # every input is validated before Calculon is loaded
         inputs = require_valid(args.batch)
     else:
         inputs = [(c.comparison.oracle_record or c.id, c.estimate_input()) for c in load_cases(cases)]
+    runner = CalculonRunner(args.calculon_src)
     records, revisions = record_inputs(runner, inputs, args.views, args.keep_layers)
     path = write_record_file(runner_identity(runner), args.output, records, revisions, vendor)
     refused = sum(1 for r in records if any("error" in v for v in r["views"].values()))
@@ -88,9 +94,7 @@ def run_import_reference(args) -> int:
     from harness.oracles.records import load_manifest
     from harness.oracles.reference import read_reference, record_dicts
 
-    relative = Path(args.output)
-    if relative.is_absolute() or ".." in relative.parts or not relative.parts:
-        raise InputError(args.output, "--output", "must be a path inside the vendor directory (relative, no '..')")
+    _inside_vendor(args.output)
     vendor = args.vendor or locations.current().writable(locations.VENDOR_SUBDIR, "vendored Calculon records")
     check_output(vendor / args.output, option="--output", inputs=[args.reference])
     reference = read_reference(args.reference)
