@@ -289,9 +289,10 @@ def pipe_tile(time_s: float, exposed_s: float, net_tile_s: float) -> tuple[float
 
 @rule("edge-block-equals-base-block",
       reason="Calculon tiles an overlapped GEMM against the base block's message in every block, so the chunk's edge "
-             "block (where p2p_rs_ag sends a reduce-scatter/all-gather instead of an all-reduce) exposes the base "
-             "block's TP time; only its TP link time differs.",
-      alternative="the edge block's exposed TP time comes from tiling against the edge block's own message",
+             "block (where p2p_rs_ag sends a reduce-scatter/all-gather instead of an all-reduce) takes the base "
+             "block's processing time and exposes its TP time; only its TP link time differs.",
+      alternative="the edge block's overlapped GEMMs are tiled against the edge block's own messages (processing "
+                  "and exposed time)",
       used_in=("harness.schedule.projection",))
 def edge_tile_message(base, edge):
     """The message an edge block's overlapped GEMM is tiled against."""
@@ -375,8 +376,31 @@ def dp_collides_with_pp(same_tier: bool, stages: int) -> bool:
     return same_tier if applies(dp_collides_with_pp) else same_tier and stages > 1
 
 
+@rule("p2p-latency-without-pipeline-message",
+      reason="Calculon prices a block's pipeline p2p also where nothing is sent (PP = 1, and the backward direction in "
+             "inference): a zero-byte p2p costs the tier's latency, which enters the edge block's forward and "
+             "backward times and through them the offload overheads and the DP windows (not the PP component).",
+      alternative="no p2p time where no pipeline message is sent",
+      used_in=("harness.schedule.projection",))
+def unsent_p2p_s(priced_s: float, sent: bool) -> float:
+    """A block's p2p time in one direction: ``priced_s`` if a message is sent (or under the rule), else 0."""
+    return priced_s if sent or applies(unsent_p2p_s) else 0.0
+
+
+@rule("offload-backward-without-recompute-memory",
+      reason="Calculon's backward offload overhead (T(size) + memory time - block time) counts the activation- and "
+             "weight-gradient memory time but not the recomputation's, although the recomputed forward layers' memory "
+             "accesses take memory tier 1's bandwidth from the transfer as well.",
+      alternative="the recomputed layers' memory time counts too",
+      used_in=("harness.schedule.projection",))
+def offload_recompute_memory_s(recompute_memory_s: float) -> float:
+    """The recompute memory time a backward offload overhead adds (0 under the rule)."""
+    return 0.0 if applies(offload_recompute_memory_s) else recompute_memory_s
+
+
 #: The rules of the calculon-0.1.0 projection of a ConcretePlanIR (TP/DP overlap and offload).
 OVERLAP_RULES = ("doubled-pipe-tile", "edge-block-equals-base-block", "stateful-exposed-time",
                  "weight-grad-tiled-against-recommunication", "recommunication-without-reduction",
                  "prefix-counter-recompute-windows", "dp-window-microbatches-equal-pp", "dp-one-block-always-exposed",
-                 "dp-optimizer-credit-twice", "dp-same-tier-as-pp-when-pp-1")
+                 "dp-optimizer-credit-twice", "dp-same-tier-as-pp-when-pp-1", "p2p-latency-without-pipeline-message",
+                 "offload-backward-without-recompute-memory")

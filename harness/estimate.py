@@ -22,16 +22,18 @@ from typing import Any
 from pydantic import Field, create_model
 
 from harness.cases import EstimateInput
+from harness.cost.output_layer import output_layer_s
 from harness.cost.views import COST_VIEWS, CostView, Pricer, clear_pricers, pricer_for
-from harness.errors import InputError
+from harness.errors import EvidenceError, InputError
 from harness.evidence.profile import EvidenceProfile, load_profile
 from harness.ir.base import Frozen
 from harness.ir.concrete import ConcretePlanIR
+from harness.ir.model import ModelIR
 from harness.ir.portable import PortablePlanIR
 from harness.pipeline import Lowering, lower
 from harness.pipeline import clear_caches as clear_lowering_caches
 from harness.schedule.block import BlockTimes, block_times
-from harness.schedule.compose import Composition, compose
+from harness.schedule.compose import Composition, compose, with_output_layer
 from harness.schedule.memory import (
     BlockMemory,
     StageMemory,
@@ -122,12 +124,21 @@ def _check_figures(source: str, prefix: str, figures: dict[str, Any], profile: E
 
 
 def require_physical(est: "Estimate", profile: EvidenceProfile, source: str) -> "Estimate":
-    """``est`` if every figure of every view is finite and non-negative (see the module rules)."""
+    """``est`` if every figure of every view is finite and non-negative (see the module rules).
+
+    Fast path: ``min >= 0`` and a finite ``sum`` of a view's figures prove them all finite and non-negative
+    (a NaN or an infinity makes the sum NaN or infinite); only otherwise is each figure checked by name.
+    """
     for name, view in est.views.items():
-        _check_figures(source, f"{name}.", {k: v for k, v in view.__dict__.items() if isinstance(v, (int, float))}, profile)
-        _check_figures(source, f"{name}.components_s.", view.components_s.__dict__, profile)
-        _check_figures(source, f"{name}.memory_bytes.", view.memory_bytes.__dict__, profile)
-        _check_figures(source, f"{name}.workload.", view.workload.__dict__, profile)
+        own = {k: v for k, v in view.__dict__.items() if type(v) is float or type(v) is int}
+        components, memory, workload = view.components_s.__dict__, view.memory_bytes.__dict__, view.workload.__dict__
+        figures = [*own.values(), *components.values(), *memory.values(), *workload.values()]
+        if min(figures) >= 0.0 and sum(figures) < _INF:
+            continue
+        sections = (("components_s", components), ("memory_bytes", memory), ("workload", workload))
+        _check_figures(source, f"{name}.", own, profile)
+        for section_name, section in sections:
+            _check_figures(source, f"{name}.{section_name}.", section, profile)
     return est
 
 
@@ -153,23 +164,33 @@ def check_tiers(data: EstimateInput, profile: EvidenceProfile, source: str) -> N
                              f"evidence profile {profile.name} has no {data.execution.datatype} {family} engine")
 
 
-def cost_view(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView,
-              pricer: Pricer | None = None) -> tuple[BlockTimes, Composition]:
+def cost_view(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView, *,
+              model: ModelIR | None = None, pricer: Pricer | None = None) -> tuple[BlockTimes, Composition]:
     """Block critical paths and the composed iteration under one view.
 
-    ``pricer`` replaces the view's shared pricer: anything with ``task`` and
-    ``message_s`` (the search passes one that prices every tier placement at
-    once, as arrays; the arithmetic here is elementwise, so each element is
-    bit-identical to the scalar estimate of that placement).
+    ``model`` (the plan's ModelIR) is needed only by a profile that defines the
+    ``output_layer`` family (:mod:`harness.cost.output_layer`): its work is
+    added to the forward and backward components, once per microbatch.
+    ``pricer`` replaces the view's shared pricer: anything with ``task``,
+    ``message_s`` and ``work`` (the search passes one that prices every tier
+    placement at once, as arrays; the arithmetic here is elementwise, so each
+    element is bit-identical to the scalar estimate of that placement).
     """
     pricer = pricer_for(profile, view, plan.datatype) if pricer is None else pricer
     costs = tuple(map(pricer.task, plan.tasks))
     block = block_times(plan, costs, pricer)
     p = plan.pipeline
-    return block, compose(plan.schedule, block, p.forward_transfers_per_microbatch, p.backward_transfers_per_microbatch)
+    comp = compose(plan.schedule, block, p.forward_transfers_per_microbatch, p.backward_transfers_per_microbatch)
+    if profile.output_layer is not None and "output_layer" in view.curves and plan.schedule.training:
+        if model is None:
+            raise EvidenceError(f"evidence profile {profile.name}", "output_layer",
+                                "the family needs the model shape (cost_view(..., model=lowering.model))")
+        comp = with_output_layer(comp, plan.schedule.microbatches, *output_layer_s(pricer, model))
+    return block, comp
 
 
 _PROJECTIONS: dict[tuple[int, int], tuple[ConcretePlanIR, object, object]] = {}
+PROJECTIONS_LIMIT = 4096  # bound of _PROJECTIONS: cleared when full
 
 
 def projected(concrete: ConcretePlanIR, pricer):
@@ -179,7 +200,7 @@ def projected(concrete: ConcretePlanIR, pricer):
     hit = _PROJECTIONS.get(key)
     if hit is not None and hit[0] is concrete and hit[1] is pricer:
         return hit[2]
-    if len(_PROJECTIONS) > 4096:
+    if len(_PROJECTIONS) >= PROJECTIONS_LIMIT:
         _PROJECTIONS.clear()
     result = calculon_projection(concrete, pricer)
     _PROJECTIONS[key] = (concrete, pricer, result)
@@ -187,16 +208,25 @@ def projected(concrete: ConcretePlanIR, pricer):
 
 
 def view_estimate(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView, workload: WorkloadMetrics,
-                  stage: StageMemory, concrete: ConcretePlanIR | None = None) -> ViewEstimate:
+                  stage: StageMemory, concrete: ConcretePlanIR | None = None,
+                  model: ModelIR | None = None) -> ViewEstimate:
     """One view; a ConcretePlanIR (TP/DP overlap, offload) is projected with the ``calculon-0.1.0`` projection."""
     requirements = None
     memory = {name: getattr(stage, name) for name in MEMORY_FIGURES}
     if concrete is None:
-        _, comp = cost_view(plan, profile, view)
+        _, comp = cost_view(plan, profile, view, model=model)
         c, total = comp.components_s, comp.total_s
     else:
-        projection = projected(concrete, pricer_for(profile, view, plan.datatype))
+        pricer = pricer_for(profile, view, plan.datatype)
+        projection = projected(concrete, pricer)
         c, total = projection.components_s, projection.total_s
+        if profile.output_layer is not None and "output_layer" in view.curves and plan.schedule.training \
+                and model is not None:
+            # family output_layer: once per microbatch, outside the projected blocks (as in cost_view)
+            forward, backward = output_layer_s(pricer, model)
+            mb = plan.schedule.microbatches
+            c = {**c, "forward": c["forward"] + mb * forward, "backward": c["backward"] + mb * backward}
+            total += mb * forward + mb * backward
         requirements = Requirements(**dataclasses.asdict(projection.requirements))
         memory.update(tier1_total=concrete.tier1_total_bytes, tier2_total=concrete.tier2_total_bytes)
     s = plan.schedule
@@ -232,7 +262,7 @@ def estimate_lowering(lowering: Lowering, profile: EvidenceProfile,
     return require_physical(Estimate(
         status="infeasible" if reason else "ok", reason=reason, system=profile.name,
         evidence_revision=profile.revision(), digests=lowering.digests(),
-        views={v.name: view_estimate(plan, profile, v, workload, stage, concrete) for v in views},
+        views={v.name: view_estimate(plan, profile, v, workload, stage, concrete, lowering.model) for v in views},
     ), profile, source)
 
 

@@ -5,14 +5,18 @@ in the block critical paths, and the block critical paths
 (:func:`~harness.schedule.block.block_times`) are sums over tasks. So one
 task's contribution to every component is the closed form applied to that
 task's own block times; the pipeline boundary messages and the data-parallel
-messages are contributors of their own. Rule: the contributions to a
-component add up to the component (up to rounding); nothing is re-derived.
+messages are contributors of their own, and so is the output layer's work
+where the profile's ``output_layer`` family applies. Rule: the contributions
+to a component add up to the component (up to rounding); nothing is
+re-derived.
 
-Gap. ``attribute`` prices the same PortablePlanIR under all 16 subsets of the
-curve families (``CostView.with_curves``) and splits ``system_evidence -
-peak_only`` over ``matrix``, ``vector``, ``memory`` and ``network`` with exact
-Shapley values, for the total and for every component. Rule (efficiency):
-the four parts add up to the gap.
+Gap. ``attribute`` prices the same PortablePlanIR under every subset of the
+curve families the profile defines (``CostView.with_curves``): the four
+Calculon families ``matrix``, ``vector``, ``memory`` and ``network`` (16
+subsets), plus each measured family the profile has (``launch``,
+``output_layer``, ``collective_curves``, ``hierarchical``), and splits
+``system_evidence - peak_only`` over them with exact Shapley values, for the
+total and for every component. Rule (efficiency): the parts add up to the gap.
 """
 
 from __future__ import annotations
@@ -25,15 +29,17 @@ from pathlib import Path
 from pydantic import Field
 
 from harness.cases import EstimateInput
-from harness.cost.views import CostView, Pricer
+from harness.cost.output_layer import output_layer_work
+from harness.cost.views import CostView, Pricer, profile_families
 from harness.estimate import check_tiers, cost_view
 from harness.evidence.profile import EvidenceProfile, load_profile
 from harness.ir.base import Frozen
+from harness.ir.model import ModelIR
 from harness.ir.portable import Message, PlanTask, PortablePlanIR
 from harness.pipeline import Lowering, lower
 from harness.schedule.block import BlockTimes, block_times
 from harness.schedule.compose import compose
-from harness.vocabulary import COMPONENTS, CURVE_FAMILIES
+from harness.vocabulary import COMPONENTS
 
 ZERO_BLOCK = BlockTimes(*(0.0 for _ in dataclasses.fields(BlockTimes)))
 
@@ -72,7 +78,8 @@ def contributors(plan: PortablePlanIR, pricer: Pricer) -> tuple[Contributor, ...
     for label, msg, field in (("forward", p.forward, "pp_forward_s"), ("backward", p.backward, "pp_backward_s")):
         if msg is not None:
             out.append(Contributor(f"pipeline.{label}", msg.collective, "pipeline",
-                                   dataclasses.replace(ZERO_BLOCK, **{field: pricer.message_s(msg)}), None, (msg,)))
+                                   dataclasses.replace(ZERO_BLOCK, **{field: pricer.boundary_s(msg, plan)}), None,
+                                   (msg,)))
     for msg in plan.data_parallel.messages if plan.data_parallel else ():
         out.append(Contributor(f"data_parallel.{msg.collective}", msg.collective, "data_parallel",
                                dataclasses.replace(ZERO_BLOCK, dp_s=pricer.message_s(msg)), None, (msg,)))
@@ -115,26 +122,47 @@ def _share(c: Contributor, component: str, time_s: float) -> TaskShare:
                      message_bytes=sum(m.message_bytes for m in c.messages), time_s=time_s)
 
 
-def by_task(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView) -> ViewTasks:
-    """Every component of ``view`` split over the plan's contributors."""
+def _output_layer_shares(plan: PortablePlanIR, pricer: Pricer, model: ModelIR | None) -> dict[str, list[TaskShare]]:
+    """The output layer's contributions (family ``output_layer``) to forward and backward, by pass."""
+    layer = pricer.profile.output_layer
+    if layer is None or "output_layer" not in pricer.view.curves or not plan.schedule.training or model is None:
+        return {}
+    work = output_layer_work(layer, model)
+    mb = plan.schedule.microbatches
+    out = {}
+    for component, works in (("forward", work.forward), ("backward", work.backward)):
+        time_s = sum(pricer.work(w).processing_s for w in works)
+        out[component] = [TaskShare(task=f"output_layer.{component}", primitive="output_layer", phase="output_layer",
+                                    operations=sum(w.operations for w in works),
+                                    memory_bytes=sum(w.bytes_accessed for w in works), message_bytes=0.0,
+                                    time_s=mb * time_s)]
+    return out
+
+
+def by_task(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView, *,
+            model: ModelIR | None = None) -> ViewTasks:
+    """Every component of ``view`` split over the plan's contributors (and the
+    output layer's work, where the profile's ``output_layer`` family applies)."""
     pricer = Pricer(profile, view, plan.datatype)
     p = plan.pipeline
-    _, whole = cost_view(plan, profile, view)
+    _, whole = cost_view(plan, profile, view, model=model)
     parts = [(c, compose(plan.schedule, c.block, p.forward_transfers_per_microbatch,
                          p.backward_transfers_per_microbatch).components_s) for c in contributors(plan, pricer)]
+    edges = _output_layer_shares(plan, pricer, model)
     components = []
     for name in COMPONENTS:
-        shares = [_share(c, name, comps[name]) for c, comps in parts if comps[name] != 0.0]
+        shares = [_share(c, name, comps[name]) for c, comps in parts if comps[name] != 0.0] + edges.get(name, [])
         components.append(ComponentTasks(component=name, time_s=whole.components_s[name],
                                          tasks=tuple(sorted(shares, key=lambda s: -abs(s.time_s)))))
     return ViewTasks(view=view.name, total_s=whole.total_s, components=tuple(components))
 
 
 class Attribution(Frozen):
-    """The evidence gap of one input split over the four curve families (exact Shapley values)."""
+    """The evidence gap of one input split over the profile's curve families (exact Shapley values)."""
 
     peak_only_total_s: float = Field(description="Iteration time with no curve applied, seconds.")
-    system_evidence_total_s: float = Field(description="Iteration time with all four curves applied, seconds.")
+    system_evidence_total_s: float = Field(description="Iteration time with every family of the profile applied, "
+                                                       "seconds.")
     attribution_s: dict[str, float] = Field(description="Shapley share of the total gap per family, seconds; "
                                                         "they add up to system_evidence - peak_only.")
     by_component: dict[str, dict[str, float]] = Field(description="Shapley shares per timing component and family, "
@@ -162,17 +190,21 @@ def shapley(values: dict[frozenset[str], float], players: tuple[str, ...]) -> di
 
 
 def attribute(lowering: Lowering, profile: EvidenceProfile) -> Attribution:
-    """Split the gap of one lowering over the curve families, per total and per component."""
+    """Split the gap of one lowering over the curve families the profile
+    defines (:func:`~harness.cost.views.profile_families`: the four Calculon
+    families, plus each measured family it has), per total and per component."""
     plan = lowering.plan
+    players = profile_families(profile)
     comps = {}
-    for size in range(len(CURVE_FAMILIES) + 1):
-        for subset in itertools.combinations(CURVE_FAMILIES, size):
-            comps[frozenset(subset)] = cost_view(plan, profile, CostView.with_curves(subset))[1]
-    total = shapley({s: c.total_s for s, c in comps.items()}, CURVE_FAMILIES)
-    by_component = {name: shapley({s: c.components_s[name] for s, c in comps.items()}, CURVE_FAMILIES)
+    for size in range(len(players) + 1):
+        for subset in itertools.combinations(players, size):
+            comps[frozenset(subset)] = cost_view(plan, profile, CostView.with_curves(subset),
+                                                 model=lowering.model)[1]
+    total = shapley({s: c.total_s for s, c in comps.items()}, players)
+    by_component = {name: shapley({s: c.components_s[name] for s, c in comps.items()}, players)
                     for name in COMPONENTS}
     return Attribution(peak_only_total_s=comps[frozenset()].total_s,
-                       system_evidence_total_s=comps[frozenset(CURVE_FAMILIES)].total_s,
+                       system_evidence_total_s=comps[frozenset(players)].total_s,
                        attribution_s=total, by_component=by_component)
 
 
@@ -191,4 +223,4 @@ def by_task_input(data: EstimateInput, views: tuple[CostView, ...], *, source: s
                   evidence_dir: Path | None = None) -> tuple[ViewTasks, ...]:
     """Lower one anonymous input and break each view's components down by task."""
     lowering, profile = _prepare(data, source, evidence_dir)
-    return tuple(by_task(lowering.plan, profile, v) for v in views)
+    return tuple(by_task(lowering.plan, profile, v, model=lowering.model) for v in views)

@@ -356,26 +356,27 @@ def read_yaml(path: Source, *, what: str = "<file>") -> Document:
 
 _JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
-_EMPTY_PAIR = re.compile(r"\[\]|\{\}")
 
 
 def json_depth_exceeds(text: str, limit: int = MAX_DEPTH) -> bool:
     """True when ``text`` nests brackets deeper than ``limit`` outside strings.
 
-    Linear-time regular-expression passes, no recursion: strings are removed,
-    then innermost ``[]``/``{}`` pairs are removed once per level, at most
-    ``limit`` times. (Unbalanced text is left to the JSON parser to refuse.)
+    No recursion: strings and everything but brackets are removed by two
+    regular-expression passes, then one loop over the remaining brackets
+    counts the depth and stops at the first level past ``limit``.
+    (Unbalanced text is left to the JSON parser to refuse.)
     """
     if text.count("[") + text.count("{") <= limit:
         return False
-    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
-    for _ in range(limit):
-        if not brackets:
-            return False
-        brackets, removed = _EMPTY_PAIR.subn("", brackets)
-        if not removed:
-            return False
-    return bool(_EMPTY_PAIR.search(brackets))
+    depth = 0
+    for bracket in _NOT_BRACKET.sub("", _JSON_STRING.sub("", text)):
+        if bracket in "[{":
+            depth += 1
+            if depth > limit:
+                return True
+        else:
+            depth -= 1
+    return False
 
 
 class _Flagged:

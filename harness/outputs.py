@@ -7,7 +7,10 @@ Rules:
   command's inputs (also through a symbolic or hard link), the same path as
   another output of the command, a read-only file, or whose nearest existing
   ancestor is not a writable directory is refused with one line naming the
-  path and the option, before anything is computed.
+  path and the option, before anything is computed. The tool's own data
+  (:func:`data_files`: evidence profiles, vendored records, the contract) are
+  inputs of every command; only the commands that write them by design
+  (``oracle record``, ``contract write``) may replace them.
 - **Parents**: missing parent directories of an output are created (like
   ``mkdir -p``), by every command, when the file is written.
 - **Atomic**: the content goes to a temporary file in the target's directory
@@ -36,6 +39,26 @@ from typing import IO, Iterable, Iterator
 from harness.errors import InputError
 
 PathLike = str | os.PathLike
+
+
+def data_files(*, evidence: bool = True, vendor: bool = True, contract: bool = True) -> list[Path]:
+    """The tool's own data files of the current locations (:mod:`harness.locations`): every evidence profile,
+    every vendored record file and the baseline contract. Commands pass them as inputs to :func:`check_output`."""
+    from harness import locations
+    from harness.errors import HarnessError
+
+    try:
+        where = locations.current()
+        files: list[Path] = []
+        if evidence:
+            files += [p for d in where.evidence_dirs() if d.is_dir() for p in sorted(d.glob("*.yaml"))]
+        if vendor and where.vendor_dir().is_dir():
+            files += [p for p in sorted(where.vendor_dir().rglob("*")) if p.is_file()]
+        if contract:
+            files.append(where.contract_path())
+    except HarnessError:  # no project and no packaged data: nothing of ours to protect
+        return []
+    return files
 
 
 def _resolved(path: PathLike) -> Path:
@@ -86,8 +109,8 @@ def check_output(path: PathLike, *, option: str = "--output", inputs: Iterable[P
             raise InputError(shown, option, f"is also the path of another output ({os.fspath(other)})")
     for source in inputs:
         if source is not None and _same_file(target, _resolved(source)):
-            raise InputError(shown, option, f"is an input of this command ({os.fspath(source)}); it would be "
-                                            "overwritten")
+            raise InputError(shown, option, f"would overwrite {os.fspath(source)}, an input of this command or "
+                                            "the tool's own data")
     if _is_stream_device(target):
         return Path(path)
     if target.exists():
@@ -106,7 +129,8 @@ def check_output_dir(path: PathLike, *, option: str, inputs: Iterable[PathLike] 
     target = _resolved(path)
     for source in inputs:
         if source is not None and _same_file(target, _resolved(source)):
-            raise InputError(shown, option, f"is an input of this command ({os.fspath(source)})")
+            raise InputError(shown, option, f"would overwrite {os.fspath(source)}, an input of this command or "
+                                            "the tool's own data")
     if target.exists():
         if not target.is_dir():
             raise InputError(shown, option, "exists and is not a directory")

@@ -79,7 +79,7 @@ class Lowering:
         concretize.requires(self.plan)
         out = concretize.apply(self.plan)
         concretize.ensures(out)
-        if len(_CONCRETE) > 4096:
+        if len(_CONCRETE) >= LOWERINGS_LIMIT:
             _CONCRETE.clear()
         _CONCRETE[id(self)] = (self, out)
         return out
@@ -90,6 +90,8 @@ class Lowering:
         return out, TransformerConcretize.for_layout(self.model.execution).checkpoint(self.plan, out)
 
 
+#: Bound of the lowering memos (:data:`_CACHE`, :data:`_CONCRETE`): cleared when full.
+LOWERINGS_LIMIT = 4096
 _CONCRETE: dict[int, tuple[Lowering, ConcretePlanIR]] = {}
 
 
@@ -102,7 +104,7 @@ def lower_model(model: ModelIR) -> Lowering:
     if cached is not None:
         return cached
     lowering = Lowering.of(*run_pipeline(PIPELINE, model))
-    if len(_CACHE) > 4096:
+    if len(_CACHE) >= LOWERINGS_LIMIT:
         _CACHE.clear()
     _CACHE[key] = lowering
     return lowering
@@ -134,11 +136,12 @@ def lower(data: EstimateInput, source: str = "<input>") -> Lowering:
     return lower_model(import_model(data, source))
 
 
-def lower_distributed(data: EstimateInput, source: str = "<input>") -> DistributedTaskIR:
-    """The DistributedTaskIR of ``data``: the import and the first pass of :func:`lower`, requires and
-    ensures checked, without the checkpoint (its IR digests) and without the lowering cache. For callers
-    that lower many distinct inputs once each and read only the IRs (the execution search)."""
-    return _checked(PIPELINE[0], import_model(data, source))
+def lower_distributed(data: EstimateInput, source: str = "<input>") -> tuple[ModelIR, DistributedTaskIR]:
+    """The ModelIR and DistributedTaskIR of ``data``: the import and the first pass of :func:`lower`,
+    requires and ensures checked, without the checkpoint (its IR digests) and without the lowering cache.
+    For callers that lower many distinct inputs once each and read only the IRs (the execution search)."""
+    model = import_model(data, source)
+    return model, _checked(PIPELINE[0], model)
 
 
 def plan_work(distributed: DistributedTaskIR) -> PortablePlanIR:

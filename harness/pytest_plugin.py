@@ -43,7 +43,9 @@ MARKERS = {
     "differential": "parity against the vendored differential corpus",
     "slow": "slow; excluded from the default suite",
 }
-UPDATE_FLAGS = ("--snapshot-update", "--force-regen", "--regen-all")
+#: Every option of syrupy and pytest-regressions that writes goldens (tests/test_plugin.py checks that no other
+#: option of theirs is named for updating or regenerating).
+UPDATE_FLAGS = ("--snapshot-update", "--snapshot-update-new-only", "--force-regen", "--regen-all")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -184,6 +186,24 @@ def _view_fixture(view_name: str):
 
 peak_only_estimate = _view_fixture(PEAK_ONLY)
 evidence_estimate = _view_fixture(SYSTEM_EVIDENCE)
+
+
+@pytest.fixture(scope="session")
+def calculon_src(pytestconfig) -> Path:
+    """The Calculon 0.1.0 checkout (``--harness-calculon-src=PATH`` or ``HARNESS_CALCULON_SRC``).
+
+    Without one an ``oracle_live`` test is skipped, unless such tests were asked
+    for (``-m oracle_live``): then it fails, so a run meant to compare with a
+    live Calculon cannot pass without having compared.
+    """
+    source = pytestconfig.getoption("--harness-calculon-src")
+    if source:
+        return Path(source)
+    message = "no Calculon checkout: pass --harness-calculon-src=PATH or set HARNESS_CALCULON_SRC"
+    markexpr = pytestconfig.getoption("markexpr") or ""
+    if "oracle_live" in markexpr.replace("not oracle_live", ""):
+        pytest.fail(message)
+    pytest.skip(message)
 
 
 @pytest.fixture(scope="session")

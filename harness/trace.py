@@ -33,6 +33,7 @@ from harness.outputs import write_text
 from harness.estimate import cost_view
 from harness.evidence.profile import EvidenceProfile
 from harness.explain import Contributor, contributors
+from harness.ir.model import ModelIR
 from harness.ir.portable import PortablePlanIR
 from harness.schedule.compose import chunk_times
 from harness.schedule.simulate import Simulation, StageOp, simulate
@@ -41,10 +42,12 @@ OPS_TID, STEP_TID = 0, 1
 
 #: Work bounds of one trace (checked before simulating, :func:`check_trace_size`): pipeline operations
 #: (PP x chunks x microbatches x phases) and trace events (operations, nested blocks and tasks, metadata).
-#: Measured on the 2-core CI machine: 1e6 operations simulate in about 4 s; an event costs about 0.5 kB of
-#: memory while the trace is built, so 2e6 events stay near 1 GB.
-MAX_TRACE_OPERATIONS = 1_000_000
-MAX_TRACE_EVENTS = 2_000_000
+#: Measured on the 2-core machine (a loaded one): gpt3-175B/seqsel with 4096 microbatches, 196,608 operations
+#: and about 205,000 events, takes 10 s and 250 MB peak (about 1.2 kB per event while the trace is built and
+#: written). The bounds keep a trace within about a dozen seconds and 400 MB; ``--max-operations`` raises the
+#: first for whoever has the time and memory.
+MAX_TRACE_OPERATIONS = 200_000
+MAX_TRACE_EVENTS = 300_000
 
 
 def trace_size(plan: PortablePlanIR, task_microbatches: int) -> tuple[int, int]:
@@ -171,14 +174,15 @@ def _require_physical(sim: Simulation, events: list[dict], source: str) -> None:
 
 
 def build_trace(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView, *, task_microbatches: int = 1,
-                label: str = "", source: str = "<input>",
-                max_operations: int = MAX_TRACE_OPERATIONS) -> tuple[dict[str, Any], Simulation]:
+                label: str = "", source: str = "<input>", max_operations: int = MAX_TRACE_OPERATIONS,
+                model: ModelIR | None = None) -> tuple[dict[str, Any], Simulation]:
     """Simulate ``plan`` under ``view`` and return the trace document with the simulation.
 
     Bounded: :func:`check_trace_size` runs first; every time in the result is finite and non-negative.
+    ``model``: the plan's ModelIR, for a profile with the ``output_layer`` family.
     """
     check_trace_size(plan, source, task_microbatches=task_microbatches, max_operations=max_operations)
-    block, comp = cost_view(plan, profile, view)
+    block, comp = cost_view(plan, profile, view, model=model)
     sim = simulate(plan.schedule, block, comp)
     spans = task_spans(plan, profile, view) if task_microbatches > 0 else None
     summary = {name: getattr(sim, name) for name in (

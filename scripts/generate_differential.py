@@ -22,11 +22,11 @@ Then record Calculon's outputs (both views, no per-layer figures)::
 from __future__ import annotations
 
 import argparse
-import gzip
 import sys
 from pathlib import Path
 
 from harness.interop.calculon_batch import batch_line_json
+from harness.outputs import write_bytes
 from harness.oracles.configspace import (
     EXAMPLE_SHAPES,
     FEATURES,
@@ -73,13 +73,8 @@ def main(argv: list[str] | None = None) -> int:
                            for given, default in zip((args.seed, args.count, args.output), defaults))
     args.output = output
     lines = generate(seed, count, args.overlap)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
     data = "".join(line + "\n" for line, _ in lines).encode("utf-8")
-    if args.output.suffix == ".gz":
-        with gzip.GzipFile(args.output, "wb", mtime=0) as handle:
-            handle.write(data)
-    else:
-        args.output.write_bytes(data)
+    write_bytes(args.output, data)  # atomic; .gz with a fixed header (mtime 0), so the bytes are reproducible
     counts = feature_counts([config.input for _, config in lines], OVERLAP_FEATURES if args.overlap else FEATURES)
     width = max(len(name) for name in counts)
     for name, number in counts.items():

@@ -1,7 +1,14 @@
-"""Shared test configuration (case fixtures come from the harness pytest plugin)."""
+"""Shared test configuration (case fixtures come from the harness pytest plugin).
+
+Test data lives in the project (``vendor/``, ``cases/``, ``goldens/``), so the
+suite runs wherever the project is checked out. The shared reference material
+(``../shared/reference`` beside the checkout) is used only to check that the
+vendored conversions of it are faithful (:func:`shared_reference`).
+"""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -11,6 +18,32 @@ from harness.pytest_plugin import goldens_dir
 ROOT = Path(__file__).resolve().parents[1]
 CASES_DIR = ROOT / "cases"
 REFERENCE_DIR = ROOT.parent / "shared" / "reference"
+
+
+def shared_reference(relative: str) -> Path:
+    """``REFERENCE_DIR / relative``; when it is missing the test fails under CI (``$CI`` set: the data the
+    test checks must be there) and is skipped elsewhere, with the path in the message."""
+    path = REFERENCE_DIR / relative
+    if not path.exists():
+        message = f"{path} not found (the shared reference material is not beside the checkout)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return path
+
+
+def calculon_figures(case_name: str, view: str) -> dict[str, float]:
+    """Calculon 0.1.0's recorded figures of a case (``cases/<case_name>.yaml``), by our metric names
+    (``total_s``, ``components_s.forward``, ``memory_bytes.weight``, ...): an independent reference for tests
+    of code that reports the same figures."""
+    from harness.cases import load_case
+    from harness.oracles.calculon import METRIC_GROUPS, oracle_values
+    from harness.oracles.records import RecordIndex
+
+    case = load_case(CASES_DIR / f"{case_name}.yaml")
+    stats = RecordIndex().get(case.comparison.oracle_record or case.id).views[view].stats
+    metrics = [m for group in ("timing", "memory") for m in METRIC_GROUPS[group]]
+    return oracle_values(stats, case.execution.training, metrics)
 
 
 @pytest.fixture

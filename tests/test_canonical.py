@@ -2,7 +2,7 @@
 
 Rules checked: ``Artifact.canonical()`` is byte-identical to the reference
 ``canonical_json(artifact.to_data())`` for every IR of every case and of the
-shared differential corpus; a non-finite float or an unsupported field kind
+public and vendored differential corpora; a non-finite float or an unsupported field kind
 falls back to the reference; ``Frozen.trusted`` stores fields in declaration
 order, fills defaults, refuses missing and unknown fields and builds objects
 equal to validated ones.
@@ -10,7 +10,6 @@ equal to validated ones.
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
@@ -19,17 +18,15 @@ from pydantic import Field
 
 from harness.cases import load_cases
 from harness.digest import canonical_json
-from harness.errors import HarnessError
 from harness.interop.calculon_format import input_from_calculon
 from harness.ir import canonical
 from harness.ir.base import Frozen
 from harness.ir.distributed import LinearShape, Retention, Task
 from harness.ir.portable import Work
+from harness.oracles.records import load_record_file
 from harness.pipeline import lower
 
-from conftest import CASES_DIR, REFERENCE_DIR
-
-PUBLIC = REFERENCE_DIR / "oracle-records" / "differential-public.json"
+from conftest import CASES_DIR
 
 
 def _artifacts(lowering):
@@ -54,13 +51,12 @@ def test_lowering_irs_take_the_compiled_path():
 
 @pytest.mark.slow
 def test_every_differential_corpus_ir_is_written_exactly_as_the_reference():
-    if not PUBLIC.is_file():
-        pytest.skip(f"{PUBLIC} not found (the shared reference records are not installed)")
-    for record in json.loads(PUBLIC.read_text())["records"]:
-        try:
-            data = input_from_calculon(record["model"], record["execution"], record["system"])
-        except HarnessError:
-            continue
+    """Every input of the public and the vendored differential corpora: each one lowers (none is skipped)."""
+    records = [*load_record_file("records/public-differential.json.gz").records,
+               *load_record_file("records/differential.json.gz").records]
+    assert len(records) == 1900
+    for record in records:
+        data = input_from_calculon(record.calculon_model, record.calculon_execution, record.system)
         for artifact in _artifacts(lower(data)):
             _assert_reference(artifact)
 
@@ -126,22 +122,66 @@ def test_interned_classes_share_one_instance_per_field_values():
     assert a == Task(name="t", phase="forward", shape=LinearShape(m=1, n=2, k=3))
 
 
+MEMO_INPUTS = ("differential/0000/anthropic-52B", "differential/0005/lamda", "differential/0006/megatron-126M",
+               "overlap/0001/chinchilla", "overlap/0007/megatron-1T", "overlap/0034/megatron-22B")
+
+
+def _memo_sizes() -> dict[str, int]:
+    """The size of every memo of the estimate path (the largest table where there are several)."""
+    from harness import estimate, pipeline
+    from harness.cost import views
+    from harness.evidence import profile
+    from harness.ir import base
+    from harness.passes import plan_work, rules
+
+    pricers = [p for _, p in views._PRICERS.values()]
+    return {
+        "base.INTERN_LIMIT": max(map(len, base._INTERNED.values()), default=0),
+        "canonical.MEMO_LIMIT": len(canonical._MEMO),
+        "views.MEMO_LIMIT": max((len(m.values) for p in pricers for m in (p._priced, p._priced_optimizer, p._tasks)),
+                                default=0),
+        "views.PRICERS_LIMIT": len(views._PRICERS),
+        "rules.FACTS_LIMIT": len(rules._FACTS),
+        "plan_work.MESSAGES_LIMIT": len(plan_work._MESSAGES),
+        "pipeline.LOWERINGS_LIMIT": max(len(pipeline._CACHE), len(pipeline._CONCRETE)),
+        "estimate.PROJECTIONS_LIMIT": len(estimate._PROJECTIONS),
+        "profile.PROFILES_LIMIT": len(profile._CACHE),
+    }
+
+
 def test_estimates_do_not_depend_on_memo_state(monkeypatch):
+    """Every memo bounded at 2 entries (and so cleared over and over) gives the same estimates.
+
+    The sizes prove that each bound is the one the memo consults: above 2 with the real bounds, at most 2
+    with the patched ones (a memo with its own literal bound, or an import of another's, would fail here).
+    """
+    from harness import estimate as estimate_module, pipeline
     from harness.cost import views
     from harness.estimate import clear_caches, estimate
+    from harness.evidence import profile
+    from harness.interop.calculon_format import input_from_calculon
     from harness.ir import base
-    from harness.passes import rules
+    from harness.oracles.records import RecordIndex
+    from harness.passes import plan_work, rules
 
-    inputs = [case.estimate_input() for case in load_cases(CASES_DIR)]
+    index = RecordIndex(("records/differential.json.gz", "records/overlap.json.gz"))
+    inputs = [case.estimate_input() for case in load_cases(CASES_DIR)] + [
+        input_from_calculon(r.calculon_model, r.calculon_execution, r.system) for r in map(index.get, MEMO_INPUTS)]
+    clear_caches()
     reference = [estimate(data).model_dump_json() for data in inputs]
+    assert all(size > 2 for size in _memo_sizes().values()), _memo_sizes()
+    limits = {"base.INTERN_LIMIT": base, "canonical.MEMO_LIMIT": canonical, "views.MEMO_LIMIT": views,
+              "views.PRICERS_LIMIT": views, "rules.FACTS_LIMIT": rules, "plan_work.MESSAGES_LIMIT": plan_work,
+              "pipeline.LOWERINGS_LIMIT": pipeline, "estimate.PROJECTIONS_LIMIT": estimate_module,
+              "profile.PROFILES_LIMIT": profile}
+    assert set(limits) == set(_memo_sizes())
+    for name, module in limits.items():
+        monkeypatch.setattr(module, name.split(".")[1], 2)
     clear_caches()
-    assert [estimate(data).model_dump_json() for data in inputs] == reference
-    for module, name in ((base, "INTERN_LIMIT"), (canonical, "MEMO_LIMIT"), (views, "MEMO_LIMIT"),
-                         (rules, "FACTS_LIMIT")):
-        monkeypatch.setattr(module, name, 2)
-    clear_caches()
+    profile._CACHE.clear()
     assert [estimate(data).model_dump_json() for data in inputs] == reference
     assert [estimate(data).model_dump_json() for data in inputs] == reference
+    assert all(size <= 2 for size in _memo_sizes().values()), _memo_sizes()
 
 
 def test_only_weighted_primitives_depend_on_the_optimizer_shards():

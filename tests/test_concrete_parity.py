@@ -6,9 +6,11 @@ ran every metric of harness.oracles.calculon.METRICS (the nine components,
 forward and backward offload, the total, memory tiers 1 and 2, workload,
 capacity, efficiency) within budget (1e-9 %; memory 1 byte). The default
 suite checks a fixed sample of the vendored overlap corpus (both views) and
-every record of the shared ``overlap-public.json`` when it exists;
-``--differential-full`` (``tox -e differential``) checks the whole vendored
-corpus.
+every record of the public overlap corpus (the shared ``overlap-public.json``
+converted by ``harness oracle import-reference`` into
+``records/public-overlap.json.gz``); ``--differential-full`` (``tox -e
+differential``) checks the whole vendored corpus and that the conversion
+equals the shared file.
 """
 
 from __future__ import annotations
@@ -23,15 +25,15 @@ from harness.interop.calculon_format import calculon_from_input
 from harness.oracles.calculon import calculon_verdict, check_record
 from harness.oracles.configspace import OVERLAP_FEATURES, feature_counts
 from harness.oracles.records import load_manifest, load_record_file, vendor_dir
-from harness.oracles.reference import read_reference
+from harness.oracles.reference import read_reference, record_dicts
 
-from conftest import REFERENCE_DIR
+from conftest import shared_reference
 
 pytestmark = pytest.mark.differential
 
 CORPUS = "records/overlap.json.gz"
 INPUTS = vendor_dir() / "overlap" / "inputs.jsonl.gz"
-PUBLIC = REFERENCE_DIR / "oracle-records" / "overlap-public.json"
+PUBLIC = "records/public-overlap.json.gz"
 SAMPLE_SIZE = 60
 SAMPLE_SEED = 20261130
 
@@ -43,7 +45,7 @@ def corpus():
 
 @functools.lru_cache(maxsize=None)
 def public():
-    return read_reference(PUBLIC)
+    return load_record_file(PUBLIC).records
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -54,12 +56,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             records = tuple(records[i] for i in indices)
         metafunc.parametrize("overlap_record", records, ids=[r.id for r in records])
     if "public_overlap_record" in metafunc.fixturenames:
-        if PUBLIC.is_file():
-            records = public().records
-            metafunc.parametrize("public_overlap_record", records, ids=[r.id for r in records])
-        else:
-            metafunc.parametrize("public_overlap_record", [pytest.param(None, marks=pytest.mark.skip(
-                reason=f"{PUBLIC} not found (the shared reference records are not installed)"))], ids=["missing"])
+        records = public()
+        metafunc.parametrize("public_overlap_record", records, ids=[r.id for r in records])
 
 
 def _assert_parity(record) -> None:
@@ -77,12 +75,17 @@ def test_public_overlap_record(public_overlap_record):
     _assert_parity(public_overlap_record)
 
 
-def test_public_overlap_records_come_from_the_same_calculon():
-    if not PUBLIC.is_file():
-        pytest.skip(f"{PUBLIC} not found (the shared reference records are not installed)")
-    assert public().source_tree_sha256 == load_manifest().oracle.source_tree_sha256
-    verdicts = [calculon_verdict(r.views["system_evidence"].error) for r in public().records]
+def test_public_overlap_records_are_the_300_of_the_shared_corpus():
+    """PIN: the corpus's size and how many Calculon ran (its oracle identity is checked on load)."""
+    verdicts = [calculon_verdict(r.views["system_evidence"].error) for r in public()]
     assert (len(verdicts), verdicts.count(None)) == (300, 207)
+
+
+@pytest.mark.slow
+def test_vendored_conversion_equals_the_shared_reference():
+    reference = read_reference(shared_reference("oracle-records/overlap-public.json"))
+    assert reference.source_tree_sha256 == load_manifest().oracle.source_tree_sha256
+    assert record_dicts(reference, keep_layers=False) == [r.model_dump(exclude_none=True) for r in public()]
 
 
 def test_overlap_corpus_is_large_covers_the_space_and_matches_its_inputs():

@@ -134,11 +134,8 @@ def test_corrupted_or_missing_records_are_clear_errors(tmp_path):
 
 
 @pytest.mark.oracle_live
-def test_live_calculon_equals_the_vendored_records(pytestconfig):
-    source = pytestconfig.getoption("--harness-calculon-src")
-    if not source:
-        pytest.skip("no Calculon checkout: pass --harness-calculon-src or set HARNESS_CALCULON_SRC")
-    live, recorded = LiveCalculon(source), RecordedCalculon()
+def test_live_calculon_equals_the_vendored_records(calculon_src):
+    live, recorded = LiveCalculon(calculon_src), RecordedCalculon()
     for path in sorted(CASES_DIR.glob("*.yaml")):
         case = load_case(path)
         record_id = case.comparison.oracle_record or case.id

@@ -2,9 +2,12 @@
 
 Strict snapshots (syrupy, JSON under goldens/test_goldens/) for exact facts;
 numeric regressions (pytest-regressions, CSV under goldens/test_goldens/)
-with per-field tolerances written here for the timing components and memory.
-A mismatch leaves an ``.obtained`` file next to the golden. Updates happen
-only through ``tox -e goldens`` and a reviewed commit.
+with per-field tolerances written here for the timing components and memory
+(budgets: floating-point reassociation for timing, one byte for memory). A
+mismatch is reported in the failure itself (syrupy's diff; pytest-regressions'
+table of obtained and expected values, with the obtained CSV under pytest's
+temporary directory, ``<basetemp>/<test>_0/``); nothing is written next to the
+goldens. Updates happen only through ``tox -e goldens`` and a reviewed commit.
 """
 
 from __future__ import annotations
@@ -43,7 +46,6 @@ def test_components(case, peak_only_estimate, evidence_estimate, num_regression)
     for est in (peak_only_estimate, evidence_estimate):
         (name, view), = est.views.items()
         comps = view.components_s.model_dump()
-        assert sum(comps.values()) == pytest.approx(view.total_s, rel=1e-12)
         assert comps["forward_offload"] == comps["backward_offload"] == 0, "no case offloads"
         data.update({f"{name}.{c}_s": [comps[c]] for c in PORTABLE_COMPONENTS})
         data[f"{name}.total_s"] = [view.total_s]

@@ -122,3 +122,23 @@ def test_distribute_requires_a_valid_layout_whoever_built_the_model_ir():
     bad = model.model_copy(update={"execution": model.execution.model_copy(update={"tensor_parallel": 7})})
     with pytest.raises(PassError, match="pass transformer-distribute: execution.tensor_parallel: TP=7"):
         TransformerDistribute().requires(bad)
+
+
+@pytest.mark.parametrize("stage", ["model", "distributed", "portable"])
+def test_lower_prints_the_canonical_text_its_digest_is_computed_from(stage, capsys):
+    """sha256(the printed canonical text) is the digest the other two forms print (checked with hashlib)."""
+    import hashlib
+    import json as json_module
+
+    from harness.cli import main
+
+    case = str(CASES_DIR / "megatron-22B_seqsel.yaml")
+    assert main(["lower", case, "--stage", stage, "--canonical"]) == 0
+    text = capsys.readouterr().out
+    assert text.endswith("}\n") and text.count("\n") == 1
+    assert main(["lower", case, "--stage", stage, "--json"]) == 0
+    wrapped = json_module.loads(capsys.readouterr().out)
+    assert hashlib.sha256(text[:-1].encode()).hexdigest() == wrapped["digest"]
+    assert json_module.loads(text) == wrapped["ir"]
+    assert main(["lower", case, "--stage", stage]) == 0
+    assert capsys.readouterr().out.rstrip().endswith(f"sha256:{wrapped['digest']}")

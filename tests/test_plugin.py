@@ -6,6 +6,8 @@ import shutil
 
 import pytest
 
+from harness.pytest_plugin import UPDATE_FLAGS
+
 from conftest import CASES_DIR
 
 pytest_plugins = ["pytester"]
@@ -70,10 +72,22 @@ def test_report_header_names_oracle_and_evidence(pytester):
     assert "harness evidence: a100_80g@" in out
 
 
-@pytest.mark.parametrize("flag", ["--snapshot-update", "--force-regen"])
+@pytest.mark.parametrize("flag", UPDATE_FLAGS)
 def test_golden_updates_are_refused_under_ci(pytester, monkeypatch, flag):
     monkeypatch.setenv("CI", "true")
     pytester.makepyfile("def test_nothing():\n    pass\n")
     result = pytester.runpytest(flag)
-    assert result.ret != 0
-    assert "golden updates" in result.stderr.str() and "refused under CI" in result.stderr.str()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert f"golden updates ({flag}) are refused under CI" in result.stderr.str()
+    monkeypatch.delenv("CI")
+    pytester.runpytest(flag, "-p", "no:cacheprovider").assert_outcomes(passed=1)  # outside CI the flag is accepted
+
+
+def test_every_update_flag_of_the_golden_plugins_is_refused(pytester):
+    """A syrupy or pytest-regressions option named for updating or regenerating is in UPDATE_FLAGS (a new
+    version's new flag fails here instead of slipping past the CI refusal)."""
+    help_text = pytester.runpytest("--help").stdout.str()
+    options = {word.split("=")[0] for line in help_text.splitlines() for word in line.split()
+               if word.startswith("--")}
+    writing = {o for o in options if ("update" in o or "regen" in o) and ("snapshot" in o or "regen" in o)}
+    assert writing == set(UPDATE_FLAGS)

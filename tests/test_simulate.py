@@ -161,10 +161,13 @@ def test_table5_simulated_bubble_equals_closed_form(name):
         block, comp = cost_view(plan, profile, view)
         sim = simulate(plan.schedule, block, comp)
         c = comp.components_s
-        assert sim.first_stage_busy_s == pytest.approx(sum(c[n] for n in BUSY_COMPONENTS), rel=1e-9)
-        assert sim.first_stage_idle_s == pytest.approx(c["pipeline_bubble"], rel=1e-6, abs=1e-12)
+        # Budget 1e-9 of the iteration: the simulation adds up to 2 x 64 x 512 operation durations one by one,
+        # each addition rounding by at most 1.1e-16 relative (~1e-11 in all); measured: 3e-14 at most.
+        budget = 1e-9 * comp.total_s
+        assert sim.first_stage_busy_s == pytest.approx(sum(c[n] for n in BUSY_COMPONENTS), abs=budget)
+        assert sim.first_stage_idle_s == pytest.approx(c["pipeline_bubble"], abs=budget)
         assert sim.first_stage_busy_s + sim.first_stage_idle_s + c["optimizer"] + c["data_parallel"] == \
-            pytest.approx(comp.total_s, rel=1e-6)
+            pytest.approx(comp.total_s, abs=budget)
         assert sim.total_s == pytest.approx(comp.total_s, rel=1e-9) and sim.exact
         ops = sum(len(stage) for stage in sim.ops)
         assert ops == 2 * plan.schedule.pipeline_parallel * plan.schedule.chunks_per_stage * plan.schedule.microbatches

@@ -29,7 +29,7 @@ from harness.estimate import check_tiers
 from harness.evidence.profile import check_profile_name, load_profile
 from harness.inputs import read_json
 from harness.interop.calculon_format import calculon_field, input_from_calculon
-from harness.outputs import check_output, write_text
+from harness.outputs import check_output, data_files, write_text
 
 # Layout fields left out of the YAML: they can only hold their defaults here.
 UNSUPPORTED_DEFAULTS = ("tp_overlap", "dp_overlap", "offload")
@@ -87,7 +87,7 @@ def case_document(case_id: str, data: EstimateInput, oracle_record: str | None) 
 
 def run(args) -> int:
     if args.output is not None:
-        check_output(args.output, inputs=[args.model, args.execution])
+        check_output(args.output, inputs=[args.model, args.execution, *data_files()])
     data = translate(args.model, args.execution, args.system)
     case_id = args.case_id or default_id(args.model, args.execution)
     document = case_document(case_id, data, args.oracle_record)

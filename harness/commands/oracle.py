@@ -1,6 +1,7 @@
-"""``harness oracle record --calculon-src PATH [--cases DIR | --batch IN.jsonl | --search ...] [--output REL]``.
+"""``harness oracle record --calculon-src PATH [--cases DIR | --batch IN.jsonl | --search ...] [--output REL]`` and
+``harness oracle import-reference REFERENCE.json --output REL [--no-layers]``.
 
-Runs a local Calculon checkout on every case, or on every line of a
+``record`` runs a local Calculon checkout on every case, or on every line of a
 Calculon-format batch (see :mod:`harness.interop.calculon_batch`; every line
 must be valid and supported), and writes the project's own record file under
 ``vendor/calculon-0.1.0/`` plus its manifest. ``--views`` chooses the recorded
@@ -12,6 +13,11 @@ recompute sums are kept).
 [--no-dp-overlap] [--cpus C]`` records Calculon's optimal-execution search
 instead (its stock search command, in-process, debug logging off; see
 :mod:`harness.oracles.search_record`) into ``search/*.json``.
+
+``import-reference`` converts a shared reference record file
+(:mod:`harness.oracles.reference`) into the same format, numbers unchanged,
+after checking that it comes from the manifest's Calculon (source digest), so
+that the tests that use it run wherever the project is checked out.
 """
 
 from __future__ import annotations
@@ -21,13 +27,13 @@ from pathlib import Path
 from harness.cases import case_paths, load_cases
 from harness.errors import InputError
 from harness.interop.calculon_batch import require_valid
-from harness.oracles.record import RECORD_VIEWS, record_inputs, write_record_file
+from harness.oracles.record import RECORD_VIEWS, record_inputs, runner_identity, write_record_file
 from harness import locations
 from harness.oracles.runner import CalculonRunner
 from harness.oracles.search_record import record_search
 from harness.search.request import search_problem
 from harness.search.space import FUSED_CHOICES, SpaceOptions
-from harness.outputs import check_output
+from harness.outputs import check_output, data_files
 
 
 def view_list(text: str) -> tuple[str, ...]:
@@ -69,6 +75,20 @@ def register(sub) -> None:
     g.add_argument("--no-dp-overlap", action="store_true", help="Calculon's --no-dp-overlap")
     g.add_argument("--cpus", type=int, help="Calculon's -c (default: all cores)")
     r.set_defaults(func=run_record)
+    i = osub.add_parser("import-reference", help="convert a shared reference record file into vendored records")
+    i.add_argument("reference", type=Path, metavar="REFERENCE.json", help="reference record file ({meta, records})")
+    i.add_argument("--output", required=True, help="record file, relative to the vendor directory (.gz: gzip)")
+    i.add_argument("--vendor", type=Path, help=f"vendor directory (default: the project's {locations.VENDOR_SUBDIR})")
+    i.add_argument("--no-layers", dest="keep_layers", action="store_false", help="drop per-layer figures")
+    i.set_defaults(func=run_import_reference)
+
+
+def _inside_vendor(output: str) -> Path:
+    """``--output`` as a path inside the vendor directory: relative, without ``..``."""
+    relative = Path(output)
+    if relative.is_absolute() or ".." in relative.parts or not relative.parts:
+        raise InputError(output, "--output", "must be a path inside the vendor directory (relative, no '..')")
+    return relative
 
 
 def run_search_record(args, vendor: Path) -> int:
@@ -78,8 +98,9 @@ def run_search_record(args, vendor: Path) -> int:
         raise InputError("<command line>", missing[0], "required with --search")
     if args.output == "records/cases.json":
         raise InputError("<command line>", "--output", "give the search record's path, e.g. search/NAME.json")
-    check_output(vendor / args.output, option="--output", inputs=[args.model])
-    check_output(vendor / "MANIFEST.json", option="--vendor", inputs=[args.model])
+    protected = [args.model, *data_files(vendor=False)]
+    check_output(vendor / args.output, option="--output", inputs=protected)
+    check_output(vendor / "MANIFEST.json", option="--vendor", inputs=protected)
     options = SpaceOptions(fused_activation=FUSED_CHOICES[args.fused_activation], tp_overlap=not args.no_tp_overlap,
                            dp_overlap=not args.no_dp_overlap, mbs_break=args.mbs_break)
     problem = search_problem(args.model, args.system, args.procs, args.max_batch, args.datatype, top=args.top,
@@ -95,24 +116,42 @@ def run_search_record(args, vendor: Path) -> int:
 
 
 def run_record(args) -> int:
-    relative = Path(args.output)
-    if relative.is_absolute() or ".." in relative.parts or not relative.parts:
-        raise InputError(args.output, "--output", "must be a path inside the vendor directory (relative, no '..')")
+    _inside_vendor(args.output)
     vendor = args.vendor or locations.current().writable(locations.VENDOR_SUBDIR, "vendored Calculon records")
     if args.search:
         return run_search_record(args, vendor)
     cases = args.cases or locations.current().cases_dir()
     sources = [args.batch] if args.batch is not None else case_paths(cases)
-    check_output(vendor / args.output, option="--output", inputs=sources)
-    check_output(vendor / "MANIFEST.json", option="--vendor", inputs=sources)
-    runner = CalculonRunner(args.calculon_src)
-    if args.batch is not None:
+    protected = [*sources, *data_files(vendor=False)]
+    check_output(vendor / args.output, option="--output", inputs=protected)
+    check_output(vendor / "MANIFEST.json", option="--vendor", inputs=protected)
+    if args.batch is not None:  # every input is validated before Calculon is loaded
         inputs = require_valid(args.batch)
     else:
         inputs = [(c.comparison.oracle_record or c.id, c.estimate_input()) for c in load_cases(cases)]
+    runner = CalculonRunner(args.calculon_src)
     records, revisions = record_inputs(runner, inputs, args.views, args.keep_layers)
-    path = write_record_file(runner, args.output, records, revisions, vendor)
+    path = write_record_file(runner_identity(runner), args.output, records, revisions, vendor)
     refused = sum(1 for r in records if any("error" in v for v in r["views"].values()))
     print(f"wrote {len(records)} records ({refused} refused by Calculon) to {path} "
           f"(Calculon source sha256 {runner.source_digest})")
+    return 0
+
+
+def run_import_reference(args) -> int:
+    from harness.errors import OracleRecordError
+    from harness.oracles.records import load_manifest
+    from harness.oracles.reference import read_reference, record_dicts
+
+    _inside_vendor(args.output)
+    vendor = args.vendor or locations.current().writable(locations.VENDOR_SUBDIR, "vendored Calculon records")
+    check_output(vendor / args.output, option="--output", inputs=[args.reference])
+    reference = read_reference(args.reference)
+    identity = load_manifest(vendor).oracle
+    if reference.source_tree_sha256 != identity.source_tree_sha256:
+        raise OracleRecordError(f"{args.reference}: recorded with Calculon source {reference.source_tree_sha256}, "
+                                f"not the manifest's {identity.source_tree_sha256}")
+    records = record_dicts(reference, args.keep_layers)
+    path = write_record_file(identity, args.output, records, {}, vendor)
+    print(f"wrote {len(records)} records converted from {args.reference} to {path}")
     return 0

@@ -5,6 +5,13 @@ Simulates the case's pipeline iteration event by event under one cost view,
 writes a Chrome trace (Perfetto / chrome://tracing) and optionally a Gantt
 PNG, and prints the simulated bubble next to the closed form's.
 
+A layout with TP/DP overlap or offload is traced from its ConcretePlanIR's
+physical schedule instead (:mod:`harness.trace_queues`): one thread per
+queue of the first stage (compute, each network tier, the tier-2 link) with
+the overlapped tiles and the exposed gaps, next to every stage's operations;
+it prints the physical and the ``calculon-0.1.0`` totals and the first
+stage's exposed time per queue.
+
 Before any simulation: the output locations are checked (:mod:`harness.outputs`:
 not a directory, not the case file, not each other, writable), and the work
 is bounded: the iteration's pipeline operations (``PP x chunks x microbatches
@@ -22,7 +29,7 @@ from harness.cost.views import COST_VIEWS
 from harness.errors import InputError
 from harness.estimate import check_tiers
 from harness.evidence.profile import load_profile
-from harness.outputs import check_output
+from harness.outputs import check_output, data_files
 from harness.pipeline import lower
 from harness.trace import MAX_TRACE_OPERATIONS, build_trace, check_trace_size, write_trace
 from harness.vocabulary import SYSTEM_EVIDENCE, VIEWS
@@ -46,17 +53,22 @@ def run(args) -> int:
         raise InputError(args.case, "--task-microbatches", f"must be >= 0, got {args.task_microbatches}")
     if args.max_operations < 1:
         raise InputError(args.case, "--max-operations", f"must be >= 1, got {args.max_operations}")
-    check_output(args.output, option="--output", inputs=[args.case], others=[args.png])
+    inputs = [args.case, *data_files()]
+    check_output(args.output, option="--output", inputs=inputs, others=[args.png])
     if args.png:
-        check_output(args.png, option="--png", inputs=[args.case], others=[args.output])
+        check_output(args.png, option="--png", inputs=inputs, others=[args.output])
     case = load_case(args.case)
     data = case.estimate_input()
     profile = load_profile(data.system)
     check_tiers(data, profile, args.case)
-    plan = lower(data, args.case).plan
+    lowering = lower(data, args.case)
+    if lowering.concurrent:
+        return _run_queues(args, case, lowering, profile)
+    plan = lowering.plan
     check_trace_size(plan, args.case, task_microbatches=args.task_microbatches, max_operations=args.max_operations)
     doc, sim = build_trace(plan, profile, COST_VIEWS[args.view], task_microbatches=args.task_microbatches,
-                           label=case.id, source=args.case, max_operations=args.max_operations)
+                           label=case.id, source=args.case, max_operations=args.max_operations,
+                           model=lowering.model)
     write_trace(doc, args.output)
     if args.png:
         from harness.report.gantt import write_gantt
@@ -68,4 +80,28 @@ def run(args) -> int:
     print(f"  stage-0 busy {sim.first_stage_busy_s:.6f} s, idle {sim.first_stage_idle_s:.6f} s; closed-form bubble "
           f"{sim.closed_form_bubble_s:.6f} s; difference {sim.bubble_difference_s:+.3e} s")
     print(f"  {sim.note}")
+    return 0
+
+
+def _run_queues(args, case, lowering, profile) -> int:
+    """The queue trace of a layout with TP/DP overlap or offload (see the module rules)."""
+    from harness.trace_queues import as_simulation, build_queue_trace, check_queue_trace_size
+
+    concrete = lowering.concrete()
+    check_queue_trace_size(concrete, args.case, task_microbatches=args.task_microbatches,
+                           max_operations=args.max_operations)
+    doc, schedule = build_queue_trace(concrete, profile, COST_VIEWS[args.view], task_microbatches=args.task_microbatches,
+                                      label=case.id, source=args.case, max_operations=args.max_operations)
+    write_trace(doc, args.output)
+    other = doc["otherData"]
+    if args.png:
+        from harness.report.gantt import write_gantt
+        sim = as_simulation(concrete, schedule, other["calculon_total_s"],
+                            other["calculon_components_s"]["pipeline_bubble"])
+        write_gantt(sim, args.png, title=f"{case.id} ({args.view}, physical schedule)")
+    print(f"{case.id} {args.view}: {concrete.schedule.pipeline_parallel} stages, {len(schedule.ops)} operations, "
+          f"{len(doc['traceEvents'])} events -> {args.output}" + (f", {args.png}" if args.png else ""))
+    print(f"  physical schedule {other['total_s']:.6f} s; the estimate (calculon-0.1.0) {other['calculon_total_s']:.6f} s")
+    for entry in other["exposed_s"]:
+        print(f"  stage 0 waits {entry['seconds']:.6f} s for {entry['component']} on {entry['queue']}")
     return 0

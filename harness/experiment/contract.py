@@ -61,8 +61,8 @@ class ContractOracle(_Strict):
 class ContractBudgets(_Strict):
     calculon_pct: float = Field(ge=0, allow_inf_nan=False, description="Budget vs Calculon, percent.")
     memory_bytes: float = Field(ge=0, allow_inf_nan=False, description="Memory budget vs Calculon, bytes.")
-    paper_mape_pct: float = Field(ge=0, allow_inf_nan=False, description="Evidence vs paper MAPE budget, percent.")
-    paper_max_abs_pct: float = Field(ge=0, allow_inf_nan=False, description="Evidence vs paper max budget, percent.")
+    paper_mape_pct: float = Field(ge=0, allow_inf_nan=False, description="Evidence vs paper MAPE pin, percent.")
+    paper_max_abs_pct: float = Field(ge=0, allow_inf_nan=False, description="Evidence vs paper max pin, percent.")
 
     @model_validator(mode="after")
     def _not_looser(self):

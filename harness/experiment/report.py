@@ -106,10 +106,24 @@ class ComponentParity(Frozen):
 
 
 class Budgets(Frozen):
-    calculon_pct: float = Field(1e-9, description="Every timing, workload and capacity metric vs Calculon, percent.")
-    memory_bytes: float = Field(1.0, description="Every memory figure vs Calculon, bytes.")
-    paper_mape_pct: float = Field(3.66, description="System-evidence vs paper MAPE, percent.")
-    paper_max_abs_pct: float = Field(8.88, description="System-evidence vs paper max |error|, percent.")
+    """The gate's limits: two budgets (with their reasons) and two pins.
+
+    The Calculon budgets are the seed's: 1e-9 % is far above floating-point
+    reassociation (about 1e-14 %) and far below any modelling difference;
+    1 byte of memory is one rounding of a byte count. The paper limits are
+    *pins*, not budgets: the measured 3.65 % and 8.87 % (Korthikanti et al.
+    Table 5) rounded up by 0.01, so that any change that moves the estimates
+    away from the paper fails the gate and is reviewed; they say nothing about
+    how close to the paper a model should be.
+    """
+
+    calculon_pct: float = Field(1e-9, description="Budget: every timing, workload and capacity metric vs Calculon, "
+                                                  "percent (floating-point reassociation is ~1e-14 %).")
+    memory_bytes: float = Field(1.0, description="Budget: every memory figure vs Calculon, bytes (one rounding).")
+    paper_mape_pct: float = Field(3.66, description="Pin: system-evidence vs paper MAPE, percent (the measured "
+                                                    "3.65 % + 0.01).")
+    paper_max_abs_pct: float = Field(8.88, description="Pin: system-evidence vs paper max |error|, percent (the "
+                                                       "measured 8.87 % + 0.01).")
 
 
 class Summary(Frozen):
@@ -132,6 +146,25 @@ class Summary(Frozen):
     violations: tuple[str, ...] = Field(description="Every budget violation (empty: the gate passes).")
 
 
+class ComparedCase(Frozen):
+    id: str = Field(description="Case id.")
+    status: str = Field(description="ok or infeasible on the compared profile.")
+    peak_only_total_s: float = Field(description="Peak-only iteration time on the compared profile, seconds.")
+    system_evidence_total_s: float = Field(description="System-evidence iteration time on the compared profile.")
+    paper_s: float | None = Field(description="The paper's measured iteration time, seconds.")
+    error_pct: float | None = Field(description="System evidence vs the paper, percent.")
+
+
+class ProfileComparison(Frozen):
+    """The paper cases on another evidence profile: a comparison, never a budget."""
+
+    profile: str = Field(description="Compared evidence profile.")
+    revision: str = Field(description="Its revision.")
+    cases: tuple[ComparedCase, ...] = Field(description="Every case with a paper value.")
+    paper_mape_pct: float | None = Field(description="System evidence vs paper, MAPE.")
+    paper_max_abs_pct: float | None = Field(description="System evidence vs paper, max |error|.")
+
+
 class Report(Frozen):
     schema_: Literal["blueprinting.calculon-calibration-experiment.v0"] = Field(
         REPORT_SCHEMA, alias="schema", description="Report schema name and version.")
@@ -140,6 +173,8 @@ class Report(Frozen):
     cases: tuple[CaseResult, ...] = Field(description="Per-case results.")
     summary: Summary = Field(description="The Table 5 experiment (cases with a paper value): aggregates, budgets.")
     all_cases: Summary = Field(description="Every case (training and inference baselines): aggregates, budgets.")
+    comparisons: tuple[ProfileComparison, ...] = Field(
+        (), description="The paper cases on other evidence profiles (e.g. fitted to measurements): no budget.")
 
     @property
     def violations(self) -> tuple[str, ...]:

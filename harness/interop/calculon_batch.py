@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Iterator, Literal
 
 from harness.cases import ID_PATTERN, EstimateInput
-from harness.errors import EvidenceError, InputError, UnsupportedFeatureError
+from harness.errors import EvidenceError, InputError, UnsupportedFeatureError, one_line
 from harness.estimate import check_tiers
 from harness.evidence.profile import check_profile_name, load_profile
 from harness.inputs import iter_lines, parse_json_text
@@ -63,7 +63,7 @@ class BatchLine:
         if self.status == "valid":
             return None
         prefix = f"line {self.line}: " if self.status == "invalid" else ""
-        return f"{prefix}{self.field}: {self.message}"
+        return one_line(f"{prefix}{self.field}: {self.message}")
 
 
 def _invalid(line: int, record_id: str | None, field: str, message: str) -> BatchLine:
@@ -144,6 +144,8 @@ def require_valid(path: Path | str) -> list[tuple[str, EstimateInput]]:
         if entry.status != "valid":
             raise InputError(str(path), f"line {entry.line}: {entry.field}", f"{entry.message} ({entry.status})")
         out.append((entry.id, entry.input))
+    if not out:
+        raise InputError(str(path), "<file>", "no batch lines (the file is empty or blank)")
     return out
 
 

@@ -70,7 +70,7 @@ class NetworkTiers(StrictInput):
 
 
 class Offload(StrictInput):
-    """Offload switches; any true value is rejected by the portable plan."""
+    """Offload switches: what lives in memory tier 2 (estimated through the ConcretePlanIR)."""
 
     weights: bool = Field(False, description="Offload weights to memory tier 2.")
     activations: bool = Field(False, description="Offload activations to memory tier 2.")
@@ -100,9 +100,11 @@ class ExecutionLayout(StrictInput):
     attention: AttentionKind = Field("multihead", description="multihead or multiquery attention.")
     network_tiers: NetworkTiers = Field(description="Network tier per parallel dimension.")
     training: bool = Field(True, description="Training (forward, backward, optimizer) or inference (forward only).")
-    tp_overlap: Literal["none", "ring", "pipe"] = Field("none", description="TP compute/communication overlap; only none is supported.")
-    dp_overlap: bool = Field(False, description="DP communication overlap; only false is supported.")
-    offload: Offload = Field(default_factory=Offload, description="Offload switches; only all-false is supported.")
+    tp_overlap: Literal["none", "ring", "pipe"] = Field(
+        "none", description="TP GEMM/collective overlap: none, ring (TP-1 network tiles) or pipe (TP tiles); needs TP > 1.")
+    dp_overlap: bool = Field(False, description="DP gradient sync overlapped with the backward pass (training, DP > 1).")
+    offload: Offload = Field(default_factory=Offload, description="Offload switches (weights, activations, optimizer "
+                                                                  "state to memory tier 2).")
 
     @property
     def processors(self) -> int:

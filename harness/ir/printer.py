@@ -7,6 +7,7 @@ with the digest so a reader can match it to reports and checkpoints.
 from __future__ import annotations
 
 from harness.ir.base import Artifact
+from harness.ir.concrete import ConcretePlanIR
 from harness.ir.distributed import DistributedTaskIR
 from harness.ir.model import ModelIR
 from harness.ir.portable import PASSES, PortablePlanIR
@@ -59,6 +60,42 @@ def render_portable(ir: PortablePlanIR) -> list[str]:
     return lines
 
 
+def render_concrete(ir: ConcretePlanIR) -> list[str]:
+    """Options, queues, every program's commands (``%name = kind@queue[component] <- deps``, with the tile,
+    phase and bytes they carry), buffers by tier; the plan's tasks are those of the PortablePlanIR."""
+    o = ir.options
+    offload = ",".join(k for k in ("weights", "activations", "optimizer") if getattr(o.offload, k)) or "none"
+    lines = [f"concrete plan: {ir.datatype} ({ir.bytes_per_element} B/element), {len(ir.tasks)} plan tasks",
+             f"  options: tp_overlap={o.tp_overlap} dp_overlap={o.dp_overlap} offload={offload} tiles={ir.tp_tiles}",
+             f"  schedule: {_fields(ir.schedule)}",
+             "  queues: " + ", ".join(q.name + (f" ({'+'.join(q.dimensions)})" if q.dimensions else "")
+                                      for q in ir.queues),
+             "  queue_of: " + " ".join(f"{k}={v}" for k, v in sorted(ir.queue_of.items()))]
+    for program in ir.programs:
+        lines.append(f"  program {program.kind} [{program.block}]: {len(program.commands)} commands")
+        for c in program.commands:
+            what = []
+            if c.tiles > 1:
+                what.append(f"tile {c.tile}/{c.tiles}")
+            if c.phase != "whole":
+                what.append(c.phase)
+            if c.message is not None:
+                m = c.message
+                what.append(f"{m.collective} {_num(m.message_bytes)}B x{m.participants}")
+            if c.reduction_operations:
+                what.append(f"reduce {_num(c.reduction_operations)} ops")
+            if c.transfer_bytes:
+                what.append(f"{_num(c.transfer_bytes)}B")
+            deps = ", ".join(c.depends_on) or "-"
+            lines.append(f"    %{c.name} = {c.kind}@{c.queue}[{c.component}] <- {deps}"
+                         + (f" {{{'; '.join(what)}}}" if what else ""))
+    for b in ir.buffers:
+        lines.append(f"  buffer {b.name}: {_num(b.total_bytes)}B tier1={_num(b.tier1_bytes)}B "
+                     f"tier2={_num(b.tier2_bytes)}B" + (" offloaded" if b.offloaded else ""))
+    lines.append(f"  memory: tier1={_num(ir.tier1_total_bytes)}B tier2={_num(ir.tier2_total_bytes)}B")
+    return lines
+
+
 def render(ir: Artifact) -> str:
     if isinstance(ir, ModelIR):
         lines = render_model(ir)
@@ -66,6 +103,8 @@ def render(ir: Artifact) -> str:
         lines = render_distributed(ir)
     elif isinstance(ir, PortablePlanIR):
         lines = render_portable(ir)
+    elif isinstance(ir, ConcretePlanIR):
+        lines = render_concrete(ir)
     else:
         raise TypeError(type(ir).__name__)
     lines.append(f"// {ir.SCHEMA_NAME} v{ir.SCHEMA_VERSION} sha256:{ir.digest()}")

@@ -156,17 +156,41 @@ def explicit_recompute(stats: Mapping[str, Any], training: bool | None = None) -
     where Calculon flags a layer).
     """
     given = stats.get("explicit_recompute")
-    if given is not None:
-        return ExplicitRecompute(float(given["flops"]), float(given["bytes"]))
-    layers = stats.get("layers")
-    if layers is None or training is None:
-        raise OracleRecordError("Calculon stats carry neither explicit_recompute nor layers with a training flag; "
-                                "cannot derive the explicit recompute workload")
-    if not training:
-        return ExplicitRecompute(0.0, 0.0)
-    flagged = [layer for layer in layers if layer["flags"]["needs_recompute"]]
-    return ExplicitRecompute(float(sum(layer["fw_flops"] for layer in flagged)),
-                             float(sum(layer["fw_mem_accessed"] for layer in flagged)))
+    try:
+        if given is not None:
+            return ExplicitRecompute(figure(given["flops"], "explicit_recompute.flops"),
+                                     figure(given["bytes"], "explicit_recompute.bytes"))
+        layers = stats.get("layers")
+        if layers is None or training is None:
+            raise OracleRecordError("Calculon stats carry neither explicit_recompute nor layers with a training flag; "
+                                    "cannot derive the explicit recompute workload")
+        if not training:
+            return ExplicitRecompute(0.0, 0.0)
+        flagged = [layer for layer in layers if layer["flags"]["needs_recompute"]]
+        return ExplicitRecompute(float(sum(_raw(layer["fw_flops"], "layers.fw_flops") for layer in flagged)),
+                                 float(sum(_raw(layer["fw_mem_accessed"], "layers.fw_mem_accessed")
+                                           for layer in flagged)))
+    except (KeyError, TypeError, AttributeError) as error:
+        raise OracleRecordError(f"Calculon stats: malformed explicit recompute data ({type(error).__name__}: "
+                                f"{error})") from None
+
+
+def _raw(value: Any, field: str) -> int | float:
+    """``value`` unchanged if it is a finite JSON number (sums keep Calculon's integer arithmetic)."""
+    figure(value, field)
+    return value
+
+
+def figure(value: Any, field: str) -> float:
+    """A recorded Calculon figure as a float: a finite JSON number (not a boolean, a string or a list), else an
+    OracleRecordError naming the field (a record edited consistently with its manifest digest)."""
+    try:
+        number = float(value) if type(value) in (int, float) else math.nan
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number):
+        raise OracleRecordError(f"Calculon stats: {field}: {str(value)[:40]!r} is not a finite number")
+    return number
 
 
 def oracle_values(stats: Mapping[str, Any], training: bool | None = None,
@@ -184,7 +208,7 @@ def oracle_values(stats: Mapping[str, Any], training: bool | None = None,
         elif field not in stats:
             raise OracleRecordError(f"Calculon stats have no {field!r} (for {metric})")
         else:
-            values[metric] = float(stats[field])
+            values[metric] = figure(stats[field], field)
     return values
 
 

@@ -72,19 +72,21 @@ def record_inputs(runner: CalculonRunner, inputs: Iterable[tuple[str, EstimateIn
     return records, revisions
 
 
-def write_record_file(runner: CalculonRunner, relative: str, records: list[dict], revisions: dict[str, str],
+def runner_identity(runner: CalculonRunner) -> OracleIdentity:
+    """The identity of the records a Calculon checkout produces."""
+    return OracleIdentity(name="calculon", version=CALCULON_VERSION, commit=CALCULON_COMMIT,
+                          source_tree_sha256=runner.source_digest, digest_rule=DIGEST_RULE)
+
+
+def write_record_file(identity: OracleIdentity, relative: str, records: list[dict], revisions: dict[str, str],
                       vendor: Path) -> Path:
-    identity = oracle_identity(runner)
+    """Write one record file under ``vendor`` and its digest into the manifest (a manifest of another oracle
+    identity is replaced)."""
     path = vendor / relative
     write_json(path, {"schema": RECORDS_SCHEMA, "oracle": identity.model_dump(), "evidence_revisions": revisions,
                       "records": records})
     update_manifest(identity, relative, path, vendor)
     return path
-
-
-def oracle_identity(runner: CalculonRunner) -> OracleIdentity:
-    return OracleIdentity(name="calculon", version=CALCULON_VERSION, commit=CALCULON_COMMIT,
-                          source_tree_sha256=runner.source_digest, digest_rule=DIGEST_RULE)
 
 
 def update_manifest(identity: OracleIdentity, relative: str, path: Path, vendor: Path) -> None:

@@ -24,6 +24,26 @@ from harness.vocabulary import VIEWS
 
 
 
+def record_dicts(reference: "ReferenceFile", keep_layers: bool = True) -> list[dict]:
+    """The records of a reference file in the vendored record format (``harness oracle import-reference``).
+
+    Numbers are carried over unchanged; a view is ``{"stats"}`` or ``{"error"}``;
+    without ``keep_layers`` the per-layer figures are dropped (the explicit
+    recompute sums, where the reference has them, are kept).
+    """
+    out = []
+    for record in reference.records:
+        views = {}
+        for name, view in record.views.items():
+            if view.stats is None:
+                views[name] = {"error": view.error}
+            else:
+                views[name] = {"stats": {k: v for k, v in view.stats.items() if keep_layers or k != "layers"}}
+        out.append({"id": record.id, "system": record.system, "calculon_model": record.calculon_model,
+                    "calculon_execution": record.calculon_execution, "views": views})
+    return out
+
+
 @dataclasses.dataclass(frozen=True)
 class ReferenceFile:
     """A reference record file: its oracle source digest and records."""

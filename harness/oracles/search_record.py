@@ -23,7 +23,7 @@ from pydantic import Field
 from harness.evidence.calculon_export import calculon_system
 from harness.interop.calculon_format import MODEL_FIELDS
 from harness.ir.base import Frozen
-from harness.oracles.record import oracle_identity, update_manifest
+from harness.oracles.record import runner_identity, update_manifest
 from harness.oracles.records import OracleIdentity, load_checked, write_json
 from harness.oracles.runner import CalculonRunner
 from harness.search.evaluate import SearchProblem
@@ -83,7 +83,7 @@ def record_search(runner: CalculonRunner, problem: SearchProblem, relative: str,
         max_batch=request.max_batch_size, datatype=request.datatype, top=request.top_n, mbs_break=request.mbs_break,
         fused_activation=list(request.fused_activation), tp_overlap=request.tp_overlap,
         dp_overlap=request.dp_overlap, cpus=cpus)
-    identity = oracle_identity(runner)
+    identity = runner_identity(runner)
     data = {"schema": SEARCH_RECORD_SCHEMA, "oracle": identity.model_dump(),
             "evidence_revisions": {problem.profile.name: problem.profile.revision()},
             "request": request.model_dump(mode="json"), "counts": result["counts"],

@@ -35,10 +35,11 @@ from harness.ir.portable import (
     TaskMessages,
 )
 from harness.passes.base import ModulePass
-from harness.passes.rules import FACTS_LIMIT, clear_memo, derive
+from harness.passes.rules import clear_memo, derive
 
 
 _MESSAGES: dict[tuple, TaskMessages] = {}
+MESSAGES_LIMIT = 8192  # bound of _MESSAGES: cleared when full
 
 
 def _task_messages(s: CollectiveShape | OverlappedLinearShape, b: int, tier: int, backward: bool) -> TaskMessages:
@@ -57,7 +58,7 @@ def _task_messages(s: CollectiveShape | OverlappedLinearShape, b: int, tier: int
         return None if op is None else Message.trusted(
             collective=op, message_bytes=s.elements * b, participants=s.participants, network_tier=tier)
 
-    if len(_MESSAGES) >= FACTS_LIMIT:
+    if len(_MESSAGES) >= MESSAGES_LIMIT:
         _MESSAGES.clear()
     messages = _MESSAGES[key] = TaskMessages.trusted(
         forward_base=message(s.base_forward), forward_edge=message(s.edge_forward),

@@ -84,6 +84,7 @@ class _Block:
     fw_exp_edge: float = 0.0
     re_flops_s: float = 0.0
     re_mem_s: float = 0.0
+    re_mem_own_s: float = 0.0  # the recomputed layers' own memory time (no prefix counter)
     re_s: float = 0.0
     recomm_base: float = 0.0
     recomm_edge: float = 0.0
@@ -99,6 +100,11 @@ class _Block:
     wg_flops_s: float = 0.0
     wg_mem_s: float = 0.0
     wg_s: float = 0.0
+    # the edge block's processing times (equal to the base block's under edge-block-equals-base-block)
+    fw_s_edge: float = 0.0
+    re_s_edge: float = 0.0
+    ag_s_edge: float = 0.0
+    wg_s_edge: float = 0.0
     opt_flops_s: float = 0.0
     opt_mem_s: float = 0.0
     opt_s: float = 0.0
@@ -186,21 +192,22 @@ def block_sums(tasks: tuple, training: bool, b: int, tp_tier: int, tp_tiles: int
             fw_s, fw_exp = tiles.time(fw, tiles.net(msgs.forward_base, b, True))
             fw_base, fw_edge = tiles.net(msgs.forward_base, b, True), tiles.net(msgs.forward_edge, b, True)
             fw_exp_base = fw_exp
-            fw_exp_edge = tiles.time(fw, tiles.net(compat.edge_tile_message(msgs.forward_base, msgs.forward_edge),
-                                                   b, True))[1]
+            fw_s_edge, fw_exp_edge = tiles.time(fw, tiles.net(compat.edge_tile_message(msgs.forward_base,
+                                                                                        msgs.forward_edge), b, True))
             k.tp_req = max(k.tp_req, tiles.required(msgs.forward_base, fw.compute_s))
             k.tp_req = max(k.tp_req, tiles.required(msgs.forward_edge, fw.compute_s))
         elif kind == "tp_collective":
-            fw_s = 0
+            fw_s = fw_s_edge = 0
             fw_base = fw.network_base_s + fw.processing_s
             fw_edge = fw.network_edge_s + fw.processing_s
             fw_exp_base, fw_exp_edge = fw_base, fw_edge
         else:
-            fw_s = fw.processing_s
+            fw_s = fw_s_edge = fw.processing_s
             fw_base = fw_edge = fw_exp_base = fw_exp_edge = 0
         k.fw_flops_s += fw.compute_s
         k.fw_mem_s += fw.memory_s
         k.fw_s += fw_s
+        k.fw_s_edge += fw_s_edge
         k.fw_tp_base += fw_base
         k.fw_tp_edge += fw_edge
         k.fw_exp_base += fw_exp_base
@@ -210,7 +217,9 @@ def block_sums(tasks: tuple, training: bool, b: int, tp_tier: int, tp_tiles: int
         if task.name in recomputed:  # the DP windows read the running forward totals (or the layers' own)
             k.re_flops_s += compat.recompute_window_s(k.fw_flops_s, fw.compute_s)
             k.re_mem_s += compat.recompute_window_s(k.fw_mem_s, fw.memory_s)
+            k.re_mem_own_s += fw.memory_s
             k.re_s += fw_s
+            k.re_s_edge += fw_s_edge
         reduces = compat.resent_reduces()
         if kind == "overlapped_linear" and again is not None:
             tiled = compat.weight_grad_tiled(task.name in recomputed)
@@ -240,23 +249,26 @@ def block_sums(tasks: tuple, training: bool, b: int, tp_tier: int, tp_tiles: int
             ag_s, ag_exp = tiles.time(ag, tiles.net(msgs.backward_base, b, True))
             ag_base, ag_edge = tiles.net(msgs.backward_base, b, True), tiles.net(msgs.backward_edge, b, True)
             ag_exp_base = ag_exp
-            ag_exp_edge = tiles.time(ag, tiles.net(compat.edge_tile_message(msgs.backward_base, msgs.backward_edge),
-                                                   b, True))[1]
+            ag_s_edge, ag_exp_edge = tiles.time(ag, tiles.net(compat.edge_tile_message(msgs.backward_base,
+                                                                                        msgs.backward_edge), b, True))
             k.tp_req = max(k.tp_req, tiles.required(msgs.backward_base, ag.compute_s))
             k.tp_req = max(k.tp_req, tiles.required(msgs.backward_edge, ag.compute_s))
             redo = redo_base if again is not None and tiled else 0
             wg_s, _ = tiles.time(wg, redo)
+            wg_s_edge = tiles.time(wg, redo_edge if again is not None and tiled else 0)[0]
         elif kind == "tp_collective":
-            ag_s = wg_s = 0
+            ag_s = wg_s = ag_s_edge = wg_s_edge = 0
             ag_base = ag.network_base_s + ag.processing_s
             ag_edge = ag.network_edge_s + ag.processing_s
             ag_exp_base, ag_exp_edge = ag_base, ag_edge
         else:
             ag_s, wg_s = ag.processing_s, wg.processing_s
+            ag_s_edge, wg_s_edge = ag_s, wg_s
             ag_base = ag_edge = ag_exp_base = ag_exp_edge = 0
         k.ag_flops_s += ag.compute_s
         k.ag_mem_s += ag.memory_s
         k.ag_s += ag_s
+        k.ag_s_edge += ag_s_edge
         k.ag_tp_base += ag_base
         k.ag_tp_edge += ag_edge
         k.ag_exp_base += ag_exp_base
@@ -264,6 +276,7 @@ def block_sums(tasks: tuple, training: bool, b: int, tp_tier: int, tp_tiles: int
         k.wg_flops_s += wg.compute_s
         k.wg_mem_s += wg.memory_s
         k.wg_s += wg_s
+        k.wg_s_edge += wg_s_edge
         k.opt_flops_s += opt.compute_s
         k.opt_mem_s += opt.memory_s
         k.opt_s += opt.processing_s
@@ -295,8 +308,9 @@ def calculon_projection(c: ConcretePlanIR, pricer: Pricer) -> Projection:
     pp_bytes = c.pipeline.forward.message_bytes if c.pipeline.forward is not None else 0
     pp_bw_bytes = c.pipeline.backward.message_bytes if c.pipeline.backward is not None and training else 0
     p2p = Message.trusted(collective="p2p", message_bytes=pp_bytes, participants=2, network_tier=pp_tier)
-    fw_pp = pricer.message_s(p2p)
-    bw_pp = pricer.message_s(p2p.trusted_replace(message_bytes=pp_bw_bytes))
+    fw_pp = compat.unsent_p2p_s(pricer.message_s(p2p), c.pipeline.forward is not None)
+    bw_pp = compat.unsent_p2p_s(pricer.message_s(p2p.trusted_replace(message_bytes=pp_bw_bytes)),
+                                c.pipeline.backward is not None and training)
     if pp > 1:
         pp_exposed = nmb * chunks * fw_pp + nmb * (chunks if training else 0) * bw_pp
     else:
@@ -310,15 +324,16 @@ def calculon_projection(c: ConcretePlanIR, pricer: Pricer) -> Projection:
     fw_off_s = pricer.tier2_s(fw_size)
     bw_off_s = pricer.tier2_s(bw_size) if training else 0
     base_fw_no = k.fw_s + k.fw_exp_base
-    edge_fw_no = k.fw_s + k.fw_exp_edge + fw_pp
+    edge_fw_no = k.fw_s_edge + k.fw_exp_edge + fw_pp
     base_fw_ovh = max(0, fw_off_s + k.fw_mem_s - base_fw_no)
     edge_fw_ovh = max(0, fw_off_s + k.fw_mem_s - edge_fw_no)
     base_fw = base_fw_no + base_fw_ovh
     edge_fw = edge_fw_no + edge_fw_ovh
     base_bw_no = k.re_s + k.recomm_exp_base + k.ag_s + k.wg_s + k.ag_exp_base
-    edge_bw_no = k.re_s + k.recomm_exp_edge + k.ag_s + k.wg_s + k.ag_exp_edge + bw_pp
-    base_bw_ovh = max(0, bw_off_s + k.ag_mem_s + k.wg_mem_s - base_bw_no)
-    edge_bw_ovh = max(0, bw_off_s + k.ag_mem_s + k.wg_mem_s - edge_bw_no)
+    edge_bw_no = k.re_s_edge + k.recomm_exp_edge + k.ag_s_edge + k.wg_s_edge + k.ag_exp_edge + bw_pp
+    re_mem = compat.offload_recompute_memory_s(k.re_mem_own_s)
+    base_bw_ovh = max(0, bw_off_s + k.ag_mem_s + k.wg_mem_s + re_mem - base_bw_no)
+    edge_bw_ovh = max(0, bw_off_s + k.ag_mem_s + k.wg_mem_s + re_mem - edge_bw_no)
     base_bw = base_bw_no + base_bw_ovh
     edge_bw = edge_bw_no + edge_bw_ovh
     chunk_fw = nbase * base_fw + nedge * edge_fw
@@ -347,11 +362,17 @@ def calculon_projection(c: ConcretePlanIR, pricer: Pricer) -> Projection:
     else:
         offload_req = _div(fw_size, fw_window)
 
+    if compat.applies(compat.edge_tile_message):  # the edge block runs the base block's tiles
+        forward, backward, recompute = mult * k.fw_s, mult * k.ag_s + mult * k.wg_s, mult * k.re_s
+    else:
+        forward = chunk_sum(k.fw_s, k.fw_s_edge)
+        backward = chunk_sum(k.ag_s + k.wg_s, k.ag_s_edge + k.wg_s_edge)
+        recompute = chunk_sum(k.re_s, k.re_s_edge)
     components = {
-        "forward": mult * k.fw_s,
-        "backward": mult * k.ag_s + mult * k.wg_s,
+        "forward": forward,
+        "backward": backward,
         "optimizer": bpp * k.opt_s,
-        "recompute": mult * k.re_s,
+        "recompute": recompute,
         "tensor_parallel": tp_exposed,
         "pipeline_parallel": pp_exposed,
         "data_parallel": dp_exposed,

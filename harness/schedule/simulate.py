@@ -168,7 +168,7 @@ def _durations(blocks: tuple[int, int], full: tuple[int, int], c: ChunkTimes) ->
     return base * c.base_forward_s + edge * c.edge_forward_s, base * c.base_backward_s + edge * c.edge_backward_s
 
 
-def _dependency(phase: Phase, stage: int, chunk: int, pp: int, chunks: int) -> tuple[Phase, int, int] | None:
+def dependency(phase: Phase, stage: int, chunk: int, pp: int, chunks: int) -> tuple[Phase, int, int] | None:
     """(phase, stage, chunk) of the operation (same microbatch) this one waits for; None if it waits for nothing."""
     if phase == "forward":
         if stage > 0:
@@ -191,7 +191,7 @@ def _run(s: Schedule, orders: list[list[tuple[Phase, int, int]]], fw: list[list[
         return (size if phase == "backward" else 0) + (stage * chunks + chunk) * mb
 
     # per stage and chunk: (own key, awaited key or -1, duration) for each phase
-    plan = {(ph, st, c): (key(ph, st, c), key(*dep) if (dep := _dependency(ph, st, c, pp, chunks)) else -1,
+    plan = {(ph, st, c): (key(ph, st, c), key(*dep) if (dep := dependency(ph, st, c, pp, chunks)) else -1,
                           (fw if ph == "forward" else bw)[st][c])
             for ph in ("forward", "backward") for st in range(pp) for c in range(chunks)}
     end = [-1.0] * (2 * size)

@@ -33,9 +33,10 @@ import dataclasses
 import numpy as np
 
 from harness import calculon_compat as compat
+from harness.cost.output_layer import output_layer_s
 from harness.cost.views import PassCost, Pricer, TaskCost
 from harness.ir.concrete import tier_total_bytes
-from harness.ir.model import Offload
+from harness.ir.model import ModelIR, Offload
 from harness.ir.portable import Message, PlanTask, PortablePlanIR
 from harness.passes.concretize import TransformerConcretize, offload_transfer_bytes
 from harness.schedule.memory import BlockMemory, StageMemory
@@ -111,8 +112,9 @@ def offload_memory(plan: PortablePlanIR, block: BlockMemory, stage: StageMemory,
 
 
 def project(plan: PortablePlanIR, block: BlockMemory, pricer: Pricer, sums: list, variants: Variants,
-            networks: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """(total_s, components_s) of every variant: the ``calculon-0.1.0`` projection (training), vectorized.
+            networks: int, model: ModelIR) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """(total_s, components_s) of every variant: the ``calculon-0.1.0`` projection (training), vectorized,
+    with the output layer added as the estimate adds it to a projection (family ``output_layer``).
 
     ``sums``: the plan's :func:`~harness.schedule.projection.block_sums` on each network tier (priced with a
     :class:`TierPricer` of that tier, with the plan's TP overlap tiles and mode).
@@ -144,8 +146,10 @@ def project(plan: PortablePlanIR, block: BlockMemory, pricer: Pricer, sums: list
     pp_bw_bytes = plan.pipeline.backward.message_bytes if plan.pipeline.backward is not None else 0
     p2p = Message.trusted(collective="p2p", message_bytes=pp_bytes, participants=2, network_tier=0)
     p2p_back = p2p.trusted_replace(message_bytes=pp_bw_bytes)
-    fw_pp = by_tier([pricer.message_on_tier_s(p2p, t) for t in range(networks)], pn)
-    bw_pp = by_tier([pricer.message_on_tier_s(p2p_back, t) for t in range(networks)], pn)
+    fw_pp = by_tier([compat.unsent_p2p_s(pricer.message_on_tier_s(p2p, t), plan.pipeline.forward is not None)
+                     for t in range(networks)], pn)
+    bw_pp = by_tier([compat.unsent_p2p_s(pricer.message_on_tier_s(p2p_back, t), plan.pipeline.backward is not None)
+                     for t in range(networks)], pn)
     pp_exposed = nmb * chunks * fw_pp + nmb * chunks * bw_pp if pp > 1 else 0
 
     sizes = {}
@@ -161,15 +165,16 @@ def project(plan: PortablePlanIR, block: BlockMemory, pricer: Pricer, sums: list
     fw_off_s, bw_off_s = table[code, 0], table[code, 1]
 
     base_fw_no = k.fw_s + k.fw_exp_base
-    edge_fw_no = k.fw_s + k.fw_exp_edge + fw_pp
+    edge_fw_no = k.fw_s_edge + k.fw_exp_edge + fw_pp
     base_fw_ovh = np.maximum(0, fw_off_s + k.fw_mem_s - base_fw_no)
     edge_fw_ovh = np.maximum(0, fw_off_s + k.fw_mem_s - edge_fw_no)
     base_fw = base_fw_no + base_fw_ovh
     edge_fw = edge_fw_no + edge_fw_ovh
     base_bw_no = k.re_s + k.recomm_exp_base + k.ag_s + k.wg_s + k.ag_exp_base
-    edge_bw_no = k.re_s + k.recomm_exp_edge + k.ag_s + k.wg_s + k.ag_exp_edge + bw_pp
-    base_bw_ovh = np.maximum(0, bw_off_s + k.ag_mem_s + k.wg_mem_s - base_bw_no)
-    edge_bw_ovh = np.maximum(0, bw_off_s + k.ag_mem_s + k.wg_mem_s - edge_bw_no)
+    edge_bw_no = k.re_s_edge + k.recomm_exp_edge + k.ag_s_edge + k.wg_s_edge + k.ag_exp_edge + bw_pp
+    re_mem = compat.offload_recompute_memory_s(k.re_mem_own_s)
+    base_bw_ovh = np.maximum(0, bw_off_s + k.ag_mem_s + k.wg_mem_s + re_mem - base_bw_no)
+    edge_bw_ovh = np.maximum(0, bw_off_s + k.ag_mem_s + k.wg_mem_s + re_mem - edge_bw_no)
     base_bw = base_bw_no + base_bw_ovh
     edge_bw = edge_bw_no + edge_bw_ovh
     chunk_fw = nbase * base_fw + nedge * edge_fw
@@ -186,11 +191,17 @@ def project(plan: PortablePlanIR, block: BlockMemory, pricer: Pricer, sums: list
     dp_exposed = _data_parallel(plan, pricer, k, variants, base_bw, edge_bw, chunk_bw, bw_pp, networks)
 
     n = len(tn)
+    if compat.applies(compat.edge_tile_message):  # the edge block runs the base block's tiles
+        forward, backward, recompute = mult * k.fw_s, mult * k.ag_s + mult * k.wg_s, mult * k.re_s
+    else:
+        forward = chunk_sum(k.fw_s, k.fw_s_edge)
+        backward = chunk_sum(k.ag_s + k.wg_s, k.ag_s_edge + k.wg_s_edge)
+        recompute = chunk_sum(k.re_s, k.re_s_edge)
     components = {
-        "forward": mult * k.fw_s,
-        "backward": mult * k.ag_s + mult * k.wg_s,
+        "forward": forward,
+        "backward": backward,
         "optimizer": bpp * k.opt_s,
-        "recompute": mult * k.re_s,
+        "recompute": recompute,
         "tensor_parallel": tp_exposed,
         "pipeline_parallel": pp_exposed,
         "data_parallel": dp_exposed,
@@ -200,7 +211,14 @@ def project(plan: PortablePlanIR, block: BlockMemory, pricer: Pricer, sums: list
         "backward_offload": chunk_sum(base_bw_ovh, edge_bw_ovh),
     }
     components = {name: np.broadcast_to(np.asarray(components[name], dtype=float), (n,)) for name in COMPONENTS}
-    return compat.iteration_total(components), components
+    total = compat.iteration_total(components)
+    if pricer.profile.output_layer is not None and "output_layer" in pricer.view.curves:
+        forward, backward = output_layer_s(pricer, model)  # once per microbatch, outside the projected blocks
+        mb = s.microbatches
+        components = {**components, "forward": components["forward"] + mb * forward,
+                      "backward": components["backward"] + mb * backward}
+        total = total + (mb * forward + mb * backward)
+    return total, components
 
 
 def _data_parallel(plan: PortablePlanIR, pricer: Pricer, k, variants: Variants, base_bw, edge_bw, chunk_bw, bw_pp,

@@ -132,6 +132,7 @@ class _Plan:
     context: "Context"
     invalid: str | None = None
     family: tuple | None = None
+    model: Any = None
     plan: Any = None
     block: BlockMemory | None = None
     stage: StageMemory | None = None
@@ -159,12 +160,13 @@ class _Plan:
         shared = context.lowerings.get(key.family)
         try:
             if shared is None:
-                distributed = lower_distributed(EstimateInput(model=problem.shape, execution=execution,
-                                                              system=problem.profile.name))
+                key.model, distributed = lower_distributed(EstimateInput(model=problem.shape, execution=execution,
+                                                                         system=problem.profile.name))
                 key.plan = plan_work(distributed)
-                context.lowerings[key.family] = (distributed, key.plan)
+                context.lowerings[key.family] = (distributed, key.plan, key.model)
             else:
                 key.plan = TransformerPlanWork.relayout(shared[1], shared[0].trusted_replace(execution=execution))
+                key.model = shared[2]  # the output layer reads the shape, microbatch, TP and datatype: shared
         except HarnessError as error:
             key.invalid = str(error)
             return key
@@ -211,7 +213,8 @@ class _Plan:
     def bound(self) -> float | None:
         """Lower bound of every variant's total (None: no exact bound for this plan)."""
         if self._bound is None and self.plan.schedule.bubble_reduction_blocks == 0:
-            _, comp = cost_view(self.plan, self.problem.profile, VIEW, ZeroNetworkPricer(self.pricer))
+            _, comp = cost_view(self.plan, self.problem.profile, VIEW, model=self.model,
+                                pricer=ZeroNetworkPricer(self.pricer))
             self._bound = comp.total_s * (1 - BOUND_MARGIN)
         return self._bound
 
@@ -224,14 +227,14 @@ class _Plan:
         n = len(placements)
         if self.tp_overlap == "none" and not any(option):
             pricer = PlacementPricer(self.pricer, self.plan, placements, self.problem.networks)
-            _, comp = cost_view(self.plan, self.problem.profile, VIEW, pricer)
+            _, comp = cost_view(self.plan, self.problem.profile, VIEW, model=self.model, pricer=pricer)
             hit = self._figures[option] = Figures(
                 np.broadcast_to(np.asarray(comp.total_s, dtype=float), (n,)),
                 {k: np.broadcast_to(np.asarray(v, dtype=float), (n,)) for k, v in comp.components_s.items()})
             return hit
         todo = [o for o in dict.fromkeys(options) if (self.tp_overlap != "none" or any(o)) and o not in self._figures]
         total, components = project(self.plan, self.block, self.pricer, self.block_sums(),
-                                    Variants.product(todo, placements), self.problem.networks)
+                                    Variants.product(todo, placements), self.problem.networks, self.model)
         for i, o in enumerate(todo):
             part = slice(i * n, (i + 1) * n)
             self._figures[o] = Figures(total[part], {name: v[part] for name, v in components.items()})

@@ -2,10 +2,11 @@
 
 A plan's messages carry the tier of the layout it was lowered with; network
 placement changes nothing else in the plan. :class:`PlacementPricer` has the
-interface :func:`harness.estimate.cost_view` needs (``task``, ``message_s``)
-and returns every network time as a numpy array over the placements (the
-message priced on the tier its dimension has in each placement); compute and
-memory times stay scalars. ``block_times`` and ``compose`` then run unchanged:
+interface :func:`harness.estimate.cost_view` needs (``task``, ``message_s``,
+``boundary_s``, ``work``) and returns every network time as a numpy array over
+the placements (the message priced on the tier its dimension has in each
+placement, through the pricer's own ``message_s`` and ``boundary_s``);
+compute and memory times stay scalars. ``block_times`` and ``compose`` then run unchanged:
 their arithmetic is elementwise (IEEE double, no fused operations), so element
 ``i`` of every result is bit-identical to the scalar estimate of placement
 ``i``.
@@ -30,6 +31,7 @@ class PlacementPricer:
 
     def __init__(self, pricer: Pricer, plan: PortablePlanIR, placements: np.ndarray, networks: int) -> None:
         self._pricer = pricer
+        self.profile, self.view, self.work = pricer.profile, pricer.view, pricer.work
         self._networks = networks
         self._tensor, self._pipeline, self._data = placements[:, 0], placements[:, 1], placements[:, 2]
         p = plan.pipeline
@@ -49,6 +51,23 @@ class PlacementPricer:
         if message is None:
             return 0.0
         return self._on_tiers(message, self._dimension[id(message)])
+
+    def boundary_s(self, message: Message | None, plan: PortablePlanIR) -> np.ndarray | float:
+        """A pipeline boundary transfer per placement: the pricer's, with the placement's PP tier on the
+        message and its TP tier on the plan's tensor group (family ``partitioned_p2p`` reads both)."""
+        if message is None:
+            return 0.0
+        prices: dict[tuple[int, int], float] = {}
+        out = np.empty(len(self._tensor))
+        for i, (tensor, pipeline) in enumerate(zip(self._tensor.tolist(), self._pipeline.tolist())):
+            price = prices.get((tensor, pipeline))
+            if price is None:
+                placed = plan.trusted_replace(network_use=tuple(
+                    u.trusted_replace(network_tier=tensor) if u.dimension == "tensor" else u for u in plan.network_use))
+                price = prices[(tensor, pipeline)] = self._pricer.boundary_s(
+                    message.trusted_replace(network_tier=pipeline), placed)
+            out[i] = price
+        return out
 
     def task(self, task: PlanTask) -> TaskCost:
         """The scalar task cost, with TP message times per placement."""
@@ -71,8 +90,12 @@ class ZeroNetworkPricer:
 
     def __init__(self, pricer: Pricer) -> None:
         self._pricer = pricer
+        self.profile, self.view, self.work = pricer.profile, pricer.view, pricer.work
 
     def message_s(self, message: Message | None) -> float:
+        return 0.0
+
+    def boundary_s(self, message: Message | None, plan: PortablePlanIR) -> float:
         return 0.0
 
     def task(self, task: PlanTask) -> TaskCost:
