@@ -213,8 +213,16 @@ def view_estimate(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView
         _, comp = cost_view(plan, profile, view, model=model)
         c, total = comp.components_s, comp.total_s
     else:
-        projection = projected(concrete, pricer_for(profile, view, plan.datatype))
+        pricer = pricer_for(profile, view, plan.datatype)
+        projection = projected(concrete, pricer)
         c, total = projection.components_s, projection.total_s
+        if profile.output_layer is not None and "output_layer" in view.curves and plan.schedule.training \
+                and model is not None:
+            # family output_layer: once per microbatch, outside the projected blocks (as in cost_view)
+            forward, backward = output_layer_s(pricer, model)
+            mb = plan.schedule.microbatches
+            c = {**c, "forward": c["forward"] + mb * forward, "backward": c["backward"] + mb * backward}
+            total += mb * forward + mb * backward
         requirements = Requirements(**dataclasses.asdict(projection.requirements))
         memory.update(tier1_total=concrete.tier1_total_bytes, tier2_total=concrete.tier2_total_bytes)
     s = plan.schedule

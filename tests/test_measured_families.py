@@ -188,3 +188,19 @@ def test_explain_splits_a_measured_profile_over_every_family_it_defines():
     assert math.isclose(sum(a.by_component["forward"].values()), a.by_component["forward"]["matrix"]
                         + a.by_component["forward"]["memory"] + a.by_component["forward"]["launch"]
                         + a.by_component["forward"]["output_layer"], rel_tol=1e-9, abs_tol=1e-12)
+
+
+def test_the_output_layer_joins_an_overlapped_configuration_too():
+    measured = load_profile("a100_measured")
+    data = load_case(CASES_DIR / "megatron-22B_full.yaml").estimate_input()
+    data = data.model_copy(update={"system": "a100_measured", "execution": data.execution.model_copy(
+        update={"tp_overlap": "ring"})})
+    lowering = lower(data)
+    assert lowering.concurrent
+    without = measured.model_copy(update={"output_layer": None})
+    pricer = Pricer(measured, SYSTEM, "float16")
+    work = output_layer_work(measured.output_layer, lowering.model)
+    forward = sum(pricer.work(w).processing_s for w in work.forward)
+    with_layer = estimate_lowering(lowering, measured).views["system_evidence"].components_s.forward
+    plain = estimate_lowering(lowering, without).views["system_evidence"].components_s.forward
+    assert with_layer == pytest.approx(plain + lowering.plan.schedule.microbatches * forward, rel=1e-12)

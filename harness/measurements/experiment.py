@@ -131,9 +131,9 @@ def hybrid(base: EvidenceProfile, fitted: EvidenceProfile, moved: frozenset[str]
         update["processing_mode"] = fitted.processing_mode
     for family, attribute in (("matrix", "matrix"), ("vector", "vector")):
         if family in moved:
-            engines = dict(base.__dict__[attribute])
+            engines = dict(getattr(base, attribute))
             engines[datatype] = engines[datatype].model_copy(update={
-                "operation_size_efficiency": fitted.__dict__[attribute][datatype].operation_size_efficiency})
+                "operation_size_efficiency": getattr(fitted, attribute)[datatype].operation_size_efficiency})
             update[attribute] = engines
     if "memory" in moved:
         update["memory_tier1"] = base.memory_tier1.model_copy(
@@ -148,7 +148,7 @@ def hybrid(base: EvidenceProfile, fitted: EvidenceProfile, moved: frozenset[str]
     for family, attribute in (("launch", "launch"), ("output_layer", "output_layer"),
                               ("hierarchical", "hierarchical_collectives"), ("partitioned_p2p", "partitioned_p2p")):
         if family in moved:
-            update[attribute] = fitted.__dict__[attribute]
+            update[attribute] = getattr(fitted, attribute)
     return base.model_copy(update=update)
 
 
