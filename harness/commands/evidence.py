@@ -22,7 +22,7 @@ is one line naming its file, line and field.
 from __future__ import annotations
 
 import json
-import re
+import math
 import sys
 from pathlib import Path
 
@@ -84,17 +84,26 @@ def register(sub) -> None:
 
 
 def _name(value: str, option: str) -> str:
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", value):
+    from harness.evidence.profile import PROFILE_NAME
+
+    if not PROFILE_NAME.fullmatch(value):
         raise InputError(option, option, f"{value!r} is not a name (letters, digits, '_', '.', '-')")
     return value
+
+
+def _profile_input(name: str, option: str) -> Path:
+    """The file of the profile ``name`` (an input: no output may replace it); ``name`` is a name, never a path."""
+    from harness.evidence.profile import check_profile_name, profile_path
+
+    return profile_path(check_profile_name(name, option, option))
 
 
 def run_import_vtrain(args) -> int:
     from harness.measurements.corpus import write_corpus
     from harness.measurements.vtrain import header, import_vtrain
-    from harness.outputs import check_output
+    from harness.outputs import check_output, data_files
 
-    check_output(args.output, inputs=args.files)
+    check_output(args.output, inputs=[*args.files, *data_files()])
     records = import_vtrain(args.files)
     write_corpus(args.output, header(), records)
     print(f"{len(records)} iteration records -> {args.output}")
@@ -104,9 +113,9 @@ def run_import_vtrain(args) -> int:
 def run_import_korthikanti(args) -> int:
     from harness.measurements.corpus import write_corpus
     from harness.measurements.korthikanti import header, import_table4, import_table5
-    from harness.outputs import check_output
+    from harness.outputs import check_output, data_files
 
-    check_output(args.output, inputs=[args.table4])
+    check_output(args.output, inputs=[args.table4, *data_files()])
     records = import_table4(args.table4) + (import_table5(args.cases) if args.cases else [])
     write_corpus(args.output, header(), records)
     print(f"{len(records)} records -> {args.output}")
@@ -117,15 +126,22 @@ def run_import_nccl(args) -> int:
     from harness.evidence.profile import dump_profile, load_profile
     from harness.measurements.corpus import CorpusHeader, Environment, Source, write_corpus
     from harness.measurements.nccl_tests import parse_nccl_tests, sweep_curve, with_sweeps
-    from harness.outputs import check_output, write_text
+    from harness.ir.model import MAX_TIER
+    from harness.outputs import check_output, data_files, write_text
 
-    if args.tier < 0:
-        raise InputError("--tier", "--tier", f"must be >= 0, got {args.tier}")
+    if not 0 <= args.tier <= MAX_TIER:
+        raise InputError("--tier", "--tier", f"must be a network tier index in [0, {MAX_TIER}], got {args.tier}")
+    if args.participants is not None and not 2 <= args.participants <= 2**30:
+        raise InputError("--participants", "--participants", f"must be in [2, 2^30], got {args.participants}")
     if (args.apply is None) != (args.profile_output is None):
         raise HarnessError("--apply BASE and --profile-output PATH go together")
-    check_output(args.output, inputs=args.files, others=[args.profile_output] if args.profile_output else [])
+    protected = [*args.files, *data_files(evidence=False)]
+    if args.apply:
+        protected.append(_profile_input(args.apply, "--apply"))
+    check_output(args.output, inputs=[*protected, *data_files()],
+                 others=[args.profile_output] if args.profile_output else [])
     if args.profile_output:
-        check_output(args.profile_output, option="--profile-output", inputs=args.files, others=[args.output])
+        check_output(args.profile_output, option="--profile-output", inputs=protected, others=[args.output])
     sweeps = [parse_nccl_tests(path, args.collective, args.tier, args.participants) for path in args.files]
     header = CorpusHeader(kind="corpus", schema_name="blueprinting.measurement-corpus", schema_version=0,
                           name=_name(args.name, "--name"), description="nccl-tests collective sweeps",
@@ -167,14 +183,16 @@ def run_fit(args) -> int:
     from harness.evidence.profile import dump_profile, load_profile
     from harness.measurements.experiment import fit_revision, load_inputs
     from harness.measurements.fit import MAX_EVALUATIONS
-    from harness.outputs import check_output, write_text
+    from harness.outputs import check_output, data_files, write_text
 
     name = _name(args.name or args.output.stem, "--name")
     if args.output.stem != name:
         raise InputError("--output", "--output", f"a profile file is named after its profile: {name}.yaml")
-    if not (args.layer_weight >= 0 and args.benchmark_weight >= 0):
-        raise InputError("--layer-weight", "--layer-weight", "weights must be >= 0")
-    check_output(args.output, inputs=args.measurements)
+    for option, weight in (("--layer-weight", args.layer_weight), ("--benchmark-weight", args.benchmark_weight)):
+        if not (0 <= weight < math.inf):
+            raise InputError(option, option, f"weights must be finite and >= 0, got {weight}")
+    check_output(args.output, inputs=[*args.measurements, _profile_input(args.base, "--base"),
+                                      *data_files(evidence=False)])
     base = load_profile(args.base)
     inputs = load_inputs(args.measurements)
     progress, update = _progress(MAX_EVALUATIONS, "fitting (model evaluations)")
@@ -195,9 +213,11 @@ def run_report(args) -> int:
     from harness.evidence.profile import load_profile
     from harness.measurements.experiment import load_inputs, run_report as build
     from harness.measurements.tables import print_measured_report
-    from harness.outputs import check_output, check_output_dir, write_text
+    from harness.outputs import check_output, check_output_dir, data_files, write_text
 
-    check_output(args.output, inputs=args.measurements + args.check)
+    _profile_input(args.base, "--base")
+    _profile_input(args.profile, "--profile")
+    check_output(args.output, inputs=[*args.measurements, *args.check, *data_files()])
     if args.plots:
         check_output_dir(args.plots, option="--plots", inputs=args.measurements + args.check)
     base = load_profile(args.base)
@@ -205,7 +225,7 @@ def run_report(args) -> int:
     inputs = load_inputs(args.measurements)
     checks = load_inputs(args.check, fitting=False) if args.check else None
     report = build(inputs, base, shipped, shipped.name, checks=checks, progress=lambda m: print(m, file=sys.stderr))
-    write_text(args.output, json.dumps(report, indent=1) + "\n")
+    write_text(args.output, json.dumps(report, indent=1, allow_nan=False) + "\n")
     print_measured_report(report)
     print(f"report: {args.output}")
     if args.plots:
