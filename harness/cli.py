@@ -27,7 +27,8 @@ import sys
 from harness import locations
 from harness.errors import HarnessError, one_line
 
-COMMANDS = ("lower", "estimate", "oracle", "trace", "explain", "calibrate", "contract", "import_calculon")
+COMMANDS = ("lower", "estimate", "oracle", "trace", "explain", "calibrate", "contract", "import_calculon", "evidence",
+            "search")
 
 
 PROJECT_HELP = (f"project directory with evidence/, cases/, vendor/, goldens/ (default: ${locations.ENV_PROJECT}, else "

@@ -22,16 +22,18 @@ from typing import Any
 from pydantic import Field, create_model
 
 from harness.cases import EstimateInput
-from harness.cost.views import COST_VIEWS, CostView, clear_pricers, pricer_for
-from harness.errors import InputError
+from harness.cost.output_layer import output_layer_s
+from harness.cost.views import COST_VIEWS, CostView, Pricer, clear_pricers, pricer_for
+from harness.errors import EvidenceError, InputError
 from harness.evidence.profile import EvidenceProfile, load_profile
 from harness.ir.base import Frozen
 from harness.ir.concrete import ConcretePlanIR
+from harness.ir.model import ModelIR
 from harness.ir.portable import PortablePlanIR
 from harness.pipeline import Lowering, lower
 from harness.pipeline import clear_caches as clear_lowering_caches
 from harness.schedule.block import BlockTimes, block_times
-from harness.schedule.compose import Composition, compose
+from harness.schedule.compose import Composition, compose, with_output_layer
 from harness.schedule.memory import (
     BlockMemory,
     StageMemory,
@@ -162,13 +164,29 @@ def check_tiers(data: EstimateInput, profile: EvidenceProfile, source: str) -> N
                              f"evidence profile {profile.name} has no {data.execution.datatype} {family} engine")
 
 
-def cost_view(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView) -> tuple[BlockTimes, Composition]:
-    """Block critical paths and the composed iteration under one view."""
-    pricer = pricer_for(profile, view, plan.datatype)
+def cost_view(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView, *,
+              model: ModelIR | None = None, pricer: Pricer | None = None) -> tuple[BlockTimes, Composition]:
+    """Block critical paths and the composed iteration under one view.
+
+    ``model`` (the plan's ModelIR) is needed only by a profile that defines the
+    ``output_layer`` family (:mod:`harness.cost.output_layer`): its work is
+    added to the forward and backward components, once per microbatch.
+    ``pricer`` replaces the view's shared pricer: anything with ``task``,
+    ``message_s`` and ``work`` (the search passes one that prices every tier
+    placement at once, as arrays; the arithmetic here is elementwise, so each
+    element is bit-identical to the scalar estimate of that placement).
+    """
+    pricer = pricer_for(profile, view, plan.datatype) if pricer is None else pricer
     costs = tuple(map(pricer.task, plan.tasks))
     block = block_times(plan, costs, pricer)
     p = plan.pipeline
-    return block, compose(plan.schedule, block, p.forward_transfers_per_microbatch, p.backward_transfers_per_microbatch)
+    comp = compose(plan.schedule, block, p.forward_transfers_per_microbatch, p.backward_transfers_per_microbatch)
+    if profile.output_layer is not None and "output_layer" in view.curves and plan.schedule.training:
+        if model is None:
+            raise EvidenceError(f"evidence profile {profile.name}", "output_layer",
+                                "the family needs the model shape (cost_view(..., model=lowering.model))")
+        comp = with_output_layer(comp, plan.schedule.microbatches, *output_layer_s(pricer, model))
+    return block, comp
 
 
 _PROJECTIONS: dict[tuple[int, int], tuple[ConcretePlanIR, object, object]] = {}
@@ -189,16 +207,32 @@ def projected(concrete: ConcretePlanIR, pricer):
     return result
 
 
+def concrete_iteration(concrete: ConcretePlanIR, pricer, model: ModelIR | None = None):
+    """The estimate's iteration of a ConcretePlanIR under ``pricer``'s view: its ``calculon-0.1.0`` projection
+    (memoized, :func:`projected`) with the ``output_layer`` family's work added where the profile defines it and
+    the view applies it (once per microbatch, outside the projected blocks, as in :func:`cost_view`)."""
+    projection = projected(concrete, pricer)
+    profile, view, s = pricer.profile, pricer.view, concrete.schedule
+    if profile.output_layer is None or "output_layer" not in view.curves or not s.training or model is None:
+        return projection
+    forward, backward = output_layer_s(pricer, model)
+    mb = s.microbatches
+    c = projection.components_s
+    c = {**c, "forward": c["forward"] + mb * forward, "backward": c["backward"] + mb * backward}
+    return dataclasses.replace(projection, components_s=c, total_s=projection.total_s + (mb * forward + mb * backward))
+
+
 def view_estimate(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView, workload: WorkloadMetrics,
-                  stage: StageMemory, concrete: ConcretePlanIR | None = None) -> ViewEstimate:
+                  stage: StageMemory, concrete: ConcretePlanIR | None = None,
+                  model: ModelIR | None = None) -> ViewEstimate:
     """One view; a ConcretePlanIR (TP/DP overlap, offload) is projected with the ``calculon-0.1.0`` projection."""
     requirements = None
     memory = {name: getattr(stage, name) for name in MEMORY_FIGURES}
     if concrete is None:
-        _, comp = cost_view(plan, profile, view)
+        _, comp = cost_view(plan, profile, view, model=model)
         c, total = comp.components_s, comp.total_s
     else:
-        projection = projected(concrete, pricer_for(profile, view, plan.datatype))
+        projection = concrete_iteration(concrete, pricer_for(profile, view, plan.datatype), model)
         c, total = projection.components_s, projection.total_s
         requirements = Requirements(**dataclasses.asdict(projection.requirements))
         memory.update(tier1_total=concrete.tier1_total_bytes, tier2_total=concrete.tier2_total_bytes)
@@ -235,7 +269,7 @@ def estimate_lowering(lowering: Lowering, profile: EvidenceProfile,
     return require_physical(Estimate(
         status="infeasible" if reason else "ok", reason=reason, system=profile.name,
         evidence_revision=profile.revision(), digests=lowering.digests(),
-        views={v.name: view_estimate(plan, profile, v, workload, stage, concrete) for v in views},
+        views={v.name: view_estimate(plan, profile, v, workload, stage, concrete, lowering.model) for v in views},
     ), profile, source)
 
 

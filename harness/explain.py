@@ -5,16 +5,21 @@ in the block critical paths, and the block critical paths
 (:func:`~harness.schedule.block.block_times`) are sums over tasks. So one
 task's contribution to every component is the closed form applied to that
 task's own block times; the pipeline boundary messages and the data-parallel
-messages are contributors of their own. Rule: the contributions to a
-component add up to the component (up to rounding); nothing is re-derived.
+messages are contributors of their own, and so is the output layer's work
+where the profile's ``output_layer`` family applies. Rule: the contributions
+to a component add up to the component (up to rounding); nothing is
+re-derived.
 
-Gap. ``attribute`` prices the same PortablePlanIR under all 16 subsets of the
-curve families (``CostView.with_curves``) and splits ``system_evidence -
-peak_only`` over ``matrix``, ``vector``, ``memory`` and ``network`` with exact
-Shapley values, for the total and for every component. Rule (efficiency):
-the four parts add up to the gap. A layout with TP/DP overlap or offload is
-priced as its estimate is: the ``calculon-0.1.0`` projection of its
-ConcretePlanIR under each subset (:func:`iteration`).
+Gap. ``attribute`` prices the same PortablePlanIR under every subset of the
+curve families the profile defines (``CostView.with_curves``): the four
+Calculon families ``matrix``, ``vector``, ``memory`` and ``network`` (16
+subsets), plus each measured family the profile has (``launch``,
+``output_layer``, ``collective_curves``, ``hierarchical``), and splits
+``system_evidence - peak_only`` over them with exact Shapley values, for the
+total and for every component. Rule (efficiency): the parts add up to the gap.
+A layout with TP/DP overlap or offload is priced as its estimate is: the
+``calculon-0.1.0`` projection of its ConcretePlanIR under each subset
+(:func:`iteration`).
 
 TP/DP overlap and offload. The by-task breakdown needs block times that are
 sums over tasks, which overlap breaks: it is refused for those layouts, whose
@@ -32,16 +37,18 @@ from pathlib import Path
 from pydantic import Field
 
 from harness.cases import EstimateInput
-from harness.cost.views import CostView, Pricer, pricer_for
+from harness.cost.output_layer import output_layer_work
+from harness.cost.views import CostView, Pricer, pricer_for, profile_families
 from harness.errors import InputError
-from harness.estimate import check_tiers, cost_view, projected
+from harness.estimate import check_tiers, concrete_iteration, cost_view
 from harness.evidence.profile import EvidenceProfile, load_profile
 from harness.ir.base import Frozen
+from harness.ir.model import ModelIR
 from harness.ir.portable import Message, PlanTask, PortablePlanIR
 from harness.pipeline import Lowering, lower
 from harness.schedule.block import BlockTimes, block_times
 from harness.schedule.compose import compose
-from harness.vocabulary import COMPONENTS, CURVE_FAMILIES
+from harness.vocabulary import COMPONENTS
 
 ZERO_BLOCK = BlockTimes(*(0.0 for _ in dataclasses.fields(BlockTimes)))
 
@@ -80,7 +87,8 @@ def contributors(plan: PortablePlanIR, pricer: Pricer) -> tuple[Contributor, ...
     for label, msg, field in (("forward", p.forward, "pp_forward_s"), ("backward", p.backward, "pp_backward_s")):
         if msg is not None:
             out.append(Contributor(f"pipeline.{label}", msg.collective, "pipeline",
-                                   dataclasses.replace(ZERO_BLOCK, **{field: pricer.message_s(msg)}), None, (msg,)))
+                                   dataclasses.replace(ZERO_BLOCK, **{field: pricer.boundary_s(msg, plan)}), None,
+                                   (msg,)))
     for msg in plan.data_parallel.messages if plan.data_parallel else ():
         out.append(Contributor(f"data_parallel.{msg.collective}", msg.collective, "data_parallel",
                                dataclasses.replace(ZERO_BLOCK, dp_s=pricer.message_s(msg)), None, (msg,)))
@@ -123,26 +131,47 @@ def _share(c: Contributor, component: str, time_s: float) -> TaskShare:
                      message_bytes=sum(m.message_bytes for m in c.messages), time_s=time_s)
 
 
-def by_task(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView) -> ViewTasks:
-    """Every component of ``view`` split over the plan's contributors."""
+def _output_layer_shares(plan: PortablePlanIR, pricer: Pricer, model: ModelIR | None) -> dict[str, list[TaskShare]]:
+    """The output layer's contributions (family ``output_layer``) to forward and backward, by pass."""
+    layer = pricer.profile.output_layer
+    if layer is None or "output_layer" not in pricer.view.curves or not plan.schedule.training or model is None:
+        return {}
+    work = output_layer_work(layer, model)
+    mb = plan.schedule.microbatches
+    out = {}
+    for component, works in (("forward", work.forward), ("backward", work.backward)):
+        time_s = sum(pricer.work(w).processing_s for w in works)
+        out[component] = [TaskShare(task=f"output_layer.{component}", primitive="output_layer", phase="output_layer",
+                                    operations=sum(w.operations for w in works),
+                                    memory_bytes=sum(w.bytes_accessed for w in works), message_bytes=0.0,
+                                    time_s=mb * time_s)]
+    return out
+
+
+def by_task(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView, *,
+            model: ModelIR | None = None) -> ViewTasks:
+    """Every component of ``view`` split over the plan's contributors (and the
+    output layer's work, where the profile's ``output_layer`` family applies)."""
     pricer = Pricer(profile, view, plan.datatype)
     p = plan.pipeline
-    _, whole = cost_view(plan, profile, view)
+    _, whole = cost_view(plan, profile, view, model=model)
     parts = [(c, compose(plan.schedule, c.block, p.forward_transfers_per_microbatch,
                          p.backward_transfers_per_microbatch).components_s) for c in contributors(plan, pricer)]
+    edges = _output_layer_shares(plan, pricer, model)
     components = []
     for name in COMPONENTS:
-        shares = [_share(c, name, comps[name]) for c, comps in parts if comps[name] != 0.0]
+        shares = [_share(c, name, comps[name]) for c, comps in parts if comps[name] != 0.0] + edges.get(name, [])
         components.append(ComponentTasks(component=name, time_s=whole.components_s[name],
                                          tasks=tuple(sorted(shares, key=lambda s: -abs(s.time_s)))))
     return ViewTasks(view=view.name, total_s=whole.total_s, components=tuple(components))
 
 
 class Attribution(Frozen):
-    """The evidence gap of one input split over the four curve families (exact Shapley values)."""
+    """The evidence gap of one input split over the profile's curve families (exact Shapley values)."""
 
     peak_only_total_s: float = Field(description="Iteration time with no curve applied, seconds.")
-    system_evidence_total_s: float = Field(description="Iteration time with all four curves applied, seconds.")
+    system_evidence_total_s: float = Field(description="Iteration time with every family of the profile applied, "
+                                                       "seconds.")
     attribution_s: dict[str, float] = Field(description="Shapley share of the total gap per family, seconds; "
                                                         "they add up to system_evidence - peak_only.")
     by_component: dict[str, dict[str, float]] = Field(description="Shapley shares per timing component and family, "
@@ -171,23 +200,28 @@ def shapley(values: dict[frozenset[str], float], players: tuple[str, ...]) -> di
 
 def iteration(lowering: Lowering, profile: EvidenceProfile, view: CostView):
     """The estimate's iteration of ``lowering`` under ``view`` (``components_s``, ``total_s``): the composition of
-    its plan, or, with TP/DP overlap or offload, the ``calculon-0.1.0`` projection of its ConcretePlanIR."""
+    its plan, or, with TP/DP overlap or offload, the projection of its ConcretePlanIR
+    (:func:`harness.estimate.concrete_iteration`)."""
     if lowering.concurrent:
-        return projected(lowering.concrete(), pricer_for(profile, view, lowering.plan.datatype))
-    return cost_view(lowering.plan, profile, view)[1]
+        pricer = pricer_for(profile, view, lowering.plan.datatype)
+        return concrete_iteration(lowering.concrete(), pricer, lowering.model)
+    return cost_view(lowering.plan, profile, view, model=lowering.model)[1]
 
 
 def attribute(lowering: Lowering, profile: EvidenceProfile) -> Attribution:
-    """Split the gap of one lowering over the curve families, per total and per component."""
+    """Split the gap of one lowering over the curve families the profile
+    defines (:func:`~harness.cost.views.profile_families`: the four Calculon
+    families, plus each measured family it has), per total and per component."""
+    players = profile_families(profile)
     comps = {}
-    for size in range(len(CURVE_FAMILIES) + 1):
-        for subset in itertools.combinations(CURVE_FAMILIES, size):
+    for size in range(len(players) + 1):
+        for subset in itertools.combinations(players, size):
             comps[frozenset(subset)] = iteration(lowering, profile, CostView.with_curves(subset))
-    total = shapley({s: c.total_s for s, c in comps.items()}, CURVE_FAMILIES)
-    by_component = {name: shapley({s: c.components_s[name] for s, c in comps.items()}, CURVE_FAMILIES)
+    total = shapley({s: c.total_s for s, c in comps.items()}, players)
+    by_component = {name: shapley({s: c.components_s[name] for s, c in comps.items()}, players)
                     for name in COMPONENTS}
     return Attribution(peak_only_total_s=comps[frozenset()].total_s,
-                       system_evidence_total_s=comps[frozenset(CURVE_FAMILIES)].total_s,
+                       system_evidence_total_s=comps[frozenset(players)].total_s,
                        attribution_s=total, by_component=by_component)
 
 
@@ -210,7 +244,7 @@ def by_task_input(data: EstimateInput, views: tuple[CostView, ...], *, source: s
     if lowering.concurrent:
         raise InputError(source, "--by-task", "TP/DP overlap and offload make block times more than sums over tasks; "
                                               "explain without --by-task splits each component per queue instead")
-    return tuple(by_task(lowering.plan, profile, v) for v in views)
+    return tuple(by_task(lowering.plan, profile, v, model=lowering.model) for v in views)
 
 
 def queues_input(data: EstimateInput, views: tuple[CostView, ...], *, source: str = "<input>",

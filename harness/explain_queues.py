@@ -19,8 +19,10 @@ physical projection (the list schedule of the ConcretePlanIR,
   no queue's work).
 
 Each component also carries the estimate's value (``estimate_s``: the
-``calculon-0.1.0`` projection, which reproduces Calculon 0.1.0) next to the
-physical one (``physical_s``); ``docs/concurrency.md`` says why they differ.
+``calculon-0.1.0`` projection, which reproduces Calculon 0.1.0, with a
+measured profile's ``output_layer`` work, which the physical schedule does not
+model) next to the physical one (``physical_s``); ``docs/concurrency.md``
+says why they differ.
 Every figure is finite and non-negative, or the split is an error naming it.
 """
 
@@ -36,7 +38,7 @@ from harness.evidence.profile import EvidenceProfile
 from harness.ir.base import Frozen
 from harness.pipeline import Lowering
 from harness.schedule.physical import physical_schedule
-from harness.schedule.projection import calculon_projection
+from harness.estimate import concrete_iteration
 from harness.schedule.queues import COMPUTE
 from harness.vocabulary import COMPONENTS
 
@@ -85,7 +87,7 @@ def queue_split(lowering: Lowering, profile: EvidenceProfile, view: CostView, *,
     concrete = lowering.concrete()
     pricer = pricer_for(profile, view, concrete.datatype)
     schedule = physical_schedule(concrete, pricer)
-    estimate = calculon_projection(concrete, pricer)
+    estimate = concrete_iteration(concrete, pricer, lowering.model)
     physical = schedule.projection
     order = [q.name for q in concrete.queues]
     components = []

@@ -134,3 +134,23 @@ def clear_caches() -> None:
 def lower(data: EstimateInput, source: str = "<input>") -> Lowering:
     """Import, validate and lower one anonymous input."""
     return lower_model(import_model(data, source))
+
+
+def lower_distributed(data: EstimateInput, source: str = "<input>") -> tuple[ModelIR, DistributedTaskIR]:
+    """The ModelIR and DistributedTaskIR of ``data``: the import and the first pass of :func:`lower`,
+    requires and ensures checked, without the checkpoint (its IR digests) and without the lowering cache.
+    For callers that lower many distinct inputs once each and read only the IRs (the execution search)."""
+    model = import_model(data, source)
+    return model, _checked(PIPELINE[0], model)
+
+
+def plan_work(distributed: DistributedTaskIR) -> PortablePlanIR:
+    """The second pass of :func:`lower` (requires and ensures checked, no checkpoint)."""
+    return _checked(PIPELINE[1], distributed)
+
+
+def _checked(step: ModulePass, ir: Artifact) -> Artifact:
+    step.requires(ir)
+    out = step.apply(ir)
+    step.ensures(out)
+    return out

@@ -33,6 +33,7 @@ from harness.outputs import write_text
 from harness.estimate import cost_view
 from harness.evidence.profile import EvidenceProfile
 from harness.explain import Contributor, contributors
+from harness.ir.model import ModelIR
 from harness.ir.portable import PortablePlanIR
 from harness.schedule.compose import chunk_times
 from harness.schedule.simulate import Simulation, StageOp, simulate
@@ -173,14 +174,15 @@ def _require_physical(sim: Simulation, events: list[dict], source: str) -> None:
 
 
 def build_trace(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView, *, task_microbatches: int = 1,
-                label: str = "", source: str = "<input>",
-                max_operations: int = MAX_TRACE_OPERATIONS) -> tuple[dict[str, Any], Simulation]:
+                label: str = "", source: str = "<input>", max_operations: int = MAX_TRACE_OPERATIONS,
+                model: ModelIR | None = None) -> tuple[dict[str, Any], Simulation]:
     """Simulate ``plan`` under ``view`` and return the trace document with the simulation.
 
     Bounded: :func:`check_trace_size` runs first; every time in the result is finite and non-negative.
+    ``model``: the plan's ModelIR, for a profile with the ``output_layer`` family.
     """
     check_trace_size(plan, source, task_microbatches=task_microbatches, max_operations=max_operations)
-    block, comp = cost_view(plan, profile, view)
+    block, comp = cost_view(plan, profile, view, model=model)
     sim = simulate(plan.schedule, block, comp)
     spans = task_spans(plan, profile, view) if task_microbatches > 0 else None
     summary = {name: getattr(sim, name) for name in (

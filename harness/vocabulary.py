@@ -104,19 +104,32 @@ class Vocabulary(tuple):
 VIEWS = Vocabulary(
     "cost view",
     Term("peak_only", "Peaks, latencies and collective volume models only; every efficiency curve at 1.0."),
-    Term("system_evidence", "The same plus the evidence profile's operation-size, transfer-size and network "
-                            "efficiency curves (all four curve families)."),
+    Term("system_evidence", "The same plus every evidence family of the profile: operation-size, transfer-size and "
+                            "network efficiency curves, and the measured families it defines."),
 )
 PEAK_ONLY, SYSTEM_EVIDENCE = VIEWS
 
 # --- evidence curve families ---------------------------------------------------------------------------------
 
+# kind: "calculon" = the four families every profile has (Calculon's system evidence);
+#       "measured" = optional families fitted to measured runs (harness.evidence.families); a profile
+#       without one prices as if the family did not exist, and explain leaves it out.
+
 CURVE_FAMILIES = Vocabulary(
     "curve family",
-    Term("matrix", "Matrix-engine operation-size efficiency (operations per task)."),
-    Term("vector", "Vector-engine operation-size efficiency (operations per task)."),
-    Term("memory", "Memory tier 1 transfer-size efficiency (bytes per access)."),
-    Term("network", "Network bandwidth efficiency (per tier)."),
+    Term("matrix", "Matrix-engine operation-size efficiency (operations per task).", "calculon"),
+    Term("vector", "Vector-engine operation-size efficiency (operations per task).", "calculon"),
+    Term("memory", "Memory tier 1 transfer-size efficiency (bytes per access).", "calculon"),
+    Term("network", "Network bandwidth efficiency (per tier).", "calculon"),
+    Term("launch", "Host issue time per operation: an operation takes at least the time to issue it.", "measured"),
+    Term("output_layer", "Embedding, output-layer and loss work the portable plan leaves out, once per microbatch.",
+         "measured"),
+    Term("collective_curves", "Measured (nccl-tests) collective efficiency by message size and participants, per "
+                              "tier.", "measured"),
+    Term("hierarchical", "Groups larger than a tier's island: the island's collective plus one across islands on "
+                         "the next tier.", "measured"),
+    Term("partitioned_p2p", "Pipeline boundary transfers split over the tensor-parallel group: each rank sends 1/TP, "
+                            "the receiving stage all-gathers it.", "measured"),
 )
 
 # --- timing components ---------------------------------------------------------------------------------------
@@ -170,4 +183,10 @@ BATCH_STATUSES = Vocabulary(
     Term("rejected", "A feature the estimate cannot represent (none since the ConcretePlanIR carries TP/DP "
                      "overlap and offload); no figures."),
     Term("invalid", "A bad line (JSON, field, layout, profile); its reason names the line and field; no figures."),
+)
+SEARCH_STATUSES = Vocabulary(
+    "search status",
+    *ESTIMATE_STATUSES.terms,
+    Term("invalid", "A layout of the space the estimate refuses (e.g. TP does not divide the feedforward width); "
+                    "its reason names the field; no figures."),
 )

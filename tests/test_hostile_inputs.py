@@ -573,3 +573,52 @@ def test_empty_batch_is_an_error_not_an_empty_success(tmp_path, capsys, content)
     one_error_line(*run(capsys, "estimate", "--calculon-batch", path, "--output", output)[::2],
                    f"{path}: <file>: no batch lines")
     assert not output.exists()
+
+
+# ------------------------------------------------------------------------------- evidence import / fit / report
+
+NCCL_TABLE = "# nccl-tests\n  1024  256 float sum -1  10.5  0.10  0.18  0  10.1  0.10  0.18  0\n"
+
+
+def _evidence_cases(tmp_path: Path) -> list[tuple[list, str]]:
+    csv_bad, csv_bin, t4, nccl = (tmp_path / n for n in ("bad.csv", "bin.csv", "t4.json", "nccl.txt"))
+    csv_bad.write_text("a,b\n1,2\n")
+    csv_bin.write_bytes(b"\x89PNG\x00\xff")
+    t4.write_text('{"model": {}, "execution": {}, "rows": [], "x": NaN}')
+    nccl.write_text(NCCL_TABLE)
+    corpus = ROOT / "measurements" / "korthikanti22.jsonl"
+    out = tmp_path / "out.jsonl"
+    profile = EVIDENCE / "a100_80g.yaml"
+    return [
+        (["evidence", "import", "vtrain", csv_bad, "--output", out], f"{csv_bad}: # GPUs: required column is missing"),
+        (["evidence", "import", "vtrain", csv_bin, "--output", out], f"{csv_bin}: line 1: not UTF-8 text"),
+        (["evidence", "import", "vtrain", tmp_path, "--output", out], f"{tmp_path}: <file>: is a directory"),
+        (["evidence", "import", "vtrain", csv_bad, "--output", csv_bad], "--output: would overwrite"),
+        (["evidence", "import", "korthikanti", "--table4", t4, "--output", out], f"{t4}: x: NaN is not a finite"),
+        (["evidence", "import", "nccl-tests", nccl, "--tier", str(2**70), "--output", out], "--tier: must be a network"),
+        (["evidence", "import", "nccl-tests", nccl, "--tier", "0", "--output", out, "--apply", "a100_80g",
+          "--profile-output", profile], "--profile-output: would overwrite"),
+        (["evidence", "import", "nccl-tests", nccl, "--tier", "0", "--output", out, "--apply", "../x",
+          "--profile-output", tmp_path / "p.yaml"], "--apply: --apply: '../x' is not an evidence profile name"),
+        (["evidence", "fit", "--base", "a100_80g", "--measurements", corpus, "--output", tmp_path / "x.yaml",
+          "--layer-weight", "inf"], "--layer-weight: weights must be finite and >= 0, got inf"),
+        (["evidence", "fit", "--base", "a100_80g", "--measurements", corpus, "--output", tmp_path / "x.yaml",
+          "--benchmark-weight", "nan"], "--benchmark-weight: weights must be finite and >= 0, got nan"),
+        (["evidence", "fit", "--base", "a100_80g", "--measurements", corpus, "--output", profile],
+         "--output: would overwrite"),
+        (["evidence", "fit", "--base", "/etc/x", "--measurements", corpus, "--output", tmp_path / "x.yaml"],
+         "--base: --base: '/etc/x' is not an evidence profile name"),
+        (["evidence", "report", "--profile", "a100_measured", "--base", "a100_80g", "--measurements", corpus,
+          "--output", profile], "--output: would overwrite"),
+        (["evidence", "report", "--profile", "a100_measured", "--base", "a100_80g", "--measurements",
+          tmp_path / "nope.jsonl", "--output", tmp_path / "r.json"], "nope.jsonl: <file>: no such file"),
+    ]
+
+
+def test_hostile_evidence_commands(tmp_path, capsys):
+    before = {p: p.read_bytes() for p in EVIDENCE.glob("*.yaml")}
+    for argv, message in _evidence_cases(tmp_path):
+        status, out, err = run(capsys, *argv)
+        one_error_line(status, err, message)
+    assert {p: p.read_bytes() for p in EVIDENCE.glob("*.yaml")} == before
+    assert not (tmp_path / "out.jsonl").exists()

@@ -253,8 +253,8 @@ def poisoned(monkeypatch):
 
     real = estimate_module.cost_view
 
-    def cost_view(plan, profile, view):
-        block, comp = real(plan, profile, view)
+    def cost_view(plan, profile, view, **options):
+        block, comp = real(plan, profile, view, **options)
         if plan.schedule.global_batch == 8:
             comp.components_s["pipeline_bubble"] = math.nan
         return block, comp

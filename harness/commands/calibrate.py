@@ -25,11 +25,15 @@ def register(sub) -> None:
                    help="Calculon oracle: vendored records (default) or a live checkout")
     p.add_argument("--calculon-src", type=Path, help="Calculon 0.1.0 checkout (with --oracle live)")
     p.add_argument("--plots", type=Path, help="also write PNG plots into this directory")
+    p.add_argument("--compare", nargs="*", default=["a100_measured"], metavar="PROFILE",
+                   help="also report the paper cases on these evidence profiles, next to the paper (a comparison, "
+                        "not a budget; default: a100_measured; none with a bare --compare)")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     from harness.cases import case_paths, load_case_files
+    from harness.evidence.profile import check_profile_name, load_profile
     from harness.experiment.run import run_experiment
     from harness.experiment.tables import print_report
     from harness.oracles.calculon_oracle import LiveCalculon, RecordedCalculon
@@ -50,7 +54,10 @@ def run(args) -> int:
         oracle = LiveCalculon(args.calculon_src)
     else:
         oracle = RecordedCalculon()
-    report = run_experiment(cases, oracle)
+    compare = tuple(check_profile_name(name, "--compare", "--compare") for name in args.compare)
+    for name in compare:
+        load_profile(name)  # a missing or bad profile fails here, before the experiment
+    report = run_experiment(cases, oracle, compare=compare)
     write_text(args.output, report.to_json() + "\n")
     print_report(report)
     print(f"report: {args.output}")

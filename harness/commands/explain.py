@@ -57,10 +57,12 @@ def print_queues(case_id: str, views) -> None:
 def print_attribution(case_id: str, a: Attribution) -> None:
     print(f"{case_id}: peak_only {a.peak_only_total_s:.4f} s -> system_evidence {a.system_evidence_total_s:.4f} s, "
           f"gap {a.gap_s:+.4f} s")
-    print(f"  {'component':18s}" + "".join(f"{f:>10s}" for f in CURVE_FAMILIES) + f"{'gap':>10s}")
+    families = [f for f in CURVE_FAMILIES if f in a.attribution_s]  # the families the profile defines
+    width = max(10, *(len(f) + 1 for f in families))
+    print(f"  {'component':18s}" + "".join(f"{f:>{width}s}" for f in families) + f"{'gap':>10s}")
     rows = [(name, parts) for name, parts in a.by_component.items() if any(parts.values())]
     for name, parts in rows + [("total", a.attribution_s)]:
-        cells = "".join(f"{parts[f]:+10.4f}" for f in CURVE_FAMILIES)
+        cells = "".join(f"{parts[f]:+{width}.4f}" for f in families)
         print(f"  {name:18s}{cells}{sum(parts.values()):+10.4f}")
 
 

@@ -1,4 +1,4 @@
-"""``harness oracle record --calculon-src PATH [--cases DIR | --batch IN.jsonl] [--output REL]`` and
+"""``harness oracle record --calculon-src PATH [--cases DIR | --batch IN.jsonl | --search ...] [--output REL]`` and
 ``harness oracle import-reference REFERENCE.json --output REL [--no-layers]``.
 
 ``record`` runs a local Calculon checkout on every case, or on every line of a
@@ -7,6 +7,12 @@ must be valid and supported), and writes the project's own record file under
 ``vendor/calculon-0.1.0/`` plus its manifest. ``--views`` chooses the recorded
 views (default both); ``--no-layers`` drops per-layer figures (the explicit
 recompute sums are kept).
+
+``--search --model M --system S --procs N --max-batch B --datatype DT [--top K]
+[--mbs-break] [--fused-activation true|false|all] [--no-tp-overlap]
+[--no-dp-overlap] [--cpus C]`` records Calculon's optimal-execution search
+instead (its stock search command, in-process, debug logging off; see
+:mod:`harness.oracles.search_record`) into ``search/*.json``.
 
 ``import-reference`` converts a shared reference record file
 (:mod:`harness.oracles.reference`) into the same format, numbers unchanged,
@@ -24,6 +30,9 @@ from harness.interop.calculon_batch import require_valid
 from harness.oracles.record import RECORD_VIEWS, record_inputs, runner_identity, write_record_file
 from harness import locations
 from harness.oracles.runner import CalculonRunner
+from harness.oracles.search_record import record_search
+from harness.search.request import search_problem
+from harness.search.space import FUSED_CHOICES, SpaceOptions
 from harness.outputs import check_output, data_files
 
 
@@ -44,6 +53,8 @@ def register(sub) -> None:
     source.add_argument("--cases", type=Path, help="case directory (default: the project's cases/)")
     source.add_argument("--batch", type=Path, metavar="IN.jsonl",
                         help='Calculon-format batch, one {"id", "model", "execution", "system"} per line (.gz allowed)')
+    source.add_argument("--search", action="store_true",
+                        help="record Calculon's optimal-execution search (see the search options)")
     r.add_argument("--output", default="records/cases.json",
                    help="record file, relative to the vendor directory (.gz: gzip-compressed)")
     r.add_argument("--vendor", type=Path, help=f"vendor directory (default: the project's {locations.VENDOR_SUBDIR})")
@@ -51,6 +62,18 @@ def register(sub) -> None:
                    help=f"views to record (default: {','.join(RECORD_VIEWS)})")
     r.add_argument("--no-layers", dest="keep_layers", action="store_false",
                    help="drop per-layer figures (explicit recompute sums are kept)")
+    g = r.add_argument_group("search options (with --search)")
+    g.add_argument("--model", type=Path, help="Calculon model JSON or case YAML")
+    g.add_argument("--system", help="evidence profile name or YAML path")
+    g.add_argument("--procs", type=int, help="processors")
+    g.add_argument("--max-batch", type=int, help="maximum global batch")
+    g.add_argument("--datatype", default="float16", help="datatype (default: float16)")
+    g.add_argument("--top", type=int, default=5, help="Calculon's -t (default: 5)")
+    g.add_argument("--mbs-break", action="store_true", help="Calculon's -m")
+    g.add_argument("--fused-activation", choices=sorted(FUSED_CHOICES), default="true", help="Calculon's -f")
+    g.add_argument("--no-tp-overlap", action="store_true", help="Calculon's --no-tp-overlap")
+    g.add_argument("--no-dp-overlap", action="store_true", help="Calculon's --no-dp-overlap")
+    g.add_argument("--cpus", type=int, help="Calculon's -c (default: all cores)")
     r.set_defaults(func=run_record)
     i = osub.add_parser("import-reference", help="convert a shared reference record file into vendored records")
     i.add_argument("reference", type=Path, metavar="REFERENCE.json", help="reference record file ({meta, records})")
@@ -68,10 +91,36 @@ def _inside_vendor(output: str) -> Path:
     return relative
 
 
+def run_search_record(args, vendor: Path) -> int:
+    missing = [flag for flag, value in (("--model", args.model), ("--system", args.system), ("--procs", args.procs),
+                                        ("--max-batch", args.max_batch)) if value is None]
+    if missing:
+        raise InputError("<command line>", missing[0], "required with --search")
+    if args.output == "records/cases.json":
+        raise InputError("<command line>", "--output", "give the search record's path, e.g. search/NAME.json")
+    protected = [args.model, *data_files(vendor=False)]
+    check_output(vendor / args.output, option="--output", inputs=protected)
+    check_output(vendor / "MANIFEST.json", option="--vendor", inputs=protected)
+    options = SpaceOptions(fused_activation=FUSED_CHOICES[args.fused_activation], tp_overlap=not args.no_tp_overlap,
+                           dp_overlap=not args.no_dp_overlap, mbs_break=args.mbs_break)
+    problem = search_problem(args.model, args.system, args.procs, args.max_batch, args.datatype, top=args.top,
+                             options=options)
+    runner = CalculonRunner(args.calculon_src)
+    path, data = record_search(runner, problem, args.output, vendor, args.cpus)
+    c = data["counts"]
+    best = data["top"][0]["stats"]["sample_rate"] if data["top"] else None
+    print(f"wrote Calculon's search ({c['executions']} executions, {c['good']} good, {c['bad']} bad; best sample rate "
+          f"{best}; {data['elapsed_s']} s on {data['cpus']} cpus) to {path} (Calculon source sha256 "
+          f"{runner.source_digest})")
+    return 0
+
+
 def run_record(args) -> int:
     _inside_vendor(args.output)
-    cases = args.cases or locations.current().cases_dir()
     vendor = args.vendor or locations.current().writable(locations.VENDOR_SUBDIR, "vendored Calculon records")
+    if args.search:
+        return run_search_record(args, vendor)
+    cases = args.cases or locations.current().cases_dir()
     sources = [args.batch] if args.batch is not None else case_paths(cases)
     protected = [*sources, *data_files(vendor=False)]
     check_output(vendor / args.output, option="--output", inputs=protected)

@@ -67,7 +67,8 @@ def run(args) -> int:
     plan = lowering.plan
     check_trace_size(plan, args.case, task_microbatches=args.task_microbatches, max_operations=args.max_operations)
     doc, sim = build_trace(plan, profile, COST_VIEWS[args.view], task_microbatches=args.task_microbatches,
-                           label=case.id, source=args.case, max_operations=args.max_operations)
+                           label=case.id, source=args.case, max_operations=args.max_operations,
+                           model=lowering.model)
     write_trace(doc, args.output)
     if args.png:
         from harness.report.gantt import write_gantt

@@ -18,6 +18,27 @@ models are always applied. The two named views (``harness.vocabulary.VIEWS``)
 are the ends: ``peak_only`` applies none, ``system_evidence`` all of them; any
 other subset is named ``curves:<family>+...``. There is no other input: no
 model name, no per-case factor, no reference total, no overlap ratio.
+
+Measured families (``harness.evidence.families``; only where the profile
+defines them and the view applies them; ``peak_only`` applies none, which
+keeps it the naive baseline of peaks, latencies and volume models):
+
+- ``launch``: a non-empty pass of a task takes ``max(its processing time,
+  issue_s_per_operation)``; the optimizer step is issued as fused
+  multi-tensor kernels, not operation by operation, and is left alone;
+- ``collective_curves``: a collective the tier has measured curves for uses
+  the curve's efficiency at the message size (the curve of the most measured
+  participants not above the group's) instead of the tier's efficiency;
+- ``hierarchical``: a group larger than its tier's island
+  (``size_processors``) with a next tier costs the collective over one island
+  on its tier plus the same collective over the islands on the next tier
+  with ``1/island`` of the message;
+- ``output_layer``: priced by :mod:`harness.cost.output_layer`;
+- ``partitioned_p2p``: a pipeline boundary transfer (:meth:`Pricer.boundary_s`)
+  with a tensor-parallel group of ``TP`` costs the p2p of ``1/TP`` of the
+  message plus an all-gather of the message over the TP group on its tier
+  (unless the plan already sends the 1/TP sequence shard, or the message is
+  the zero-byte inference slot).
 """
 
 from __future__ import annotations
@@ -26,6 +47,7 @@ import dataclasses
 from typing import Generic, Iterable, NamedTuple, TypeVar
 
 from harness.errors import EvidenceError
+from harness.evidence.families import curve_for
 from harness.evidence.profile import ComputeEngine, EvidenceProfile
 from harness.ir.portable import Message, PlanTask, PortablePlanIR, Work
 from harness.vocabulary import CURVE_FAMILIES, PEAK_ONLY, SYSTEM_EVIDENCE, VIEWS
@@ -53,6 +75,23 @@ class CostView:
 COST_VIEWS: dict[str, CostView] = {v.name: v for v in (CostView.with_curves(()),
                                                       CostView.with_curves(CURVE_FAMILIES))}
 VIEWS.require(COST_VIEWS, "harness.cost.views.COST_VIEWS", ordered=True)
+
+#: Whether a profile defines each measured family (the Calculon families are always defined).
+_DEFINES = {
+    "launch": lambda p: p.launch is not None,
+    "output_layer": lambda p: p.output_layer is not None,
+    "collective_curves": lambda p: any(t.measured_collectives for t in p.networks),
+    "hierarchical": lambda p: p.hierarchical_collectives is not None,
+    "partitioned_p2p": lambda p: p.partitioned_p2p is not None,
+}
+CURVE_FAMILIES.require([*CURVE_FAMILIES.of_kind("calculon"), *_DEFINES], "harness.cost.views._DEFINES")
+
+
+def profile_families(profile: EvidenceProfile) -> tuple[str, ...]:
+    """The curve families ``profile`` defines, in vocabulary order: the four
+    Calculon families always, a measured family only where the profile has it
+    (a family it lacks changes no price, so explain leaves it out)."""
+    return tuple(f for f in CURVE_FAMILIES if f not in _DEFINES or _DEFINES[f](profile))
 
 
 class PassCost(NamedTuple):
@@ -138,6 +177,11 @@ class Pricer:
                         tier.transfer_size_efficiency if "memory" in view.curves else None,
                         (where, "memory_tier1.transfer_size_efficiency"))
         self._network_curves = "network" in view.curves
+        launch = profile.launch if "launch" in view.curves else None
+        self._issue_s = 0.0 if launch is None else launch.issue_s_per_operation
+        self._measured_collectives = "collective_curves" in view.curves
+        self._hierarchical = profile.hierarchical_collectives is not None and "hierarchical" in view.curves
+        self._partitioned_p2p = profile.partitioned_p2p is not None and "partitioned_p2p" in view.curves
         # id(instance) -> price, with the instance held alive by its memo (one
         # table per pass kind: the optimizer step runs on the vector engine)
         self._priced: _Memo[Work, PassCost] = _Memo()
@@ -189,7 +233,10 @@ class Pricer:
             return ZERO
         compute = self.compute_s(operations, "vector" if optimizer else work.engine)
         memory = self.memory_s(read + written)
-        return PassCost(compute, memory, max(compute, memory) if self.roofline else compute + memory)
+        processing = max(compute, memory) if self.roofline else compute + memory
+        if self._issue_s and not optimizer and processing < self._issue_s:
+            processing = self._issue_s  # family launch: the operation waits for the host to issue it
+        return PassCost(compute, memory, processing)
 
     def message_s(self, message: Message | None) -> float:
         """Network time of one message; the identity (None) costs nothing."""
@@ -200,11 +247,48 @@ class Pricer:
         except IndexError:
             raise EvidenceError(self._where, "networks", f"no network tier {message.network_tier} "
                                                          f"(has {len(self.profile.networks)})") from None
+        if self._hierarchical and message.participants > net.size_processors and \
+                message.network_tier + 1 < len(self.profile.networks):
+            return self._hierarchical_s(message, net.size_processors)
         model = net.collectives[message.collective]
         adjusted = message.message_bytes * model.volume_multiplier
         adjusted += adjusted / message.participants * model.participant_offset
-        eff = net.efficiency if self._network_curves else 1.0
+        curves = net.measured_collectives if self._measured_collectives else None
+        if curves and message.collective in curves:
+            if adjusted == 0:
+                return net.latency_s
+            eff = curve_for(curves[message.collective], message.participants).efficiency(message.message_bytes)
+        else:
+            eff = net.efficiency if self._network_curves else 1.0
         return net.latency_s + adjusted / (net.bandwidth_bytes_per_s * eff)
+
+    def message_on_tier_s(self, message: Message, tier: int) -> float:
+        """Network time of ``message`` if it travelled on network ``tier`` (the search prices one plan's
+        messages on every tier placement with it)."""
+        return self.message_s(message if message.network_tier == tier else message.trusted_replace(network_tier=tier))
+
+    def boundary_s(self, message: Message | None, plan: PortablePlanIR) -> float:
+        """A pipeline boundary transfer of ``plan`` (family partitioned_p2p: split over the TP group)."""
+        if not self._partitioned_p2p or message is None or message.message_bytes == 0:
+            return self.message_s(message)
+        group = next((u for u in plan.network_use if u.dimension == "tensor"), None)
+        if group is None or _sequence_sharded_edges(plan):
+            return self.message_s(message)  # no TP group, or the plan already sends a 1/TP (sequence) shard
+        tp = group.group_size
+        slice_ = Message.trusted(collective=message.collective, message_bytes=message.message_bytes / tp,
+                                 participants=message.participants, network_tier=message.network_tier)
+        gather = Message.trusted(collective="all_gather", message_bytes=message.message_bytes, participants=tp,
+                                 network_tier=group.network_tier)
+        return self.message_s(slice_) + self.message_s(gather)
+
+    def _hierarchical_s(self, message: Message, island: int) -> float:
+        """Family hierarchical: the collective inside one island, then across the islands on the next tier."""
+        inside = Message.trusted(collective=message.collective, message_bytes=message.message_bytes,
+                                 participants=island, network_tier=message.network_tier)
+        across = Message.trusted(collective=message.collective, message_bytes=message.message_bytes / island,
+                                 participants=-(-message.participants // island),
+                                 network_tier=message.network_tier + 1)
+        return self.message_s(inside) + self.message_s(across)
 
     def task(self, task: PlanTask) -> TaskCost:
         """Times of one plan task in every pass, TP network time included."""
@@ -226,6 +310,13 @@ class Pricer:
                                                  self.message_s(msgs.backward_base),
                                                  self.message_s(msgs.backward_edge))
         return TaskCost(task.name, task.phase, task.primitive, passes)
+
+
+def _sequence_sharded_edges(plan: PortablePlanIR) -> bool:
+    """Whether the edge block's TP collectives reduce-scatter / all-gather (then the plan's boundary message
+    is already the 1/TP sequence shard: rs_ag, p2p_rs_ag layouts)."""
+    return any(t.messages is not None and t.messages.forward_edge is not None
+               and t.messages.forward_edge.collective in ("reduce_scatter", "all_gather") for t in plan.tasks)
 
 
 _PRICERS: dict[tuple[int, CostView, str], tuple[EvidenceProfile, Pricer]] = {}

@@ -6,9 +6,14 @@ curves, a processing mode, and network tiers with their collective volume
 models. It never names a model or a case.
 
 Rules:
-- a curve is a list of ``(threshold, efficiency)`` points with strictly
+- a step curve is a list of ``(threshold, efficiency)`` points with strictly
   decreasing thresholds; a request of size ``x`` takes the first point whose
   threshold is ``<= x``; a size below every threshold is an error, not a guess;
+  a curve may instead be a smooth saturating curve
+  (:class:`~harness.evidence.families.SaturatingCurve`);
+- the families fitted to measurements (:mod:`harness.evidence.families`) are
+  optional; an absent one is not part of the canonical content, so a profile
+  that uses none keeps its revision;
 - the profile's *revision* is the SHA-256 of its canonical content;
 - a profile is found by name: ``<directory>/<name>.yaml`` when a directory is
   given, else the project's ``evidence/`` then the packaged profiles
@@ -58,13 +63,22 @@ import re
 import stat
 import time
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
 import yaml
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, Strict, field_validator, model_validator
 
 from harness import locations
 from harness.errors import EvidenceError, InputError
+from harness.evidence.families import (
+    CollectiveCurve,
+    FitProvenance,
+    HierarchicalCollectives,
+    LaunchOverhead,
+    OutputLayer,
+    PartitionedP2P,
+    SaturatingCurve,
+)
 from harness.inputs import decode, parse_yaml, read_bytes, validate
 from harness.ir.base import Artifact, Frozen
 from harness.ir.distributed import CollectiveOp
@@ -97,20 +111,30 @@ class CurvePoint(StrictEvidence):
 
 
 class Curve(StrictEvidence):
-    """A step curve; points in strictly decreasing threshold order."""
+    """An efficiency curve: steps (``points``, in strictly decreasing threshold
+    order) or a smooth saturating curve (``saturating``); exactly one of them."""
 
-    points: tuple[CurvePoint, ...] = Field(min_length=1, max_length=1024, strict=False,
-                                           description="Step points, largest threshold first.")
+    points: tuple[CurvePoint, ...] | None = Field(None, min_length=1, max_length=1024, strict=False,
+                                                  description="Step points, largest threshold first.")
+    saturating: SaturatingCurve | None = Field(None, description="A smooth, monotone, saturating curve instead.")
 
     @field_validator("points")
     @classmethod
-    def _decreasing(cls, points: tuple[CurvePoint, ...]) -> tuple[CurvePoint, ...]:
-        for a, b in zip(points, points[1:]):
+    def _decreasing(cls, points: tuple[CurvePoint, ...] | None) -> tuple[CurvePoint, ...] | None:
+        for a, b in zip(points or (), (points or ())[1:]):
             if not b.threshold < a.threshold:
                 raise ValueError("thresholds must strictly decrease")
         return points
 
+    @model_validator(mode="after")
+    def _one_form(self):
+        if (self.points is None) == (self.saturating is None):
+            raise ValueError("a curve has either points (steps) or saturating, exactly one")
+        return self
+
     def efficiency(self, size: float, source: str, field: str) -> float:
+        if self.saturating is not None:
+            return self.saturating.efficiency(size, source, field)
         for point in self.points:
             if size >= point.threshold:
                 return point.efficiency
@@ -123,7 +147,8 @@ class ComputeEngine(StrictEvidence):
 
     peak_flops_per_s: float = Field(ge=MIN_PEAK_FLOPS_PER_S, le=MAX_PEAK_FLOPS_PER_S, allow_inf_nan=False,
                                     description="Peak operations per second.")
-    operation_size_efficiency: Curve = Field(description="Efficiency by operations per task (threshold in operations).")
+    operation_size_efficiency: Curve = Field(
+        description="Efficiency by operations per task: steps (threshold in operations) or a saturating curve.")
 
 
 class MemoryTier(StrictEvidence):
@@ -132,7 +157,8 @@ class MemoryTier(StrictEvidence):
     capacity_bytes: int = Field(gt=0, le=MAX_CAPACITY_BYTES, description="Capacity per processor, bytes.")
     bandwidth_bytes_per_s: float = Field(ge=MIN_BANDWIDTH_BYTES_PER_S, le=MAX_BANDWIDTH_BYTES_PER_S,
                                          allow_inf_nan=False, description="Peak bandwidth.")
-    transfer_size_efficiency: Curve = Field(description="Efficiency by bytes per access (threshold in bytes).")
+    transfer_size_efficiency: Curve = Field(
+        description="Efficiency by bytes per access: steps (threshold in bytes) or a saturating curve.")
 
 
 class VolumeModel(StrictEvidence):
@@ -158,6 +184,9 @@ class NetworkTier(StrictEvidence):
     processor_usage: float = Field(ge=0, lt=1, allow_inf_nan=False,
                                    description="Fraction of the processor a transfer occupies.")
     collectives: dict[CollectiveOp, VolumeModel] = Field(description="Volume model per operation.")
+    measured_collectives: dict[CollectiveOp, Annotated[tuple[CollectiveCurve, ...], Strict(False)]] | None = Field(
+        None, description="Measured efficiency by message size per collective and participant count "
+                          "(family collective_curves); replaces 'efficiency' for those collectives.")
 
     @field_validator("collectives")
     @classmethod
@@ -165,6 +194,15 @@ class NetworkTier(StrictEvidence):
         missing = {"p2p", "all_reduce", "reduce_scatter", "all_gather"} - set(value)
         if missing:
             raise ValueError(f"missing volume model for {sorted(missing)}")
+        return value
+
+    @field_validator("measured_collectives")
+    @classmethod
+    def _distinct_participants(cls, value):
+        for op, curves in (value or {}).items():
+            counts = [c.participants for c in curves]
+            if not counts or len(set(counts)) != len(counts):
+                raise ValueError(f"{op}: one curve per participant count, at least one")
         return value
 
 
@@ -187,6 +225,21 @@ class EvidenceProfile(Artifact):
     memory_tier2: MemoryTier = Field(description="Offload memory.")
     networks: tuple[NetworkTier, ...] = Field(min_length=1, max_length=64, strict=False,
                                               description="Network tiers, index = tier.")
+    launch: LaunchOverhead | None = Field(None, description="Host issue time per operation (family launch).")
+    output_layer: OutputLayer | None = Field(None, description="Embedding, output layer and loss work "
+                                                               "(family output_layer).")
+    hierarchical_collectives: HierarchicalCollectives | None = Field(
+        None, description="Groups larger than a tier's island run hierarchically (family hierarchical).")
+    partitioned_p2p: PartitionedP2P | None = Field(
+        None, description="Pipeline boundary transfers split over the TP group (family partitioned_p2p).")
+    fit: FitProvenance | None = Field(None, description="How the revision was fitted to measurements.")
+
+    def to_data(self) -> dict:
+        """As :meth:`Artifact.to_data`, without the absent optional families (they are not content)."""
+        data = self.model_dump(mode="json", by_alias=True, exclude_none=True)
+        data["schema_name"] = self.SCHEMA_NAME
+        data["schema_version"] = self.SCHEMA_VERSION
+        return data
 
     def revision(self) -> str:
         return self.digest()

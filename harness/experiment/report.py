@@ -146,6 +146,25 @@ class Summary(Frozen):
     violations: tuple[str, ...] = Field(description="Every budget violation (empty: the gate passes).")
 
 
+class ComparedCase(Frozen):
+    id: str = Field(description="Case id.")
+    status: str = Field(description="ok or infeasible on the compared profile.")
+    peak_only_total_s: float = Field(description="Peak-only iteration time on the compared profile, seconds.")
+    system_evidence_total_s: float = Field(description="System-evidence iteration time on the compared profile.")
+    paper_s: float | None = Field(description="The paper's measured iteration time, seconds.")
+    error_pct: float | None = Field(description="System evidence vs the paper, percent.")
+
+
+class ProfileComparison(Frozen):
+    """The paper cases on another evidence profile: a comparison, never a budget."""
+
+    profile: str = Field(description="Compared evidence profile.")
+    revision: str = Field(description="Its revision.")
+    cases: tuple[ComparedCase, ...] = Field(description="Every case with a paper value.")
+    paper_mape_pct: float | None = Field(description="System evidence vs paper, MAPE.")
+    paper_max_abs_pct: float | None = Field(description="System evidence vs paper, max |error|.")
+
+
 class Report(Frozen):
     schema_: Literal["blueprinting.calculon-calibration-experiment.v0"] = Field(
         REPORT_SCHEMA, alias="schema", description="Report schema name and version.")
@@ -154,6 +173,8 @@ class Report(Frozen):
     cases: tuple[CaseResult, ...] = Field(description="Per-case results.")
     summary: Summary = Field(description="The Table 5 experiment (cases with a paper value): aggregates, budgets.")
     all_cases: Summary = Field(description="Every case (training and inference baselines): aggregates, budgets.")
+    comparisons: tuple[ProfileComparison, ...] = Field(
+        (), description="The paper cases on other evidence profiles (e.g. fitted to measurements): no budget.")
 
     @property
     def violations(self) -> tuple[str, ...]:

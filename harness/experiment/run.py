@@ -23,10 +23,12 @@ from harness.experiment.report import (
     Budgets,
     CaseInputs,
     CaseResult,
+    ComparedCase,
     ComponentParity,
     MetricError,
     OracleProvenance,
     PaperComparison,
+    ProfileComparison,
     ProfileProvenance,
     Provenance,
     Report,
@@ -185,16 +187,53 @@ def summarize(scope: str, results: list[CaseResult], budgets: Budgets, extra_vio
     return Summary(**summary, budgets=budgets, violations=tuple(violations))
 
 
+def _estimate_compared(cases: list[tuple[Path, CaseFile]], systems: tuple[str, ...],
+                       gate: ComparisonGate) -> dict[str, dict[str, Estimate]]:
+    """Phase 1 too: the cases with a paper value on the compared profiles (registered with the gate)."""
+    out: dict[str, dict[str, Estimate]] = {}
+    for system in systems:
+        profile = load_profile(system)
+        for path, case in cases:
+            if case.comparison.paper is None:
+                continue
+            data = case.estimate_input().model_copy(update={"system": system})
+            check_tiers(data, profile, str(path))
+            out.setdefault(system, {})[case.id] = estimate_lowering(lower(data, str(path)), profile)
+            for view in VIEWS:
+                gate.register_estimate(f"{case.id}@{system}", view)
+    return out
+
+
+def _comparison(system: str, estimates: dict[str, Estimate], cases: list[tuple[Path, CaseFile]],
+                gate: ComparisonGate) -> ProfileComparison:
+    """Phase 2: each compared estimate next to the paper value its case releases."""
+    rows = []
+    for _, case in cases:
+        if case.id not in estimates:
+            continue
+        est = estimates[case.id]
+        paper = gate.open(case).paper
+        total = est.views[SYSTEM_EVIDENCE].total_s
+        rows.append(ComparedCase(id=case.id, status=est.status, peak_only_total_s=est.views[PEAK_ONLY].total_s,
+                                 system_evidence_total_s=total, paper_s=paper.iteration_s if paper else None,
+                                 error_pct=signed_error_pct(total, paper.iteration_s) if paper else None))
+    errors = [abs(r.error_pct) for r in rows if r.error_pct is not None]
+    return ProfileComparison(profile=system, revision=load_profile(system).revision(), cases=tuple(rows),
+                             paper_mape_pct=_mean(errors), paper_max_abs_pct=max(errors, default=None))
+
+
 def run_experiment(cases_dir: Path | str | None = None, oracle=None, budgets: Budgets | None = None,
-                   gate: ComparisonGate | None = None) -> Report:
+                   gate: ComparisonGate | None = None, compare: tuple[str, ...] = ()) -> Report:
     """Estimate every case of ``cases_dir`` (default: the current locations' cases), both views, then compare
-    with the oracle (default: the vendored records) and the paper."""
+    with the oracle (default: the vendored records) and the paper. ``compare``: other evidence profiles whose
+    paper-case estimates are reported next to the paper (a comparison, not a budget)."""
     from harness.oracles.calculon_oracle import RecordedCalculon
 
     cases_dir = locations.current().cases_dir() if cases_dir is None else Path(cases_dir)
     cases = load_case_files(cases_dir)
     gate = gate or ComparisonGate()
     estimates = _estimate_all(cases, gate)
+    compared = _estimate_compared(cases, compare, gate)
     oracle = oracle or RecordedCalculon()
     results = [_compare_case(path, case, *estimates[case.id], gate=gate, oracle=oracle) for path, case in cases]
     revisions = getattr(oracle, "evidence_revisions", {})
@@ -218,4 +257,5 @@ def run_experiment(cases_dir: Path | str | None = None, oracle=None, budgets: Bu
     table5 = [r for r in results if r.paper is not None]
     return Report(provenance=provenance, isolation={"policy": POLICY, "events": [list(e) for e in gate.events]},
                   cases=tuple(results), summary=summarize("cases with a paper value (Table 5)", table5, budgets, extra),
-                  all_cases=summarize("every case", results, budgets, extra))
+                  all_cases=summarize("every case", results, budgets, extra),
+                  comparisons=tuple(_comparison(s, compared[s], cases, gate) for s in compare if s in compared))

@@ -42,6 +42,22 @@ def parity_table(report: Report) -> Table:
     return table
 
 
+def comparison_tables(report: Report) -> list[Table]:
+    tables = []
+    for c in report.comparisons:
+        table = Table(title=f"Comparison, not a budget: the paper cases on {c.profile} (revision {c.revision[:12]})")
+        for name in ("Case", "Peak-only (s)", "Evidence (s)", "Paper (s)", "Evidence vs paper"):
+            table.add_column(name, justify="left" if name == "Case" else "right")
+        for r in c.cases:
+            table.add_row(r.id + ("" if r.status == "ok" else f" [{r.status}]"), _fmt(r.peak_only_total_s),
+                          _fmt(r.system_evidence_total_s), _fmt(r.paper_s, ".2f"),
+                          "-" if r.error_pct is None else f"{r.error_pct:+.2f}%")
+        if c.paper_mape_pct is not None:
+            table.caption = f"{c.profile} vs paper: MAPE {c.paper_mape_pct:.2f}%, max |error| {c.paper_max_abs_pct:.2f}%"
+        tables.append(table)
+    return tables
+
+
 def summary_lines(report: Report) -> list[str]:
     s, a = report.summary, report.all_cases
     lines = [
@@ -66,5 +82,7 @@ def print_report(report: Report, console: Console | None = None) -> None:
     console = console or Console(width=120)
     console.print(results_table(report))
     console.print(parity_table(report))
+    for table in comparison_tables(report):
+        console.print(table)
     for line in summary_lines(report):
         console.print(line, highlight=False, markup=False)

@@ -142,14 +142,16 @@ class ConcretePlanIR(Artifact):
 
     @property
     def tier1_total_bytes(self) -> float:
-        total = 0.0
-        for b in self.buffers:
-            total += b.tier1_bytes
-        return total
+        return tier_total_bytes(self.buffers, 1)
 
     @property
     def tier2_total_bytes(self) -> float:
-        total = 0.0
-        for b in self.buffers:
-            total += b.tier2_bytes
-        return total
+        return tier_total_bytes(self.buffers, 2)
+
+
+def tier_total_bytes(buffers: tuple[Buffer, ...], tier: int) -> float:
+    """Bytes the buffers keep resident in memory ``tier`` (1 or 2), summed in buffer order."""
+    total = 0.0
+    for b in buffers:
+        total += b.tier1_bytes if tier == 1 else b.tier2_bytes
+    return total

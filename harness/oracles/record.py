@@ -85,6 +85,13 @@ def write_record_file(identity: OracleIdentity, relative: str, records: list[dic
     path = vendor / relative
     write_json(path, {"schema": RECORDS_SCHEMA, "oracle": identity.model_dump(), "evidence_revisions": revisions,
                       "records": records})
+    update_manifest(identity, relative, path, vendor)
+    return path
+
+
+def update_manifest(identity: OracleIdentity, relative: str, path: Path, vendor: Path) -> None:
+    """List ``relative`` (written at ``path``) in the manifest with its SHA-256 (other files kept
+    when the oracle identity is unchanged)."""
     manifest_path = vendor / "MANIFEST.json"
     files = {}
     if manifest_path.is_file():
@@ -95,4 +102,3 @@ def write_record_file(identity: OracleIdentity, relative: str, records: list[dic
     write_text(manifest_path, json.dumps(
         {"schema": MANIFEST_SCHEMA, "oracle": identity.model_dump(), "files": dict(sorted(files.items()))},
         indent=1, sort_keys=True) + "\n", option="--vendor")
-    return path

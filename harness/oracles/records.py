@@ -102,6 +102,12 @@ def load_manifest(vendor: Path | None = None) -> Manifest:
 
 def load_record_file(relative: str, vendor: Path | None = None) -> OracleRecordFile:
     """Load one record file after checking its digest against the manifest."""
+    return load_checked(relative, OracleRecordFile, vendor)
+
+
+def load_checked(relative: str, kind: type, vendor: Path | None = None):
+    """Load one vendored file as ``kind`` (a model with an ``oracle`` identity) after checking
+    its digest and its oracle identity against the manifest."""
     vendor = vendor_dir(vendor)
     manifest = load_manifest(vendor)
     path = vendor / relative
@@ -114,7 +120,7 @@ def load_record_file(relative: str, vendor: Path | None = None) -> OracleRecordF
         raise OracleRecordError(f"{path}: SHA-256 {digest} does not match the manifest's {manifest.files[relative]} "
                                 f"(corrupted or edited)")
     try:
-        data = OracleRecordFile.model_validate(read_json(path))
+        data = kind.model_validate(read_json(path))
     except (ValidationError, ValueError) as error:
         raise OracleRecordError(f"{path}: not a valid record file: {str(error).splitlines()[0]}") from None
     if data.oracle != manifest.oracle:

@@ -7,9 +7,14 @@ against the expected one before any number is used.
 
 from __future__ import annotations
 
+import argparse
 import importlib
+import json
 import logging
+import re
 import sys
+import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -63,3 +68,56 @@ class CalculonRunner:
                               "activation_reused": obj.activation_reused, "activation_stored": obj.activation_stored,
                               "output_stored": obj.output_stored, "class": type(obj).__name__}
         return stats
+
+    def optimal_execution(self, model: dict[str, Any], system: dict[str, Any], *, procs: int, max_batch: int,
+                          datatype: str, top: int, mbs_break: bool, fused_activation: list[bool],
+                          tp_overlap: bool, dp_overlap: bool, cpus: int) -> dict[str, Any]:
+        """Calculon's ``llm-optimal-execution`` command, run in-process with its debug logging off.
+
+        Returns ``{"top": [{"execution", "stats"}...], "counts": {"executions", "good", "bad"},
+        "elapsed_s"}``. Debug logging is switched off by raising the logging
+        threshold (``logging.disable(DEBUG)``) for the duration of the run; its
+        worker pool inherits it. Nothing in Calculon is modified; its output is
+        otherwise unchanged by this (it only skips building debug records).
+        """
+        self._load()
+        command = importlib.import_module("calculon.llm.optimal_execution").OptimalExecution
+        log = logging.getLogger("harness.calculon-search")
+        log.propagate = False
+        lines: list[str] = []
+
+        class _Capture(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                lines.append(record.getMessage())
+
+        handler = _Capture(logging.INFO)
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+        previous = logging.root.manager.disable
+        with tempfile.TemporaryDirectory(prefix="calculon-search-") as tmp:
+            paths = {name: Path(tmp) / f"{name}.json" for name in ("model", "system", "output")}
+            paths["model"].write_text(json.dumps(model))
+            paths["system"].write_text(json.dumps(system))
+            args = argparse.Namespace(
+                debug=False, application=str(paths["model"]), num_procs=procs, max_batch_size=max_batch,
+                datatype=datatype, system=str(paths["system"]), output=str(paths["output"]), cpus=cpus,
+                noneok=True, mbs_break=mbs_break, top_n=top, layers=False, fused_activation=list(fused_activation),
+                no_tp_overlap=not tp_overlap, no_dp_overlap=not dp_overlap)
+            logging.disable(logging.DEBUG)
+            try:
+                start = time.perf_counter()
+                status = command.run_command(log, args)
+                elapsed = time.perf_counter() - start
+            finally:
+                logging.disable(previous)
+                log.removeHandler(handler)
+            if status != 0:
+                raise HarnessError(f"Calculon's optimal-execution search failed (status {status}): {lines[-1:]}")
+            output = json.loads(paths["output"].read_text())
+        counts = {}
+        for key, label in (("executions", "Total executions"), ("good", "Good executions"), ("bad", "Bad executions")):
+            found = [int(m.group(1)) for line in lines for m in [re.match(rf"{label}: (\d+)$", line)] if m]
+            if len(found) != 1:
+                raise HarnessError(f"Calculon's search did not report '{label}'")
+            counts[key] = found[0]
+        return {"top": [output[k] for k in sorted(output, key=int)], "counts": counts, "elapsed_s": elapsed}

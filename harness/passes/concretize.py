@@ -122,6 +122,22 @@ class _Builder:
         self.last = step
 
 
+def offload_transfer_bytes(recompute: str, o: Offload, block: BlockMemory) -> tuple[float, float]:
+    """(forward, backward) bytes one block moves over the tier-2 link per microbatch: forward the larger
+    of the offloaded weights and kept activations, backward the sum of what is offloaded (training)."""
+    kept = block.activation_storage_bytes if recompute != "full" else block.activation_checkpoint_bytes
+    weights = block.weight_bytes if o.weights else 0
+    acts = kept if o.activations else 0
+    size = 0
+    if o.weights:
+        size += block.weight_bytes
+    if o.activations:
+        size += kept
+    if o.optimizer:
+        size += block.optimizer_bytes
+    return max(weights, acts), size
+
+
 @dataclasses.dataclass(frozen=True)
 class TransformerConcretize(ModulePass[PortablePlanIR, ConcretePlanIR]):
     """Bind the plan to queues; tile overlapped pairs; place buffers."""
@@ -183,7 +199,7 @@ class TransformerConcretize(ModulePass[PortablePlanIR, ConcretePlanIR]):
         return ConcretePlanIR.trusted(
             datatype=plan.datatype, bytes_per_element=plan.bytes_per_element, options=options, tp_tiles=tiles,
             queues=tuple(queues), tasks=plan.tasks, programs=programs,
-            buffers=self._buffers(plan, offload, block, stage), schedule=plan.schedule, pipeline=plan.pipeline,
+            buffers=self.buffers(plan, offload, block, stage), schedule=plan.schedule, pipeline=plan.pipeline,
             data_parallel=plan.data_parallel, queue_of=queue_of)
 
     def _programs(self, plan: PortablePlanIR, options: ConcreteOptions, queue_of: dict[str, str], tiles: int,
@@ -279,22 +295,12 @@ class TransformerConcretize(ModulePass[PortablePlanIR, ConcretePlanIR]):
             programs.append(Program.trusted(kind="data_parallel", block="any", commands=tuple(dp.commands)))
         o = options.offload
         if o.weights or o.activations or o.optimizer:
-            kept = block.activation_storage_bytes if plan.schedule.recompute != "full" \
-                else block.activation_checkpoint_bytes
-            weights = block.weight_bytes if o.weights else 0
-            acts = kept if o.activations else 0
+            forward_bytes, size = offload_transfer_bytes(plan.schedule.recompute, o, block)
             fw = _Builder(b, TIER2)
             fw.add("offload/forward", TIER2, "transfer", "offload", "forward", "forward_offload",
-                   transfer=max(weights, acts), deps=())
+                   transfer=forward_bytes, deps=())
             programs.append(Program.trusted(kind="forward_offload", block="any", commands=tuple(fw.commands)))
             if training:
-                size = 0
-                if o.weights:
-                    size += block.weight_bytes
-                if o.activations:
-                    size += kept
-                if o.optimizer:
-                    size += block.optimizer_bytes
                 bw = _Builder(b, TIER2)
                 bw.add("offload/backward", TIER2, "transfer", "offload", "activation_grad", "backward_offload",
                        transfer=size, deps=())
@@ -302,8 +308,7 @@ class TransformerConcretize(ModulePass[PortablePlanIR, ConcretePlanIR]):
         return tuple(programs)
 
     @staticmethod
-    def _buffers(plan: PortablePlanIR, o: Offload, block: BlockMemory,
-                 stage: StageMemory) -> tuple[Buffer, ...]:
+    def buffers(plan: PortablePlanIR, o: Offload, block: BlockMemory, stage: StageMemory) -> tuple[Buffer, ...]:
         """Tier residency of every memory figure (Calculon 0.1.0's staging rules)."""
         s = plan.schedule
         training = s.training

@@ -128,6 +128,19 @@ class TransformerPlanWork(ModulePass[DistributedTaskIR, PortablePlanIR]):
         return PlanTask.trusted(name=task.name, primitive=task.shape.kind, phase=task.phase, clone_of=task.clone_of,
                                 **passes, messages=messages, capacity=capacity, retention=task.retention)
 
+    @classmethod
+    def relayout(cls, plan: PortablePlanIR, ir: DistributedTaskIR) -> PortablePlanIR:
+        """``plan`` with the schedule and pipeline traffic of ``ir``.
+
+        Requires: ``plan`` is this pass's output for a DistributedTaskIR that
+        differs from ``ir`` only in its execution's pipeline interleaving (or
+        its TP overlap mode, ring or pipe, which the portable plan does not
+        record): nothing else of a plan depends on them, so the result is
+        this pass's output for ``ir``. The execution search shares one
+        lowering between the interleavings of a layout with it.
+        """
+        return plan.trusted_replace(schedule=cls._schedule(ir), pipeline=cls._pipeline(ir))
+
     @staticmethod
     def _schedule(ir: DistributedTaskIR) -> Schedule:
         s, e = ir.shape, ir.execution

@@ -186,10 +186,11 @@ def plot_waterfall(rows: list[PlotRow], path: Path) -> Path:
     for ax, row in zip(axes, rows):
         gap = row.system_evidence_total_s - row.peak_only_total_s
         floor = max(0.0, row.peak_only_total_s - 1.2 * abs(gap))
-        labels = [PEAK_ONLY, *CURVE_FAMILIES, SYSTEM_EVIDENCE]
+        families = [f for f in CURVE_FAMILIES if f in row.attribution_s]  # the families the profile defines
+        labels = [PEAK_ONLY, *families, SYSTEM_EVIDENCE]
         level = row.peak_only_total_s
         ax.bar(0, level - floor, 0.7, bottom=floor, color="#9ecae1")
-        for x, family in enumerate(CURVE_FAMILIES, start=1):
+        for x, family in enumerate(families, start=1):
             part = row.attribution_s.get(family, 0.0)
             ax.bar(x, part, 0.7, bottom=level, color=FAMILY_COLORS[family])
             ax.text(x, max(level, level + part), f"{part:+.3g}", ha="center", va="bottom", fontsize=7)
@@ -198,15 +199,17 @@ def plot_waterfall(rows: list[PlotRow], path: Path) -> Path:
         for x, value in ((0, row.peak_only_total_s), (len(labels) - 1, row.system_evidence_total_s)):
             ax.text(x, value, f"{value:.4g}", ha="center", va="bottom", fontsize=7)
         ax.set_ylim(floor, max(row.peak_only_total_s, row.system_evidence_total_s) + 0.45 * abs(gap) + 1e-12)
-        ax.set_xticks(range(len(labels)), ["peak\nonly", *CURVE_FAMILIES, "system\nevidence"], fontsize=7)
+        ax.set_xticks(range(len(labels)), ["peak\nonly", *(f.replace("_", "\n") for f in families),
+                                           "system\nevidence"], fontsize=7)
         share = gap / row.peak_only_total_s if row.peak_only_total_s else 0.0
         ax.set_title(f"{row.id}\ngap {gap:+.3g} s ({share:+.1%} of peak_only)", fontsize=9)
         ax.set_ylabel("seconds (axis not from 0)", fontsize=7)
         ax.tick_params(axis="y", labelsize=7)
     fig.suptitle("Evidence gap (system_evidence - peak_only) split over the curve families by exact Shapley values",
                  fontsize=11, y=1 - 0.25 / fig.get_figheight())
-    handles = [Patch(color=FAMILY_COLORS[f], label=f"{f} curve") for f in CURVE_FAMILIES]
-    fig.legend(handles=handles, loc="lower center", ncol=4, fontsize=8, frameon=False,
+    shown = [f for f in CURVE_FAMILIES if any(f in r.attribution_s for r in rows)]
+    handles = [Patch(color=FAMILY_COLORS[f], label=f"{f} curve") for f in shown]
+    fig.legend(handles=handles, loc="lower center", ncol=len(shown), fontsize=8, frameon=False,
                bbox_to_anchor=(0.5, 0.05 / fig.get_figheight()))
     return _save(fig, path)
 

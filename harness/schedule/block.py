@@ -65,4 +65,5 @@ def block_times(plan: PortablePlanIR, costs: tuple[TaskCost, ...], pricer: Price
             reb += f.network_edge_s
     dp = sum(pricer.message_s(m) for m in plan.data_parallel.messages) if plan.data_parallel else 0.0
     return BlockTimes(fw, re, ag, wg, opt, tfb, tfe, tbb, tbe, rb, reb,
-                      pricer.message_s(plan.pipeline.forward), pricer.message_s(plan.pipeline.backward), dp)
+                      pricer.boundary_s(plan.pipeline.forward, plan), pricer.boundary_s(plan.pipeline.backward, plan),
+                      dp)

@@ -103,3 +103,17 @@ def compose(s: Schedule, b: BlockTimes, pp_forward_transfers: int, pp_backward_t
         "backward_offload": 0.0,
     }
     return Composition(components, compat.iteration_total(components), c)
+
+
+def with_output_layer(c: Composition, microbatches: int, forward_s: float, backward_s: float) -> Composition:
+    """``c`` with the output layer's work (family ``output_layer``, :mod:`harness.cost.output_layer`) added.
+
+    It runs once per microbatch on the last stage, outside the block chunks
+    (not part of the bubble): ``microbatches x forward_s`` joins ``forward``
+    and ``microbatches x backward_s`` joins ``backward``; the total is summed
+    again by the same rule.
+    """
+    components = dict(c.components_s)
+    components["forward"] += microbatches * forward_s
+    components["backward"] += microbatches * backward_s
+    return Composition(components, compat.iteration_total(components), c.chunks)

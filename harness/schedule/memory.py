@@ -24,6 +24,7 @@ activations and the gradients follow Calculon 0.1.0's accounting, named in
 from __future__ import annotations
 
 import dataclasses
+from typing import Iterable
 
 from harness import calculon_compat as compat
 from harness.evidence.profile import EvidenceProfile
@@ -109,46 +110,57 @@ def stage_memory(plan: PortablePlanIR, block: BlockMemory) -> StageMemory:
 
 
 def infeasibility(plan: PortablePlanIR, memory: StageMemory, profile: EvidenceProfile) -> str | None:
-    """Why the configuration cannot run on the profile's system, or None."""
-    reason = network_infeasibility(plan, profile)
-    if reason:
-        return reason
-    capacity = profile.memory_tier1.capacity_bytes
-    if memory.tier1_total > capacity:
-        return f"memory tier 1 needs {memory.tier1_total:.0f} bytes but has {capacity} bytes"
-    return None
+    """Why the configuration cannot run on the profile's system (networks first, then memory), or None."""
+    return (network_infeasibility(plan, profile)
+            or memory_problem(1, memory.tier1_total, profile.memory_tier1.capacity_bytes))
 
 
 #: Offload streams block i+1 while block i runs and block i-1 drains: it needs three blocks per processor.
 OFFLOAD_MIN_BLOCKS = 3
 
 
+def offload_problem(offloading: bool, blocks_per_stage: int) -> str | None:
+    """Why offloading cannot run with ``blocks_per_stage`` blocks per processor, or None."""
+    if offloading and blocks_per_stage < OFFLOAD_MIN_BLOCKS:
+        return (f"offloading needs at least {OFFLOAD_MIN_BLOCKS} blocks per processor, "
+                f"the first stage has {blocks_per_stage}")
+    return None
+
+
 def concrete_infeasibility(plan: PortablePlanIR, concrete, profile: EvidenceProfile) -> str | None:
     """Why a ConcretePlanIR cannot run, or None: network tiers, then offload with fewer than
     :data:`OFFLOAD_MIN_BLOCKS` blocks per processor, then memory tier 1, then memory tier 2 (Calculon's order)."""
-    reason = network_infeasibility(plan, profile)
-    if reason:
-        return reason
     o = concrete.options.offload
-    if (o.weights or o.activations or o.optimizer) and plan.schedule.blocks_per_stage < OFFLOAD_MIN_BLOCKS:
-        return (f"offloading needs at least {OFFLOAD_MIN_BLOCKS} blocks per processor, "
-                f"the first stage has {plan.schedule.blocks_per_stage}")
-    for tier, need, capacity in ((1, concrete.tier1_total_bytes, profile.memory_tier1.capacity_bytes),
-                                 (2, concrete.tier2_total_bytes, profile.memory_tier2.capacity_bytes)):
-        if need > capacity:
-            return f"memory tier {tier} needs {need:.0f} bytes but has {capacity} bytes"
-    return None
+    return (network_infeasibility(plan, profile)
+            or offload_problem(o.weights or o.activations or o.optimizer, plan.schedule.blocks_per_stage)
+            or memory_problem(1, concrete.tier1_total_bytes, profile.memory_tier1.capacity_bytes)
+            or memory_problem(2, concrete.tier2_total_bytes, profile.memory_tier2.capacity_bytes))
 
 
 def network_infeasibility(plan: PortablePlanIR, profile: EvidenceProfile) -> str | None:
     """Why the parallel groups do not fit the profile's network tiers, or None."""
+    return network_problem(((u.network_tier, u.group_size) for u in plan.network_use), profile)
+
+
+def network_problem(groups: Iterable[tuple[int, int]], profile: EvidenceProfile) -> str | None:
+    """Why parallel groups placed as ``(network tier, group size)`` do not fit the
+    profile's networks, or None: the groups sharing a tier multiply; their
+    product must not exceed the tier's size and, on a tier that must be filled,
+    must divide it (the search checks every tier placement with it)."""
     need: dict[int, int] = {}
-    for use in plan.network_use:
-        need[use.network_tier] = need.get(use.network_tier, 1) * use.group_size
+    for tier, size in groups:
+        need[tier] = need.get(tier, 1) * size
     for tier, size in sorted(need.items()):
         net = profile.networks[tier]
         if size > net.size_processors:
             return f"network tier {tier} is not big enough: its groups need {size} processors, it connects {net.size_processors}"
         if net.must_be_filled and net.size_processors % size:
             return f"network tier {tier} is not fully used: groups of {size} do not tile its {net.size_processors} processors"
+    return None
+
+
+def memory_problem(tier: int, need: float, capacity: float) -> str | None:
+    """Why ``need`` bytes do not fit memory ``tier`` of ``capacity`` bytes, or None."""
+    if need > capacity:
+        return f"memory tier {tier} needs {need:.0f} bytes but has {capacity} bytes"
     return None

@@ -179,20 +179,26 @@ class _Tiles:
 
 def _block(c: ConcretePlanIR, pricer: Pricer) -> _Block:
     """Per-block sums in plan order (Calculon's _compute_block_stats)."""
+    return block_sums(c.tasks, c.schedule.training, c.bytes_per_element, tier_of(c.queue_of["tensor"]), c.tp_tiles,
+                      c.options.tp_overlap == "pipe", pricer)
+
+
+def block_sums(tasks: tuple, training: bool, b: int, tp_tier: int, tp_tiles: int, pipe: bool,
+               pricer: Pricer) -> _Block:
+    """:func:`_block` from the plan's tasks and the few options it reads (TP tier, tiles, pipe): what the
+    search shares between executions that differ only in DP overlap, offload and the PP and DP tiers."""
     profile = pricer.profile
-    tp_net = profile.networks[tier_of(c.queue_of["tensor"])]
-    tiles = _Tiles(pricer, tp_net.processor_usage, c.tp_tiles, c.options.tp_overlap == "pipe")
-    b = c.bytes_per_element
-    training = c.schedule.training
+    tp_net = profile.networks[tp_tier]
+    tiles = _Tiles(pricer, tp_net.processor_usage, tp_tiles, pipe)
     recomputed = set()
     resent = {}
-    for t in c.tasks:
+    for t in tasks:
         if t.phase == "recompute":
             recomputed.add(t.clone_of)
         elif t.phase == "recommunication":
             resent[t.clone_of] = t
     k = _Block()
-    for task in c.tasks:
+    for task in tasks:
         if task.phase != "forward":
             continue
         cost = pricer.task(task).passes

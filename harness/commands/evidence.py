@@ -1,0 +1,236 @@
+"""``harness evidence import|fit|report``: evidence revisions from measured runs.
+
+- ``evidence import vtrain CSV... --output CORPUS.jsonl``: the vTrain CSVs as
+  a measurement corpus (iteration records);
+- ``evidence import korthikanti --table4 JSON [--cases DIR] --output
+  CORPUS.jsonl``: Korthikanti et al. Table 4 (layer passes) and Table 5 (the
+  cases' paper values, iteration records);
+- ``evidence import nccl-tests FILE... --tier N [--collective OP] --output
+  CORPUS.jsonl [--apply BASE --profile-output evidence/NAME.yaml]``: nccl-tests
+  tables as collective sweeps, and optionally a profile with their curves;
+- ``evidence fit --base NAME --measurements CORPUS... --output
+  evidence/NAME.yaml``: fit a revision (robust least squares, bounded,
+  deterministic), with a progress display;
+- ``evidence report --profile NAME --base NAME --measurements CORPUS...
+  [--output JSON] [--plots DIR]``: the measured-evidence report (refit,
+  cross-validation, attribution); exit 1 when a budget is broken.
+
+Every output is checked before the work and written atomically; a bad input
+is one line naming its file, line and field.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+from harness.errors import HarnessError, InputError
+
+OPS = ("all_reduce", "reduce_scatter", "all_gather")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("evidence", help="import measurements, fit an evidence revision, report its generalization")
+    verbs = p.add_subparsers(dest="verb", required=True, metavar="VERB")
+
+    imp = verbs.add_parser("import", help="import measurements into a corpus")
+    kinds = imp.add_subparsers(dest="kind", required=True, metavar="KIND")
+    v = kinds.add_parser("vtrain", help="vTrain CSVs (single-node-train.csv, multi-node-train.csv)")
+    v.add_argument("files", nargs="+", type=Path, metavar="CSV")
+    v.add_argument("--output", type=Path, required=True, metavar="CORPUS.jsonl")
+    v.set_defaults(func=run_import_vtrain)
+    k = kinds.add_parser("korthikanti", help="Korthikanti et al. 2022 Table 4 (JSON) and Table 5 (the cases)")
+    k.add_argument("--table4", type=Path, required=True, metavar="JSON")
+    k.add_argument("--cases", type=Path, metavar="DIR", help="case directory whose paper values are Table 5")
+    k.add_argument("--output", type=Path, required=True, metavar="CORPUS.jsonl")
+    k.set_defaults(func=run_import_korthikanti)
+    n = kinds.add_parser("nccl-tests", help="nccl-tests *_perf tables -> collective sweeps (network curves)")
+    n.add_argument("files", nargs="+", type=Path, metavar="FILE")
+    n.add_argument("--tier", type=int, required=True, metavar="N", help="network tier the processors share")
+    n.add_argument("--collective", choices=OPS, default="all_reduce", help="the benchmark (default all_reduce)")
+    n.add_argument("--participants", type=int, metavar="N", help="check the table's participant count")
+    n.add_argument("--output", type=Path, required=True, metavar="CORPUS.jsonl")
+    n.add_argument("--name", default="nccl-tests", help="corpus name")
+    n.add_argument("--citation", default="nccl-tests output", help="where the tables come from")
+    n.add_argument("--licence", default="as the input files", help="licence of the numbers")
+    n.add_argument("--hardware", default="as measured", help="what they were measured on")
+    n.add_argument("--apply", metavar="BASE", help="also write BASE with these curves (family collective_curves)")
+    n.add_argument("--profile-output", type=Path, metavar="evidence/NAME.yaml", help="where --apply writes")
+    n.set_defaults(func=run_import_nccl)
+
+    f = verbs.add_parser("fit", help="fit an evidence revision to measurement corpora")
+    f.add_argument("--base", required=True, metavar="NAME", help="base evidence profile (e.g. a100_80g)")
+    f.add_argument("--measurements", nargs="+", type=Path, required=True, metavar="CORPUS.jsonl")
+    f.add_argument("--output", type=Path, required=True, metavar="evidence/NAME.yaml")
+    f.add_argument("--name", help="profile name (default: the output file's stem)")
+    f.add_argument("--layer-weight", type=float, default=0.0,
+                   help="weight of layer_pass records relative to one node class (default 0: a check, not fitted)")
+    f.add_argument("--benchmark-weight", type=float, default=1.0,
+                   help="weight of gemm/memory_transfer records relative to one node class (default 1)")
+    f.set_defaults(func=run_fit)
+
+    r = verbs.add_parser("report", help="cross-validated report of a fitted revision; exit 1 on a broken budget")
+    r.add_argument("--profile", required=True, metavar="NAME", help="the shipped revision (evidence/NAME.yaml)")
+    r.add_argument("--base", required=True, metavar="NAME")
+    r.add_argument("--measurements", nargs="+", type=Path, required=True, metavar="CORPUS.jsonl",
+                   help="the corpora the revision was fitted on")
+    r.add_argument("--check", nargs="+", type=Path, default=[], metavar="CORPUS.jsonl",
+                   help="corpora compared but never fitted (component-level truth, other targets)")
+    r.add_argument("--output", type=Path, default=Path("out/measured/report.json"), metavar="JSON")
+    r.add_argument("--plots", type=Path, metavar="DIR", help="also write PNG plots here")
+    r.set_defaults(func=run_report)
+
+
+def _name(value: str, option: str) -> str:
+    from harness.evidence.profile import PROFILE_NAME
+
+    if not PROFILE_NAME.fullmatch(value):
+        raise InputError(option, option, f"{value!r} is not a name (letters, digits, '_', '.', '-')")
+    return value
+
+
+def _profile_input(name: str, option: str) -> Path:
+    """The file of the profile ``name`` (an input: no output may replace it); ``name`` is a name, never a path."""
+    from harness.evidence.profile import check_profile_name, profile_path
+
+    return profile_path(check_profile_name(name, option, option))
+
+
+def run_import_vtrain(args) -> int:
+    from harness.measurements.corpus import write_corpus
+    from harness.measurements.vtrain import header, import_vtrain
+    from harness.outputs import check_output, data_files
+
+    check_output(args.output, inputs=[*args.files, *data_files()])
+    records = import_vtrain(args.files)
+    write_corpus(args.output, header(), records)
+    print(f"{len(records)} iteration records -> {args.output}")
+    return 0
+
+
+def run_import_korthikanti(args) -> int:
+    from harness.measurements.corpus import write_corpus
+    from harness.measurements.korthikanti import header, import_table4, import_table5
+    from harness.outputs import check_output, data_files
+
+    check_output(args.output, inputs=[args.table4, *data_files()])
+    records = import_table4(args.table4) + (import_table5(args.cases) if args.cases else [])
+    write_corpus(args.output, header(), records)
+    print(f"{len(records)} records -> {args.output}")
+    return 0
+
+
+def run_import_nccl(args) -> int:
+    from harness.evidence.profile import dump_profile, load_profile
+    from harness.measurements.corpus import CorpusHeader, Environment, Source, write_corpus
+    from harness.measurements.nccl_tests import parse_nccl_tests, sweep_curve, with_sweeps
+    from harness.ir.model import MAX_TIER
+    from harness.outputs import check_output, data_files, write_text
+
+    if not 0 <= args.tier <= MAX_TIER:
+        raise InputError("--tier", "--tier", f"must be a network tier index in [0, {MAX_TIER}], got {args.tier}")
+    if args.participants is not None and not 2 <= args.participants <= 2**30:
+        raise InputError("--participants", "--participants", f"must be in [2, 2^30], got {args.participants}")
+    if (args.apply is None) != (args.profile_output is None):
+        raise HarnessError("--apply BASE and --profile-output PATH go together")
+    protected = [*args.files, *data_files(evidence=False)]
+    if args.apply:
+        protected.append(_profile_input(args.apply, "--apply"))
+    check_output(args.output, inputs=[*protected, *data_files()],
+                 others=[args.profile_output] if args.profile_output else [])
+    if args.profile_output:
+        check_output(args.profile_output, option="--profile-output", inputs=protected, others=[args.output])
+    sweeps = [parse_nccl_tests(path, args.collective, args.tier, args.participants) for path in args.files]
+    header = CorpusHeader(kind="corpus", schema_name="blueprinting.measurement-corpus", schema_version=0,
+                          name=_name(args.name, "--name"), description="nccl-tests collective sweeps",
+                          source=Source(citation=args.citation, licence=args.licence),
+                          environment=Environment(hardware=args.hardware, software="nccl-tests"),
+                          placement=f"the processors of each table share network tier {args.tier}")
+    write_corpus(args.output, header, sweeps)
+    print(f"{len(sweeps)} collective sweeps -> {args.output}")
+    if args.apply:
+        base = load_profile(args.apply)
+        if args.tier >= len(base.networks):
+            raise InputError("--tier", "--tier", f"tier {args.tier} does not exist in evidence profile {base.name}")
+        for sweep in sweeps:
+            curve = sweep_curve(sweep, base.networks[args.tier], sweep.id)
+            effs = [p.efficiency for p in curve.points]
+            print(f"  {sweep.id}: {sweep.participants} participants, {len(curve.points)} points, efficiency "
+                  f"{min(effs):.3f} .. {max(effs):.3f} of {base.networks[args.tier].bandwidth_bytes_per_s:g} B/s")
+        name = args.profile_output.stem
+        profile = with_sweeps(base, sweeps, str(args.output)).model_copy(update={
+            "name": _name(name, "--profile-output"),
+            "description": f"{base.name} with measured {args.collective} curves on tier {args.tier}",
+            "provenance": f"{base.provenance}; tier {args.tier} {args.collective} curves from nccl-tests tables "
+                          f"({', '.join(s.id for s in sweeps)}) by 'harness evidence import nccl-tests'"})
+        write_text(args.profile_output, dump_profile(profile), option="--profile-output")
+        print(f"profile {profile.name} (revision {profile.revision()[:12]}) -> {args.profile_output}")
+    return 0
+
+
+def _progress(total: int, label: str):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        transient=True, console=None)
+    task = progress.add_task(label, total=total)
+    return progress, (lambda count: progress.update(task, completed=min(count, total)))
+
+
+def run_fit(args) -> int:
+    from harness.evidence.profile import dump_profile, load_profile
+    from harness.measurements.experiment import fit_revision, load_inputs
+    from harness.measurements.fit import MAX_EVALUATIONS
+    from harness.outputs import check_output, data_files, write_text
+
+    name = _name(args.name or args.output.stem, "--name")
+    if args.output.stem != name:
+        raise InputError("--output", "--output", f"a profile file is named after its profile: {name}.yaml")
+    for option, weight in (("--layer-weight", args.layer_weight), ("--benchmark-weight", args.benchmark_weight)):
+        if not (0 <= weight < math.inf):
+            raise InputError(option, option, f"weights must be finite and >= 0, got {weight}")
+    check_output(args.output, inputs=[*args.measurements, _profile_input(args.base, "--base"),
+                                      *data_files(evidence=False)])
+    base = load_profile(args.base)
+    inputs = load_inputs(args.measurements)
+    progress, update = _progress(MAX_EVALUATIONS, "fitting (model evaluations)")
+    with progress:
+        revision = fit_revision(inputs, base, name, layer_weight=args.layer_weight,
+                                benchmark_weight=args.benchmark_weight, progress=update)
+    write_text(args.output, dump_profile(revision.profile))
+    print(f"{name}: revision {revision.profile.revision()} -> {args.output}")
+    print(f"  {revision.result.evaluations} evaluations, {revision.result.status}; evaluator vs estimate path "
+          f"{revision.evaluator_rel:.1e}")
+    for p in revision.profile.fit.parameters:
+        error = "" if p.standard_error is None else f" +- {p.standard_error:g}"
+        print(f"  {p.name:24s} {p.value:<12g}{error:14s} {p.unit} (bounds {p.lower:g} .. {p.upper:g})")
+    return 0
+
+
+def run_report(args) -> int:
+    from harness.evidence.profile import load_profile
+    from harness.measurements.experiment import load_inputs, run_report as build
+    from harness.measurements.tables import print_measured_report
+    from harness.outputs import check_output, check_output_dir, data_files, write_text
+
+    _profile_input(args.base, "--base")
+    _profile_input(args.profile, "--profile")
+    check_output(args.output, inputs=[*args.measurements, *args.check, *data_files()])
+    if args.plots:
+        check_output_dir(args.plots, option="--plots", inputs=args.measurements + args.check)
+    base = load_profile(args.base)
+    shipped = load_profile(args.profile)
+    inputs = load_inputs(args.measurements)
+    checks = load_inputs(args.check, fitting=False) if args.check else None
+    report = build(inputs, base, shipped, shipped.name, checks=checks, progress=lambda m: print(m, file=sys.stderr))
+    write_text(args.output, json.dumps(report, indent=1, allow_nan=False) + "\n")
+    print_measured_report(report)
+    print(f"report: {args.output}")
+    if args.plots:
+        from harness.measurements.plots import write_measured_plots
+
+        for path in write_measured_plots(report, args.plots):
+            print(f"plot: {path}")
+    return 1 if report["violations"] else 0

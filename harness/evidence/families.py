@@ -1,0 +1,200 @@
+"""Evidence families fitted to measured runs (optional parts of a profile).
+
+A profile without any of them prices exactly as before (and keeps its
+revision: an absent family is not written into the canonical content). Each
+family is target-wide: it describes the processor, its software stack or its
+network, never a model or a case. Names are in ``harness.vocabulary``
+(``MEASURED_FAMILIES``); the pricing rules are in :mod:`harness.cost.views`
+and :mod:`harness.cost.output_layer`.
+
+Rules:
+
+- ``SaturatingCurve``: ``efficiency(x) = max_efficiency * x / (x + half_size)``,
+  smooth, monotone, saturating. Equivalently, a request of size ``x`` at
+  ``peak`` takes ``(x + half_size) / (peak * max_efficiency)``: a fixed cost
+  (``half_size`` worth of work: tails, wave quantization, launch latency on
+  the device) plus the asymptotic rate. ``half_size = 0`` is a flat curve.
+- ``CollectiveCurve``: measured (nccl-tests) efficiency of one collective for
+  one participant count by message size: interpolated linearly in
+  ``log(size)`` between points; below the smallest point the transfer takes
+  the smallest point's time (latency-bound: efficiency proportional to the
+  size); above the largest point, the largest point's efficiency.
+- ``LaunchOverhead``: every operation (a task's non-empty pass) is issued by
+  the host; the device cannot run it before it is issued, so it takes at
+  least ``issue_s_per_operation`` (``max(device time, issue time)``, per
+  operation: a queue that the host keeps full hides the issue time).
+- ``OutputLayer``: the embedding, output (logit) layer and loss that the
+  portable plan leaves out, priced as work once per microbatch (see
+  :mod:`harness.cost.output_layer`).
+- ``HierarchicalCollectives``: a collective whose group is larger than its
+  tier's island (``size_processors``) runs hierarchically: the collective
+  inside one island on that tier, plus the collective across islands on the
+  next tier, carrying ``1/island`` of the message per processor.
+- ``PartitionedP2P``: with tensor parallelism, the pipeline boundary
+  activation (and its gradient) is the same on every TP rank; the training
+  software sends each rank's ``1/TP`` slice to its peer and the receiving
+  stage all-gathers the slices over its TP group (DeepSpeed's pipeline engine
+  partitions its send buffers over the model-parallel group). A transfer
+  costs the p2p of ``bytes / TP`` plus an all-gather of ``bytes`` over the TP
+  group on the tensor tier.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from pydantic import ConfigDict, Field, field_validator
+
+from harness.errors import EvidenceError
+from harness.ir.base import Frozen
+
+#: The smallest efficiency any family may hold (as :data:`harness.evidence.profile.MIN_EFFICIENCY`).
+MIN_EFFICIENCY = 1e-4
+MAX_SIZE = 1e300
+
+
+class _Strict(Frozen):
+    """Profile sections: strict types, finite numbers (as the rest of a profile)."""
+
+    model_config = ConfigDict(strict=True)
+
+
+class SaturatingCurve(_Strict):
+    """A smooth, monotone, saturating efficiency curve (see the module rules)."""
+
+    max_efficiency: float = Field(ge=MIN_EFFICIENCY, le=1, allow_inf_nan=False,
+                                  description="Efficiency approached by large requests.")
+    half_size: float = Field(ge=0, le=MAX_SIZE, allow_inf_nan=False,
+                             description="Request size (operations or bytes) at half the maximum efficiency.")
+
+    def efficiency(self, size: float, source: str, field: str) -> float:
+        if self.half_size == 0:
+            return self.max_efficiency
+        if not size > 0:
+            raise EvidenceError(source, field, f"a saturating curve has no efficiency at size {size}")
+        return self.max_efficiency * size / (size + self.half_size)
+
+
+class SizePoint(_Strict):
+    """One measured point of a collective curve."""
+
+    size_bytes: float = Field(gt=0, le=MAX_SIZE, allow_inf_nan=False,
+                              description="Message size (bytes per processor, as nccl-tests 'size').")
+    efficiency: float = Field(ge=MIN_EFFICIENCY, le=1, allow_inf_nan=False, description="Fraction of the tier bandwidth that reproduces the measured "
+                                                      "time with the tier's latency and volume model.")
+
+
+class CollectiveCurve(_Strict):
+    """Measured efficiency of one collective for one participant count."""
+
+    participants: int = Field(ge=2, le=2**30, description="Processors taking part in the measurement.")
+    points: tuple[SizePoint, ...] = Field(min_length=1, max_length=4096, strict=False,
+                                          description="Points in strictly increasing size.")
+    source: str = Field(min_length=1, max_length=10_000, description="Where the measurement comes from.")
+
+    @field_validator("points")
+    @classmethod
+    def _increasing(cls, points: tuple[SizePoint, ...]) -> tuple[SizePoint, ...]:
+        for a, b in zip(points, points[1:]):
+            if not a.size_bytes < b.size_bytes:
+                raise ValueError("sizes must strictly increase")
+        return points
+
+    def efficiency(self, size_bytes: float) -> float:
+        points = self.points
+        first, last = points[0], points[-1]
+        if size_bytes <= first.size_bytes:
+            return first.efficiency * size_bytes / first.size_bytes
+        if size_bytes >= last.size_bytes:
+            return last.efficiency
+        lo, hi = 0, len(points) - 1
+        while hi - lo > 1:  # bisection: points[lo].size < size < points[hi].size
+            mid = (lo + hi) // 2
+            if points[mid].size_bytes <= size_bytes:
+                lo = mid
+            else:
+                hi = mid
+        a, b = points[lo], points[hi]
+        t = math.log(size_bytes / a.size_bytes) / math.log(b.size_bytes / a.size_bytes)
+        return a.efficiency + t * (b.efficiency - a.efficiency)
+
+
+def curve_for(curves: tuple[CollectiveCurve, ...], participants: int) -> CollectiveCurve:
+    """The curve measured with the most participants not above ``participants`` (the fewest if none is)."""
+    best = None
+    for curve in curves:
+        if curve.participants <= participants and (best is None or curve.participants > best.participants):
+            best = curve
+    return best or min(curves, key=lambda c: c.participants)
+
+
+class LaunchOverhead(_Strict):
+    """Host issue time per operation (see the module rules)."""
+
+    issue_s_per_operation: float = Field(gt=0, le=1e-3, allow_inf_nan=False,
+                                         description="Host time to issue one operation, seconds.")
+
+
+class OutputLayer(_Strict):
+    """The work of the embedding, output layer and loss the portable plan leaves out."""
+
+    vocabulary: int = Field(gt=0, le=2**24, description="Token vocabulary of the target's training software "
+                                                        "(entries).")
+    vocabulary_multiple: int = Field(gt=0, le=2**16, description="The vocabulary is padded to a multiple of this "
+                                                                 "x TP (Megatron's make-vocab-size-divisible-by).")
+    loss_bytes_per_logit: float = Field(gt=0, le=256, allow_inf_nan=False, description="Memory-tier-1 bytes the loss (softmax cross "
+                                                                  "entropy, forward and backward) moves per logit.")
+
+    def padded_vocabulary(self, tensor_parallel: int) -> int:
+        multiple = self.vocabulary_multiple * tensor_parallel
+        return -(-self.vocabulary // multiple) * multiple
+
+
+class HierarchicalCollectives(_Strict):
+    """Groups larger than their tier's island run hierarchically (see the module rules)."""
+
+    kind: Literal["island_then_next_tier"] = Field(description="The one rule: the collective inside an island on "
+                                                               "its tier, then across islands on the next tier.")
+
+
+class PartitionedP2P(_Strict):
+    """Pipeline boundary transfers partitioned over the TP group (see the module rules)."""
+
+    kind: Literal["slice_then_all_gather"] = Field(description="The one rule: p2p of 1/TP of the boundary, then an "
+                                                               "all-gather over the TP group.")
+
+
+class FittedParameter(_Strict):
+    """One parameter of a fitted revision, with its bounds and uncertainty."""
+
+    name: str = Field(description="Parameter name.")
+    path: str = Field(description="Where it sits in the profile (dotted path).")
+    value: float = Field(allow_inf_nan=False, description="Fitted value (rounded to 5 significant digits).")
+    lower: float = Field(allow_inf_nan=False, description="Lower bound of the fit.")
+    upper: float = Field(allow_inf_nan=False, description="Upper bound of the fit.")
+    standard_error: float | None = Field(None, allow_inf_nan=False, description="Standard error from the fit's Jacobian (2 significant digits), "
+                                                     "None where the parameter sits on a bound.")
+    unit: str = Field(description="Unit of the value.")
+    meaning: str = Field(description="What the parameter is, physically.")
+
+
+class CorpusDigest(_Strict):
+    """One measurement corpus a revision was fitted on (identified by its content, not where it was read)."""
+
+    name: str = Field(description="The corpus's name (its header).")
+    file: str = Field(description="The corpus file's name (without its directory).")
+    sha256: str = Field(description="SHA-256 of the corpus file's bytes.")
+    records: int = Field(ge=0, description="Records of the file the fit used.")
+
+
+class FitProvenance(_Strict):
+    """How a revision was fitted: base, corpora, objective, parameters."""
+
+    base_profile: str = Field(description="Name of the base profile.")
+    base_revision: str = Field(description="Revision (SHA-256) of the base profile.")
+    corpora: tuple[CorpusDigest, ...] = Field(strict=False, description="Measurement corpora, in the order given.")
+    objective: str = Field(description="What the fit minimizes.")
+    parameters: tuple[FittedParameter, ...] = Field(strict=False, description="Fitted parameters.")
+    fixed: tuple[str, ...] = Field(strict=False, description="Numbers set from measurements or documentation, "
+                                                             "not fitted.")

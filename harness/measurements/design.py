@@ -1,0 +1,296 @@
+"""The fit's fast evaluator: a corpus's plans as arrays, priced for many candidate profiles.
+
+A fit prices the same plans under hundreds of candidate profiles. Pricing
+each plan through :func:`harness.estimate.cost_view` would take seconds per
+candidate; this module lowers every record once and keeps what a price
+depends on as arrays:
+
+- every non-empty pass of every plan task (operations, bytes, engine,
+  whether it is the optimizer step) with its coefficient in the record's
+  target (the iteration total, or a block's forward / backward time): the
+  composition (:func:`harness.schedule.compose.compose`) is linear in the
+  block times (:func:`harness.schedule.block.block_times`), so each block-time
+  field has one coefficient per record, found by composing unit block times;
+- every distinct message with its coefficients (priced by the real
+  :class:`~harness.cost.views.Pricer`: few, and they carry the network rules);
+- the output layer's passes (family ``output_layer``), once per microbatch,
+  whose loss bytes scale with the fitted bytes per logit;
+- microbenchmarks: a ``gemm`` record is one matrix pass (``2mnk``
+  operations, its operands and result as traffic), a ``memory_transfer``
+  record one vector pass moving its bytes; neither waits for the host (a
+  benchmark times the device).
+
+Rule: the arrays are read the way ``block_times`` reads a plan, and
+:func:`Design.predict` equals the estimate's ``system_evidence`` total (or
+block times) of every record to rounding; :func:`Design.check` compares
+them with the real estimate path (the fit runs it on its result, and a test
+on a corpus).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import numpy as np
+
+from harness.cost.output_layer import output_layer_work
+from harness.cost.views import COST_VIEWS, CostView, Pricer
+from harness.errors import HarnessError
+from harness.estimate import check_tiers, cost_view
+from harness.evidence.profile import EvidenceProfile
+from harness.ir.portable import Message
+from harness.ir.model import BYTES_PER_ELEMENT
+from harness.ir.portable import Work
+from harness.measurements.corpus import GemmRecord, IterationRecord, LayerPassRecord, MemoryTransferRecord
+from harness.pipeline import lower
+from harness.schedule.block import BlockTimes
+from harness.schedule.compose import compose
+
+SYSTEM_EVIDENCE_VIEW = COST_VIEWS["system_evidence"]
+FIELDS = tuple(f.name for f in dataclasses.fields(BlockTimes))
+_INDEX = {name: i for i, name in enumerate(FIELDS)}
+# a layer_pass record's forward and backward: one base block's forward and backward critical path
+LAYER_FORWARD = ("forward_s", "tp_forward_base_s")
+LAYER_BACKWARD = ("recompute_s", "recomm_base_s", "activation_grad_s", "weight_grad_s", "tp_backward_base_s")
+
+
+def _unit(field: str | None) -> BlockTimes:
+    return BlockTimes(*(1.0 if name == field else 0.0 for name in FIELDS))
+
+
+def composition_coefficients(plan) -> np.ndarray:
+    """The iteration total's coefficient of each block-time field (the composition is linear in them)."""
+    p = plan.pipeline
+    args = (p.forward_transfers_per_microbatch, p.backward_transfers_per_microbatch)
+    zero = compose(plan.schedule, _unit(None), *args).total_s
+    return np.array([compose(plan.schedule, _unit(f), *args).total_s - zero for f in FIELDS])
+
+
+@dataclasses.dataclass
+class _Builder:
+    target: list[int] = dataclasses.field(default_factory=list)
+    coefficient: list[float] = dataclasses.field(default_factory=list)
+    operations: list[float] = dataclasses.field(default_factory=list)
+    bytes: list[float] = dataclasses.field(default_factory=list)
+    loss_logits: list[float] = dataclasses.field(default_factory=list)
+    matrix: list[bool] = dataclasses.field(default_factory=list)
+    optimizer: list[bool] = dataclasses.field(default_factory=list)
+    output_layer: list[bool] = dataclasses.field(default_factory=list)
+    device_only: list[bool] = dataclasses.field(default_factory=list)
+
+    def add(self, target: int, coefficient: float, work, *, optimizer: bool = False, loss_logits: float = 0.0,
+            output_layer: bool = False, device_only: bool = False) -> None:
+        """One pass; ``loss_logits``: its bytes are that many logits x the candidate's bytes per logit."""
+        size = 0.0 if loss_logits else work.bytes_read + work.bytes_written
+        if coefficient == 0 or (work.operations == 0 and size == 0 and not loss_logits):
+            return
+        self.target.append(target)
+        self.coefficient.append(coefficient)
+        self.operations.append(work.operations)
+        self.bytes.append(size)
+        self.loss_logits.append(loss_logits)
+        self.matrix.append(work.engine == "matrix" and not optimizer)
+        self.optimizer.append(optimizer)
+        self.output_layer.append(output_layer)
+        self.device_only.append(device_only)
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """One value the design predicts: a record's iteration total, or one block pass of a layer_pass record."""
+
+    record: int  # index of the record in the design's record list
+    what: str  # "iteration", "layer_forward", "layer_backward", "gemm" or "memory_transfer"
+    value: int  # index into the record's measured values (iteration: 0; layer_pass: 0 forward, 1 backward)
+
+
+class Design:
+    """The plans of a list of records, as arrays (see the module rules)."""
+
+    def __init__(self, records: Sequence[IterationRecord | LayerPassRecord | GemmRecord | MemoryTransferRecord],
+                 template: EvidenceProfile) -> None:
+        self.records = tuple(records)
+        self.template = template
+        datatypes = {r.execution.datatype if hasattr(r, "execution") else r.datatype for r in self.records
+                     if r.kind != "memory_transfer"}
+        if len(datatypes) > 1:
+            raise HarnessError(f"a fit is datatype-specific: the records mix {sorted(datatypes)}")
+        self.datatype = datatypes.pop() if datatypes else "float16"
+        targets: list[Target] = []
+        items = _Builder()
+        messages: dict[tuple[Message, int], int] = {}  # (message, plan index for a boundary transfer or -1)
+        m_target, m_index, m_coef = [], [], []
+        self.lowerings = []
+        for index, record in enumerate(self.records):
+            if record.kind in ("gemm", "memory_transfer"):
+                self.lowerings.append(None)
+                t = len(targets)
+                targets.append(Target(index, record.kind, 0))
+                items.add(t, 1.0, benchmark_work(record), device_only=True)
+                continue
+            data = record.estimate_input(template.name)
+            check_tiers(data, template, record.id)
+            lowering = lower(data, record.id)
+            self.lowerings.append(lowering)
+            plan = lowering.plan
+            if record.kind == "iteration":
+                per_target = [("iteration", composition_coefficients(plan))]
+            else:
+                fw = np.array([1.0 if f in LAYER_FORWARD else 0.0 for f in FIELDS])
+                bw = np.array([1.0 if f in LAYER_BACKWARD else 0.0 for f in FIELDS])
+                per_target = [("layer_forward", fw), ("layer_backward", bw)]
+            for value, (what, coef) in enumerate(per_target):
+                t = len(targets)
+                targets.append(Target(index, what, value))
+                self._add_plan(plan, index, coef, t, items, messages, m_target, m_index, m_coef)
+                if what == "iteration" and template.output_layer is not None and plan.schedule.training:
+                    self._add_output_layer(lowering.model, plan.schedule.microbatches, t, items)
+        self.targets = tuple(targets)
+        self.messages = tuple(messages)
+        self._item_target = np.array(items.target, dtype=np.intp)
+        self._item_coefficient = np.array(items.coefficient)
+        self._operations = np.array(items.operations)
+        self._bytes = np.array(items.bytes)
+        self._loss_logits = np.array(items.loss_logits)
+        self._matrix = np.array(items.matrix, dtype=bool)
+        self._optimizer = np.array(items.optimizer, dtype=bool)
+        self._output_layer = np.array(items.output_layer, dtype=bool)
+        self._device_only = np.array(items.device_only, dtype=bool)
+        self._message_target = np.array(m_target, dtype=np.intp)
+        self._message_index = np.array(m_index, dtype=np.intp)
+        self._message_coefficient = np.array(m_coef)
+
+    @staticmethod
+    def _add_plan(plan, plan_index, coef, t, items, messages, m_target, m_index, m_coef) -> None:
+        c = dict(zip(FIELDS, coef))
+
+        def message(msg, coefficient, boundary=False):
+            if msg is None or coefficient == 0:
+                return
+            m_target.append(t)
+            m_index.append(messages.setdefault((msg, plan_index if boundary else -1), len(messages)))
+            m_coef.append(coefficient)
+
+        for task in plan.tasks:  # as harness.schedule.block.block_times reads them
+            if task.phase == "forward" and task.primitive != "tp_collective":
+                items.add(t, c["forward_s"], task.forward)
+                items.add(t, c["activation_grad_s"], task.activation_grad)
+                items.add(t, c["weight_grad_s"], task.weight_grad)
+                items.add(t, c["optimizer_s"], task.optimizer, optimizer=True)
+            elif task.phase == "forward":
+                m = task.messages
+                items.add(t, c["tp_forward_base_s"] + c["tp_forward_edge_s"], task.forward)
+                items.add(t, c["tp_backward_base_s"] + c["tp_backward_edge_s"], task.activation_grad)
+                message(m.forward_base, c["tp_forward_base_s"])
+                message(m.forward_edge, c["tp_forward_edge_s"])
+                message(m.backward_base, c["tp_backward_base_s"])
+                message(m.backward_edge, c["tp_backward_edge_s"])
+            elif task.phase == "recompute":
+                items.add(t, c["recompute_s"], task.forward)
+            else:
+                message(task.messages.forward_base, c["recomm_base_s"])
+                message(task.messages.forward_edge, c["recomm_edge_s"])
+        message(plan.pipeline.forward, c["pp_forward_s"], boundary=True)
+        message(plan.pipeline.backward, c["pp_backward_s"], boundary=True)
+        for msg in plan.data_parallel.messages if plan.data_parallel else ():
+            message(msg, c["dp_s"])
+
+    def _add_output_layer(self, model, microbatches: int, t: int, items: _Builder) -> None:
+        # the loss's bytes scale with the candidate's bytes per logit: kept as logits per pass (half each)
+        layer = self.template.output_layer
+        tp = model.execution.tensor_parallel
+        logits = model.execution.microbatch * model.shape.sequence_length * (layer.padded_vocabulary(tp) // tp)
+        work = output_layer_work(layer, model)
+        for w in work.forward + work.backward:
+            loss = w.engine == "vector"  # the loss passes; the logit layer's are matrix passes
+            items.add(t, float(microbatches), w, loss_logits=logits / 2 if loss else 0.0, output_layer=True)
+
+    def per_target(self, values: dict[int, tuple[float, ...]]) -> np.ndarray:
+        """Per-target array of per-record values (``{record index: values}``; NaN where a record has none)."""
+        return np.array([values[t.record][t.value] if t.record in values else np.nan for t in self.targets])
+
+    def predict(self, profile: EvidenceProfile, view: CostView = SYSTEM_EVIDENCE_VIEW) -> np.ndarray:
+        """Every target's seconds under ``profile`` and ``view``.
+
+        ``profile`` may differ from the template in any number, curve or family, but the output layer's
+        work is the template's (its vocabulary); without the family (or in a view without it) it is left out.
+        """
+        pricer = Pricer(profile, view, self.datatype)
+        matrix, vector = pricer.matrix, pricer.vector
+        ops, size = self._operations, self._bytes
+        coefficient = self._item_coefficient
+        if self._output_layer.any():
+            if profile.output_layer is not None and "output_layer" in view.curves:
+                size = size + self._loss_logits * profile.output_layer.loss_bytes_per_logit
+            else:
+                coefficient = np.where(self._output_layer, 0.0, coefficient)
+        m_eff = _efficiency(matrix.operation_size_efficiency, ops, "matrix" in view.curves)
+        v_eff = _efficiency(vector.operation_size_efficiency, ops, "vector" in view.curves)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            compute = np.where(self._matrix, ops / (matrix.peak_flops_per_s * m_eff),
+                               ops / (vector.peak_flops_per_s * v_eff))
+            compute = np.where(ops == 0, 0.0, compute)
+            mem_eff = _efficiency(profile.memory_tier1.transfer_size_efficiency, size, "memory" in view.curves)
+            memory = np.where(size == 0, 0.0, size / (profile.memory_tier1.bandwidth_bytes_per_s * mem_eff))
+        processing = np.maximum(compute, memory) if profile.processing_mode == "roofline" else compute + memory
+        if profile.launch is not None and "launch" in view.curves:
+            processing = np.where(self._optimizer | self._device_only, processing,
+                                  np.maximum(processing, profile.launch.issue_s_per_operation))
+        out = np.bincount(self._item_target, weights=coefficient * processing, minlength=len(self.targets))
+        if self.messages:
+            times = np.array([pricer.message_s(m) if i < 0 else pricer.boundary_s(m, self.lowerings[i].plan)
+                              for m, i in self.messages])
+            out += np.bincount(self._message_target, weights=self._message_coefficient * times[self._message_index],
+                               minlength=len(self.targets))
+        return out
+
+    def check(self, profile: EvidenceProfile, view: CostView = SYSTEM_EVIDENCE_VIEW) -> float:
+        """The largest relative difference between :meth:`predict` and the real estimate path."""
+        predicted = self.predict(profile, view)
+        worst = 0.0
+        device = Pricer(profile, CostView.with_curves(view.curves - {"launch"}), self.datatype)
+        for i, target in enumerate(self.targets):
+            lowering = self.lowerings[target.record]
+            if lowering is None:  # a microbenchmark: one pass, priced without the host (see the module rules)
+                real = device.work(benchmark_work(self.records[target.record])).processing_s
+                worst = max(worst, abs(predicted[i] - real) / real)
+                continue
+            block, comp = cost_view(lowering.plan, profile, view, model=lowering.model)
+            if target.what == "iteration":
+                real = comp.total_s
+            else:
+                fields = LAYER_FORWARD if target.what == "layer_forward" else LAYER_BACKWARD
+                real = sum(getattr(block, f) for f in fields)
+            worst = max(worst, abs(predicted[i] - real) / real)
+        return worst
+
+
+def _efficiency(curve, sizes: np.ndarray, applied: bool) -> np.ndarray | float:
+    """A curve's efficiency at every size (1.0 when the family is not applied), by the curve's rule
+    (:class:`~harness.evidence.profile.Curve`: saturating or steps; a size of 0 is never priced, its value is
+    unused)."""
+    if not applied:
+        return 1.0
+    if curve.saturating is not None:
+        saturating = curve.saturating
+        if saturating.half_size == 0:
+            return saturating.max_efficiency
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return saturating.max_efficiency * sizes / (sizes + saturating.half_size)
+    out = np.full(np.shape(sizes), np.nan)
+    for point in reversed(curve.points):  # smallest threshold first; larger thresholds overwrite
+        out = np.where(sizes >= point.threshold, point.efficiency, out)
+    if np.any(np.isnan(out) & (sizes > 0)):
+        raise HarnessError(f"a size is below the step curve's smallest threshold {curve.points[-1].threshold}")
+    return np.where(np.isnan(out), 1.0, out)
+
+
+def benchmark_work(record: GemmRecord | MemoryTransferRecord) -> Work:
+    """The one pass a microbenchmark record runs (see the module rules)."""
+    if record.kind == "gemm":
+        b = BYTES_PER_ELEMENT[record.datatype]
+        return Work.trusted(operations=2.0 * record.m * record.n * record.k,
+                            bytes_read=float(record.m * record.n + record.n * record.k) * b,
+                            bytes_written=float(record.m * record.k) * b, engine="matrix")
+    return Work.trusted(operations=0.0, bytes_read=record.bytes / 2, bytes_written=record.bytes / 2, engine="vector")

@@ -1,0 +1,267 @@
+"""Fit a target-wide evidence revision to measured runs.
+
+The fitted revision keeps the base profile's peaks, capacities, tiers and
+volume models and replaces what the measurements show (see
+``docs/measured-evidence.md`` for why each piece is there):
+
+- fixed structure: ``roofline`` processing (a kernel is bound by its compute
+  or its memory traffic, not their sum); saturating curves for the matrix
+  engine and memory tier 1; the vector engine flat at the base's largest
+  efficiency (every vector operation is memory-bound under roofline, so the
+  corpus cannot see a vector curve); the tier-0 collectives measured by
+  nccl-tests (family ``collective_curves``, from the corpus's
+  ``collective_sweep`` records); ring all-reduce on tier 1 (``2 (n - 1) / n``
+  of the message per processor); hierarchical collectives; the output layer
+  with the GPT-2 vocabulary padded as Megatron pads it;
+- fitted parameters (:data:`PARAMETERS`, each bounded to a physically
+  plausible range): the matrix engine's maximum efficiency and half size,
+  memory tier 1's maximum efficiency and half size, the host issue time per
+  operation, the loss bytes per logit. Tier 1's per-processor bandwidth is
+  set from the corpus's documented interconnect, not fitted.
+
+Objective: robust least squares (``scipy.optimize.least_squares``, soft-L1
+loss with scale :data:`F_SCALE` on ``log(predicted / measured)``, bounded
+trust-region reflective), iteration records only by default. Records are
+weighted so that one-node runs and multi-node runs (a configuration
+property: TP x PP x DP <= the tier-0 island) weigh the same in total, and
+``layer_pass`` records with ``layer_weight`` relative to that. Nothing else
+reaches the fit: no id, no model name, no per-record factor.
+
+Determinism: the same corpora and base give the same revision: the start
+point, bounds and method are fixed, and the fitted values are rounded to 5
+significant digits (standard errors to 2) before they are written, so that
+the digest does not depend on the last bits of the optimizer's arithmetic.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from harness.evidence.families import (
+    CorpusDigest,
+    FitProvenance,
+    FittedParameter,
+    HierarchicalCollectives,
+    LaunchOverhead,
+    OutputLayer,
+    PartitionedP2P,
+    SaturatingCurve,
+)
+from harness.evidence.profile import Curve, EvidenceProfile
+from harness.measurements.corpus import Corpus
+from harness.measurements.design import Design
+from harness.measurements.nccl_tests import with_sweeps
+
+F_SCALE = 0.05  # soft-L1 scale on log(pred / measured): errors beyond ~5 % count linearly, not squared
+MAX_EVALUATIONS = 2000
+VOCABULARY = 50257  # GPT-2 BPE, the tokenizer of Megatron's GPT models
+VOCABULARY_MULTIPLE = 128  # Megatron's --make-vocab-size-divisible-by default
+#: Tier-1 bandwidth per processor of the measured cluster: 800 Gb/s between nodes (the corpus's environment),
+#: shared by the 8 processors of a node. Set from the documentation, not fitted (see docs/measured-evidence.md:
+#: fitted, it is identified by one multi-node shape's layouts at a time and does not generalize).
+TIER1_BANDWIDTH_BYTES_PER_S = 800e9 / 8 / 8
+
+
+@dataclasses.dataclass(frozen=True)
+class Parameter:
+    """One fitted parameter: where it goes, its physical range and its start."""
+
+    name: str
+    path: str
+    lower: float
+    upper: float
+    start: float
+    log: bool
+    unit: str
+    meaning: str
+
+
+PARAMETERS = (
+    Parameter("matrix_max_efficiency", "matrix.<datatype>.operation_size_efficiency.max_efficiency", 0.3, 0.95, 0.8,
+              False, "fraction of peak", "Fraction of the matrix peak that large GEMMs reach."),
+    Parameter("matrix_half_size", "matrix.<datatype>.operation_size_efficiency.half_size", 1e8, 1e11, 1e9, True,
+              "operations", "GEMM size at half the maximum efficiency: the device's fixed cost per kernel "
+                            "(tail, wave quantization) in operations at full speed."),
+    Parameter("memory_max_efficiency", "memory_tier1.transfer_size_efficiency.max_efficiency", 0.3, 0.95, 0.75,
+              False, "fraction of bandwidth", "Fraction of the HBM bandwidth that large streaming kernels reach."),
+    Parameter("memory_half_size", "memory_tier1.transfer_size_efficiency.half_size", 1e5, 1e8, 1e6, True, "bytes",
+              "Transfer size at half the maximum efficiency: a memory-bound kernel's fixed cost in bytes."),
+    Parameter("issue_s_per_operation", "launch.issue_s_per_operation", 1e-6, 1e-4, 2e-5, True, "s",
+              "Host time to issue one operation (framework, autograd and kernel launch)."),
+    Parameter("loss_bytes_per_logit", "output_layer.loss_bytes_per_logit", 8.0, 128.0, 40.0, False, "bytes",
+              "HBM bytes the softmax cross-entropy moves per logit, forward and backward (fp32 logits)."),
+)
+
+
+def template(base: EvidenceProfile, sweeps: Sequence, name: str, datatype: str = "float16",
+             tier1_bandwidth: float = TIER1_BANDWIDTH_BYTES_PER_S) -> EvidenceProfile:
+    """The fitted revision's fixed structure on ``base`` (parameters at their start values)."""
+    profile = with_sweeps(base, sweeps, "collective sweeps")
+    vector = profile.vector[datatype]
+    curve = vector.operation_size_efficiency
+    flat = max(p.efficiency for p in curve.points) if curve.points else curve.saturating.max_efficiency
+    networks = list(profile.networks)
+    if len(networks) > 1:
+        collectives = dict(networks[1].collectives)
+        collectives["all_reduce"] = collectives["all_reduce"].model_copy(
+            update={"volume_multiplier": 2.0, "participant_offset": -1.0})
+        networks[1] = networks[1].model_copy(update={"collectives": collectives,
+                                                     "bandwidth_bytes_per_s": tier1_bandwidth})
+    profile = profile.model_copy(update={
+        "name": name, "processing_mode": "roofline", "networks": tuple(networks),
+        "vector": {**profile.vector, datatype: vector.model_copy(update={
+            "operation_size_efficiency": _saturating(flat, 0.0)})},
+        "launch": LaunchOverhead(issue_s_per_operation=1e-5),
+        "output_layer": OutputLayer(vocabulary=VOCABULARY, vocabulary_multiple=VOCABULARY_MULTIPLE,
+                                    loss_bytes_per_logit=40.0),
+        "hierarchical_collectives": HierarchicalCollectives(kind="island_then_next_tier"),
+        "partitioned_p2p": PartitionedP2P(kind="slice_then_all_gather"),
+        "fit": None,
+    })
+    return with_values(profile, {p.name: p.start for p in PARAMETERS}, datatype)
+
+
+def _saturating(max_efficiency: float, half_size: float) -> Curve:
+    return Curve(saturating=SaturatingCurve(max_efficiency=max_efficiency, half_size=half_size))
+
+
+def with_values(profile: EvidenceProfile, values: dict[str, float], datatype: str = "float16") -> EvidenceProfile:
+    """``profile`` with the fitted parameters set to ``values``."""
+    v = values
+    matrix = profile.matrix[datatype].model_copy(update={"operation_size_efficiency": _saturating(
+        v["matrix_max_efficiency"], v["matrix_half_size"])})
+    memory = profile.memory_tier1.model_copy(update={"transfer_size_efficiency": _saturating(
+        v["memory_max_efficiency"], v["memory_half_size"])})
+    return profile.model_copy(update={
+        "matrix": {**profile.matrix, datatype: matrix}, "memory_tier1": memory,
+        "launch": LaunchOverhead(issue_s_per_operation=v["issue_s_per_operation"]),
+        "output_layer": profile.output_layer.model_copy(update={"loss_bytes_per_logit": v["loss_bytes_per_logit"]}),
+    })
+
+
+def node_class(record, island: int) -> str:
+    """``one_node`` or ``multi_node`` (all processors inside one tier-0 island or not)."""
+    return "one_node" if record.execution.processors <= island else "multi_node"
+
+
+def target_class(record, island: int) -> str:
+    """The weighting class of a record: its node class (iterations), ``layer_pass`` or ``benchmark``."""
+    if record.kind == "iteration":
+        return node_class(record, island)
+    return "layer_pass" if record.kind == "layer_pass" else "benchmark"
+
+
+def weights(design: Design, selected: np.ndarray, island: int, layer_weight: float,
+            benchmark_weight: float) -> np.ndarray:
+    """Per-target residual weights over the ``selected`` targets: the iteration classes (one node, several
+    nodes) weigh the same in total; layer passes ``layer_weight`` and microbenchmarks ``benchmark_weight``
+    times one such class's total."""
+    classes = [target_class(design.records[t.record], island) for t in design.targets]
+    counts: dict[str, int] = {}
+    for c, chosen in zip(classes, selected):
+        if chosen:
+            counts[c] = counts.get(c, 0) + 1
+    iteration = [c for c in counts if c in ("one_node", "multi_node")]
+    unit = sum(counts[c] for c in iteration) / max(len(iteration), 1)
+    scale = {"layer_pass": layer_weight, "benchmark": benchmark_weight}
+    return np.sqrt(np.array([scale.get(c, 1.0) * unit / counts[c] if chosen else 0.0
+                             for c, chosen in zip(classes, selected)]))
+
+
+def _round(value: float, digits: int) -> float:
+    if value == 0 or not math.isfinite(value):
+        return value
+    return float(f"{value:.{digits - 1}e}")
+
+
+@dataclasses.dataclass(frozen=True)
+class FitResult:
+    """A fitted revision and how it was found."""
+
+    profile: EvidenceProfile
+    values: dict[str, float]
+    standard_errors: dict[str, float | None]
+    cost: float
+    evaluations: int
+    status: str
+
+
+def fit_design(design: Design, template_profile: EvidenceProfile, measured: np.ndarray, *, island: int = 8,
+               layer_weight: float = 0.0, benchmark_weight: float = 1.0, datatype: str = "float16",
+               loss: str = "soft_l1", f_scale: float = F_SCALE,
+               progress: Callable[[int], None] | None = None) -> FitResult:
+    """Fit :data:`PARAMETERS` to ``measured`` (per target seconds; NaN: not a training target)."""
+    selected = np.isfinite(measured)
+    w = weights(design, selected, island, layer_weight, benchmark_weight)
+    keep = selected & (w > 0)
+    measured = measured[keep]
+    w = w[keep]
+
+    def unpack(x: np.ndarray) -> dict[str, float]:
+        return {p.name: float(np.exp(v) if p.log else v) for p, v in zip(PARAMETERS, x)}
+
+    calls = 0
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        nonlocal calls
+        calls += 1
+        if progress is not None:
+            progress(calls)
+        predicted = design.predict(with_values(template_profile, unpack(x), datatype))[keep]
+        return w * np.log(predicted / measured)
+
+    lower = [math.log(p.lower) if p.log else p.lower for p in PARAMETERS]
+    upper = [math.log(p.upper) if p.log else p.upper for p in PARAMETERS]
+    start = [math.log(p.start) if p.log else p.start for p in PARAMETERS]
+    result = least_squares(residuals, start, bounds=(lower, upper), method="trf", loss=loss, f_scale=f_scale,
+                           x_scale="jac", max_nfev=MAX_EVALUATIONS)
+    values = {name: _round(v, 5) for name, v in unpack(result.x).items()}
+    errors: dict[str, float | None] = dict.fromkeys(values)
+    dof = max(len(measured) - len(PARAMETERS), 1)
+    try:
+        covariance = np.linalg.inv(result.jac.T @ result.jac) * (2 * result.cost / dof)
+    except np.linalg.LinAlgError:
+        covariance = None
+    for i, p in enumerate(PARAMETERS):
+        if covariance is None or result.active_mask[i] != 0 or not covariance[i, i] >= 0:
+            continue
+        spread = math.sqrt(covariance[i, i])  # in the fitted coordinate (log for log parameters)
+        errors[p.name] = _round(values[p.name] * spread if p.log else spread, 2)
+    profile = with_values(template_profile, values, datatype)
+    return FitResult(profile, values, errors, float(result.cost), calls, result.message)
+
+
+def provenance(result: FitResult, base: EvidenceProfile, corpora: Sequence[Corpus], used: dict[str, int],
+               datatype: str, layer_weight: float, benchmark_weight: float) -> FitProvenance:
+    """The fitted revision's provenance (base, corpora, objective, parameters with uncertainty)."""
+    return FitProvenance(
+        base_profile=base.name, base_revision=base.revision(),
+        corpora=tuple(CorpusDigest(name=c.header.name, file=Path(c.path).name, sha256=c.sha256,
+                                   records=used.get(c.path, 0)) for c in corpora),
+        objective=(f"scipy.optimize.least_squares (trf, soft_l1, f_scale {F_SCALE}) on log(predicted / measured) "
+                   f"of the system_evidence iteration time; one-node and multi-node runs weigh the same in total"
+                   + (f", layer passes {layer_weight:g} x one class" if layer_weight else "; layer passes not fitted")
+                   + (f", microbenchmarks {benchmark_weight:g} x one class" if benchmark_weight
+                      else "; microbenchmarks not fitted")
+                   + f"; datatype {datatype}; values rounded to 5 significant digits"),
+        parameters=tuple(FittedParameter(name=p.name, path=p.path.replace("<datatype>", datatype),
+                                         value=result.values[p.name], lower=p.lower, upper=p.upper,
+                                         standard_error=result.standard_errors[p.name], unit=p.unit,
+                                         meaning=p.meaning) for p in PARAMETERS),
+        fixed=("processing_mode roofline (a kernel is bound by compute or memory traffic, not their sum)",
+               "vector engine flat at the base profile's largest efficiency (memory-bound under roofline)",
+               "tier-0 collective curves from the corpus's nccl-tests sweeps",
+               "tier-1 all_reduce volume model 2 x (1 - 1/n) (ring)",
+               f"tier-1 bandwidth {TIER1_BANDWIDTH_BYTES_PER_S:g} B/s per processor (800 Gb/s per node of 8), "
+               "at the base profile's efficiency",
+               "pipeline boundary transfers partitioned over the TP group (DeepSpeed's pipeline engine)",
+               "hierarchical collectives for groups larger than a tier's island",
+               f"output layer vocabulary {VOCABULARY} (GPT-2 BPE) padded to a multiple of "
+               f"{VOCABULARY_MULTIPLE} x TP (Megatron)"),
+    )

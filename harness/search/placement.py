@@ -1,0 +1,109 @@
+"""Price one PortablePlanIR on many network-tier placements at once.
+
+A plan's messages carry the tier of the layout it was lowered with; network
+placement changes nothing else in the plan. :class:`PlacementPricer` has the
+interface :func:`harness.estimate.cost_view` needs (``task``, ``message_s``,
+``boundary_s``, ``work``) and returns every network time as a numpy array over
+the placements (the message priced on the tier its dimension has in each
+placement, through the pricer's own ``message_s`` and ``boundary_s``);
+compute and memory times stay scalars. ``block_times`` and ``compose`` then run unchanged:
+their arithmetic is elementwise (IEEE double, no fused operations), so element
+``i`` of every result is bit-identical to the scalar estimate of placement
+``i``.
+
+:class:`ZeroNetworkPricer` prices every message at 0 s. With all addends
+non-negative the composed total is monotone in every message time (rounded
+sums and products of non-negative numbers are monotone), so its total is an
+exact lower bound on the total of every placement, provided the bubble
+subtracts nothing (no bubble-reduction blocks): the search's pruning bound.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from harness.cost.views import PassCost, Pricer, TaskCost
+from harness.ir.portable import Message, PlanTask, PortablePlanIR
+
+
+class PlacementPricer:
+    """Prices ``plan`` on ``placements`` ((TP, PP, DP) tier triples)."""
+
+    def __init__(self, pricer: Pricer, plan: PortablePlanIR, placements: np.ndarray, networks: int) -> None:
+        self._pricer = pricer
+        self.profile, self.view, self.work = pricer.profile, pricer.view, pricer.work
+        self._networks = networks
+        self._tensor, self._pipeline, self._data = placements[:, 0], placements[:, 1], placements[:, 2]
+        p = plan.pipeline
+        self._dimension = {id(m): self._pipeline for m in (p.forward, p.backward) if m is not None}
+        if plan.data_parallel is not None:
+            self._dimension.update({id(m): self._data for m in plan.data_parallel.messages})
+        self._tasks: dict[int, TaskCost] = {}
+
+    def _on_tiers(self, message: Message | None, tiers: np.ndarray) -> np.ndarray | float:
+        if message is None:
+            return 0.0
+        per_tier = np.array([self._pricer.message_on_tier_s(message, t) for t in range(self._networks)])
+        return per_tier[tiers]
+
+    def message_s(self, message: Message | None) -> np.ndarray | float:
+        """Pipeline and data-parallel messages of the plan, per placement."""
+        if message is None:
+            return 0.0
+        return self._on_tiers(message, self._dimension[id(message)])
+
+    def boundary_s(self, message: Message | None, plan: PortablePlanIR) -> np.ndarray | float:
+        """A pipeline boundary transfer per placement: the pricer's, with the placement's PP tier on the
+        message and its TP tier on the plan's tensor group (family ``partitioned_p2p`` reads both)."""
+        if message is None:
+            return 0.0
+        prices: dict[tuple[int, int], float] = {}
+        out = np.empty(len(self._tensor))
+        for i, (tensor, pipeline) in enumerate(zip(self._tensor.tolist(), self._pipeline.tolist())):
+            price = prices.get((tensor, pipeline))
+            if price is None:
+                placed = plan.trusted_replace(network_use=tuple(
+                    u.trusted_replace(network_tier=tensor) if u.dimension == "tensor" else u for u in plan.network_use))
+                price = prices[(tensor, pipeline)] = self._pricer.boundary_s(
+                    message.trusted_replace(network_tier=pipeline), placed)
+            out[i] = price
+        return out
+
+    def task(self, task: PlanTask) -> TaskCost:
+        """The scalar task cost, with TP message times per placement."""
+        cost = self._pricer.task(task)
+        msgs = task.messages
+        if msgs is None:
+            return cost
+        fw, bw = cost.passes["forward"], cost.passes["activation_grad"]
+        on = self._on_tiers
+        passes = dict(cost.passes)
+        passes["forward"] = PassCost(fw.compute_s, fw.memory_s, fw.processing_s,
+                                     on(msgs.forward_base, self._tensor), on(msgs.forward_edge, self._tensor))
+        passes["activation_grad"] = PassCost(bw.compute_s, bw.memory_s, bw.processing_s,
+                                             on(msgs.backward_base, self._tensor), on(msgs.backward_edge, self._tensor))
+        return TaskCost(cost.name, cost.phase, cost.primitive, passes)
+
+
+class ZeroNetworkPricer:
+    """Prices every message at 0 s (the lower-bound composition)."""
+
+    def __init__(self, pricer: Pricer) -> None:
+        self._pricer = pricer
+        self.profile, self.view, self.work = pricer.profile, pricer.view, pricer.work
+
+    def message_s(self, message: Message | None) -> float:
+        return 0.0
+
+    def boundary_s(self, message: Message | None, plan: PortablePlanIR) -> float:
+        return 0.0
+
+    def task(self, task: PlanTask) -> TaskCost:
+        cost = self._pricer.task(task)
+        if task.messages is None:
+            return cost
+        passes = dict(cost.passes)
+        for name in ("forward", "activation_grad"):
+            c = passes[name]
+            passes[name] = PassCost(c.compute_s, c.memory_s, c.processing_s)
+        return TaskCost(cost.name, cost.phase, cost.primitive, passes)

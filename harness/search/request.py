@@ -1,0 +1,87 @@
+"""A search request from the command line: the model, the profile, the bounds.
+
+Rules:
+
+- the model is a Calculon-format model JSON (``hidden``, ``feedforward``,
+  ``seq_size``, ``attn_heads``, ``attn_size``, ``num_blocks``) or a case YAML
+  (its ``model`` section); errors name the file and the field;
+- the system is an evidence profile name (``evidence/NAME.yaml``) or the path
+  of a profile YAML (a fitted profile anywhere); the result names the
+  profile and its revision;
+- the datatype must have matrix and vector engines in the profile; the
+  processor count and maximum batch must be positive; a space without any
+  layout (no TP, PP and DP combination fits the processors and the batch) is
+  an error naming ``--procs``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness import inputs
+from harness.errors import EvidenceError, InputError
+from harness.evidence.profile import EvidenceProfile, load_profile
+from harness.interop.calculon_format import MODEL_FIELDS
+from harness.ir.model import BYTES_PER_ELEMENT, TransformerShape
+from harness.search.evaluate import SearchProblem
+from harness.search.space import SpaceOptions, groups
+
+
+def load_model(path: Path | str) -> TransformerShape:
+    """The model shape of a Calculon model JSON or of a case YAML's ``model`` section (strict input rules)."""
+    path = Path(path)
+    document = inputs.read_json(path) if path.suffix == ".json" else inputs.read_yaml(path)
+    data = document.data
+    if not isinstance(data, dict):
+        raise InputError(str(path), "<root>", f"a model file must be a mapping, got {inputs.describe(data)}")
+    if "model" in data and isinstance(data["model"], dict):
+        return inputs.validate(TransformerShape, data["model"], str(path), document=document, prefix=("model",))
+    if not set(MODEL_FIELDS) & set(data):
+        raise InputError(str(path), "<root>", "neither a Calculon model JSON nor a case YAML with a model section")
+    unknown = sorted(set(data) - set(MODEL_FIELDS))
+    if unknown:
+        raise InputError(str(path), unknown[0], "unknown Calculon model field")
+    missing = sorted(set(MODEL_FIELDS) - set(data))
+    if missing:
+        raise InputError(str(path), missing[0], "required Calculon model field is missing")
+    try:
+        return inputs.validate(TransformerShape, {ours: data[theirs] for theirs, ours in MODEL_FIELDS.items()},
+                               str(path), document=document)
+    except InputError as error:  # name the field in Calculon's terms
+        ours = error.field.split(".")[0]
+        theirs = {o: t for t, o in MODEL_FIELDS.items()}.get(ours, ours)
+        raise InputError(error.source, theirs, error.message, error.line) from None
+
+
+def resolve_profile(system: str) -> EvidenceProfile:
+    """An evidence profile by name, or by the path of its YAML file."""
+    path = Path(system)
+    if path.suffix in (".yaml", ".yml") or path.parent != Path("."):
+        if not path.is_file():
+            raise EvidenceError(str(path), "--system", "no such evidence profile file")
+        return load_profile(path.stem, path.parent)
+    return load_profile(system)
+
+
+def search_problem(model: Path | str, system: str, processors: int, max_batch: int, datatype: str, *, top: int = 1,
+                   options: SpaceOptions = SpaceOptions(), prune: bool = True, collect_rows: bool = False,
+                   collect_points: bool = False) -> SearchProblem:
+    """Validate a request (see the module rules) and build the problem."""
+    shape = load_model(model)
+    profile = resolve_profile(system)
+    for flag, value in (("--procs", processors), ("--max-batch", max_batch), ("--top", top)):
+        if value < 1:
+            raise InputError("<command line>", flag, f"must be a positive integer, not {value}")
+    if datatype not in BYTES_PER_ELEMENT:
+        raise InputError("<command line>", "--datatype", f"{datatype!r} is not one of {', '.join(BYTES_PER_ELEMENT)}")
+    for family, engines in (("matrix", profile.matrix), ("vector", profile.vector)):
+        if datatype not in engines:
+            raise InputError("<command line>", "--datatype",
+                             f"evidence profile {profile.name} has no {datatype} {family} engine")
+    if not groups(shape, processors, max_batch):
+        raise InputError("<command line>", "--procs",
+                         f"no layout of {Path(model).name} fits {processors} processors with batch <= {max_batch} "
+                         f"(TP must divide hidden={shape.hidden} and heads={shape.attention_heads}, PP the "
+                         f"{shape.blocks} blocks, and DP must not exceed the batch)")
+    return SearchProblem(shape, processors, max_batch, datatype, profile, options, top, prune=prune,
+                         collect_rows=collect_rows, collect_points=collect_points)

@@ -1,0 +1,181 @@
+"""The execution space of Calculon 0.1.0's optimal-execution search.
+
+Rules (the space, not Calculon's code):
+
+- a *group* is one of Calculon's parallel tasks: tensor-parallel degree TP over
+  the divisors of the processor count that divide the hidden width and the
+  head count; pipeline degree PP over the divisors of ``min(procs / TP,
+  blocks)`` that divide the blocks (and ``procs / TP``); DP = procs / (TP x PP);
+  interleaving 1 without PP, else every divisor of blocks / PP; the global
+  batch is the largest multiple of DP not above the maximum (no group when DP
+  exceeds it); recompute full, attn_only, none; optimizer sharding on then off
+  when DP > 1; TP communication ar, p2p_rs_ag, rs_ag. Groups are numbered in
+  that nesting order (outermost first);
+- inside a group, executions nest (outermost first): all-gather redo (on then
+  off, only with rs_ag and a recompute other than full), DP overlap (on then
+  off, DP > 1), TP overlap (none, ring, pipe; TP > 1), weight offload (on then
+  off), activation offload (on then off; not with full recompute), optimizer
+  offload (on then off) -- the three offloads only when memory tier 2 has
+  capacity -- fused activation (the requested values), microbatch size (every
+  divisor of the local batch whose product with the sequence length TP
+  divides, ascending), then the network tier of TP, PP and DP (every tier for
+  a dimension of size > 1, else tier 0);
+- every execution has a *position* (group, index inside the group's full
+  nesting): the search ranks by sample rate and breaks ties by position, which
+  is Calculon's first-found order;
+- ``mbs_break`` (Calculon's ``-m``) stops a microbatch loop at the first size
+  whose executions (all tier placements) are all infeasible; positions are
+  those of the unbroken nesting.
+
+Everything here is arithmetic on the request and the profile's counts (tiers,
+memory tier 2); nothing is estimated.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from typing import Iterator
+
+from harness.ir.model import TransformerShape
+
+RECOMPUTE_ORDER = ("full", "attn_only", "none")
+TP_COMM_ORDER = ("ar", "p2p_rs_ag", "rs_ag")
+TP_OVERLAP_ORDER = ("none", "ring", "pipe")
+FUSED_CHOICES = {"true": (True,), "false": (False,), "all": (False, True)}
+
+
+def divisors(value: int) -> list[int]:
+    """Divisors of ``value`` in ascending order."""
+    return [d for d in range(1, value + 1) if value % d == 0]
+
+
+def tensor_parallelisms(processors: int, shape: TransformerShape) -> list[int]:
+    return [t for t in divisors(processors) if shape.hidden % t == 0 and shape.attention_heads % t == 0]
+
+
+def pipeline_parallelisms(processors: int, tp: int, shape: TransformerShape) -> list[int]:
+    return [p for p in divisors(min(processors // tp, shape.blocks))
+            if processors % (tp * p) == 0 and shape.blocks % p == 0]
+
+
+def interleavings(blocks: int, pp: int) -> list[int]:
+    return [1] if pp == 1 else divisors(blocks // pp)
+
+
+def global_batch(dp: int, max_batch: int) -> int | None:
+    """The largest multiple of DP not above ``max_batch``; None when DP exceeds it."""
+    return None if dp > max_batch else max_batch // dp * dp
+
+
+def microbatch_sizes(sequence_length: int, tp: int, dp: int, batch: int) -> list[int]:
+    return [m for m in divisors(batch // dp) if m * sequence_length % tp == 0]
+
+
+@dataclasses.dataclass(frozen=True)
+class SpaceOptions:
+    """What the request fixes about the space (Calculon's command-line switches)."""
+
+    fused_activation: tuple[bool, ...] = (True,)
+    tp_overlap: bool = True
+    dp_overlap: bool = True
+    mbs_break: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Group:
+    """One of Calculon's parallel tasks: the layout choices outside the inner nesting."""
+
+    index: int
+    tp: int
+    pp: int
+    dp: int
+    interleaving: int
+    batch: int
+    recompute: str
+    optimizer_sharding: bool
+    tp_comm: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Inner:
+    """The choices of one group's inner nesting above the microbatch loop."""
+
+    seq_par_ag_redo: bool
+    dp_overlap: bool
+    tp_overlap: str
+    weight_offload: bool
+    activations_offload: bool
+    optimizer_offload: bool
+    fused_activation: bool
+
+    @property
+    def offloads(self) -> bool:
+        return self.weight_offload or self.activations_offload or self.optimizer_offload
+
+
+def groups(shape: TransformerShape, processors: int, max_batch: int) -> list[Group]:
+    """Every group, in Calculon's order."""
+    out = []
+    for tp in tensor_parallelisms(processors, shape):
+        for pp in pipeline_parallelisms(processors, tp, shape):
+            dp = processors // (tp * pp)
+            for interleaving in interleavings(shape.blocks, pp):
+                batch = global_batch(dp, max_batch)
+                if batch is None:
+                    continue
+                for recompute, sharding, comm in itertools.product(
+                        RECOMPUTE_ORDER, (True, False) if dp > 1 else (False,), TP_COMM_ORDER):
+                    out.append(Group(len(out), tp, pp, dp, interleaving, batch, recompute, sharding, comm))
+    return out
+
+
+def inner_choices(group: Group, options: SpaceOptions, has_tier2: bool) -> list[Inner]:
+    """The inner nesting above the microbatch loop, in Calculon's order."""
+    on_off = (True, False)
+    redo = on_off if group.tp_comm == "rs_ag" and group.recompute != "full" else (False,)
+    dpo = on_off if group.dp > 1 and options.dp_overlap else (False,)
+    tpo = TP_OVERLAP_ORDER if group.tp > 1 and options.tp_overlap else ("none",)
+    offload = on_off if has_tier2 else (False,)
+    act = (False,) if group.recompute == "full" or not has_tier2 else on_off
+    return [Inner(*choice) for choice in itertools.product(redo, dpo, tpo, offload, act, offload,
+                                                            options.fused_activation)]
+
+
+def tier_placements(group: Group, networks: int) -> list[tuple[int, int, int]]:
+    """(TP, PP, DP) network tiers in Calculon's order (tier 0 for a dimension of size 1)."""
+    def tiers(size: int) -> range:
+        return range(networks) if size > 1 else range(1)
+    return list(itertools.product(tiers(group.tp), tiers(group.pp), tiers(group.dp)))
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupLayout:
+    """The static nesting of one group: sizes that give every execution its position."""
+
+    group: Group
+    inner: tuple[Inner, ...]
+    microbatches: tuple[int, ...]
+    placements: tuple[tuple[int, int, int], ...]
+
+    @property
+    def executions(self) -> int:
+        """Executions of the unbroken nesting."""
+        return len(self.inner) * len(self.microbatches) * len(self.placements)
+
+    def position(self, inner: int, microbatch: int, placement: int) -> int:
+        """Index of one execution in the group's unbroken nesting."""
+        return (inner * len(self.microbatches) + microbatch) * len(self.placements) + placement
+
+
+def group_layout(group: Group, shape: TransformerShape, options: SpaceOptions, networks: int,
+                 has_tier2: bool) -> GroupLayout:
+    return GroupLayout(group, tuple(inner_choices(group, options, has_tier2)),
+                       tuple(microbatch_sizes(shape.sequence_length, group.tp, group.dp, group.batch)),
+                       tuple(tier_placements(group, networks)))
+
+
+def layouts(shape: TransformerShape, processors: int, max_batch: int, options: SpaceOptions, networks: int,
+            has_tier2: bool) -> Iterator[GroupLayout]:
+    for group in groups(shape, processors, max_batch):
+        yield group_layout(group, shape, options, networks, has_tier2)
