@@ -163,16 +163,18 @@ def test_dp_overlap_never_exposes_more_dp_time_physically(data, view):
 
 
 def test_calculons_dp_windows_can_expose_more_than_no_overlap():
-    """The record scripts/overlap_properties.py reports as the largest break (its DP windows go negative)."""
+    """PIN: the largest break scripts/overlap_properties.py reports on the vendored corpus (Calculon's DP
+    windows go negative there: 136x the exposed DP time without overlap, peak_only; 100x system_evidence),
+    where the physical schedule exposes less than without overlap."""
     from harness.interop.calculon_batch import require_valid
     from harness.oracles.records import vendor_dir
 
-    data = dict(require_valid(vendor_dir() / "overlap" / "inputs.jsonl.gz"))["overlap/0578/megatron-126M"]
+    data = dict(require_valid(vendor_dir() / "overlap" / "inputs.jsonl.gz"))["overlap/0208/anthropic-52B"]
     assert data.execution.dp_overlap
-    for view in COST_VIEWS:
+    for view, at_least in (("peak_only", 136), ("system_evidence", 99)):
         _, calculon_on, physical_on = projections(data, view)
         _, calculon_off, physical_off = projections(changed(data, dp_overlap=False), view)
-        assert calculon_on.components_s["data_parallel"] > 10 * calculon_off.components_s["data_parallel"]
+        assert calculon_on.components_s["data_parallel"] > at_least * calculon_off.components_s["data_parallel"]
         assert physical_on.projection.components_s["data_parallel"] <= physical_off.projection.components_s[
             "data_parallel"]
 
