@@ -44,10 +44,8 @@ from harness.cases import EstimateInput
 from harness.cost.views import COST_VIEWS, pricer_for
 from harness.errors import InputError
 from harness.estimate import estimate
-from harness.evidence.calculon_export import calculon_system
 from harness.evidence.profile import load_profile
 from harness.interop.calculon_format import input_from_calculon
-from harness.oracles.calculon import check_view
 from harness.oracles.configspace import Configuration, draw_configuration, draw_shape
 from harness.passes.concretize import TransformerConcretize
 from harness.pipeline import lower
@@ -56,6 +54,7 @@ from harness.schedule.physical import physical_schedule
 from harness.schedule.projection import calculon_projection
 
 from test_properties import HypothesisChooser  # the configspace chooser backed by hypothesis
+from test_properties import assert_live_parity, calculon_runner  # noqa: F401  (calculon_runner: a fixture)
 
 FAST = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 #: The physical schedule runs every operation of every stage: fewer examples.
@@ -217,24 +216,9 @@ def test_the_physical_components_partition_the_iteration(data, view):
             assert waited <= schedule.busy_s.get(key, 0.0) * (1 + 1e-12) + 1e-15, key
 
 
-@pytest.fixture(scope="module")
-def calculon_runner(calculon_src):
-    from harness.oracles.runner import CalculonRunner
-
-    return CalculonRunner(calculon_src)
-
-
 @pytest.mark.oracle_live
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                  HealthCheck.function_scoped_fixture])
 @given(st.data())
 def test_live_parity_with_calculon_on_overlap_and_offload(calculon_runner, data):
-    config = draw(data)
-    est = estimate(config.input)
-    profile = load_profile(config.input.system)
-    for view in ("system_evidence", "peak_only"):
-        result = calculon_runner.run(config.calculon_model, config.calculon_execution,
-                                     calculon_system(profile, peak_only=view == "peak_only"))
-        stats = None if "error" in result else result
-        parity = check_view(config.shape_name, view, est, stats, result.get("error"), config.input.execution.training)
-        assert parity.ok, f"{parity.describe()}\nmodel={config.calculon_model}\nexecution={config.calculon_execution}"
+    assert_live_parity(calculon_runner, draw(data))
