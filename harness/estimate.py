@@ -207,6 +207,21 @@ def projected(concrete: ConcretePlanIR, pricer):
     return result
 
 
+def concrete_iteration(concrete: ConcretePlanIR, pricer, model: ModelIR | None = None):
+    """The estimate's iteration of a ConcretePlanIR under ``pricer``'s view: its ``calculon-0.1.0`` projection
+    (memoized, :func:`projected`) with the ``output_layer`` family's work added where the profile defines it and
+    the view applies it (once per microbatch, outside the projected blocks, as in :func:`cost_view`)."""
+    projection = projected(concrete, pricer)
+    profile, view, s = pricer.profile, pricer.view, concrete.schedule
+    if profile.output_layer is None or "output_layer" not in view.curves or not s.training or model is None:
+        return projection
+    forward, backward = output_layer_s(pricer, model)
+    mb = s.microbatches
+    c = projection.components_s
+    c = {**c, "forward": c["forward"] + mb * forward, "backward": c["backward"] + mb * backward}
+    return dataclasses.replace(projection, components_s=c, total_s=projection.total_s + (mb * forward + mb * backward))
+
+
 def view_estimate(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView, workload: WorkloadMetrics,
                   stage: StageMemory, concrete: ConcretePlanIR | None = None,
                   model: ModelIR | None = None) -> ViewEstimate:
@@ -217,16 +232,8 @@ def view_estimate(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView
         _, comp = cost_view(plan, profile, view, model=model)
         c, total = comp.components_s, comp.total_s
     else:
-        pricer = pricer_for(profile, view, plan.datatype)
-        projection = projected(concrete, pricer)
+        projection = concrete_iteration(concrete, pricer_for(profile, view, plan.datatype), model)
         c, total = projection.components_s, projection.total_s
-        if profile.output_layer is not None and "output_layer" in view.curves and plan.schedule.training \
-                and model is not None:
-            # family output_layer: once per microbatch, outside the projected blocks (as in cost_view)
-            forward, backward = output_layer_s(pricer, model)
-            mb = plan.schedule.microbatches
-            c = {**c, "forward": c["forward"] + mb * forward, "backward": c["backward"] + mb * backward}
-            total += mb * forward + mb * backward
         requirements = Requirements(**dataclasses.asdict(projection.requirements))
         memory.update(tier1_total=concrete.tier1_total_bytes, tier2_total=concrete.tier2_total_bytes)
     s = plan.schedule
