@@ -276,6 +276,6 @@ def estimate_lowering(lowering: Lowering, profile: EvidenceProfile,
 def estimate(data: EstimateInput, views: tuple[CostView, ...] = DEFAULT_VIEWS, *, source: str = "<input>",
              evidence_dir: Path | None = None) -> Estimate:
     """Lower ``data`` and cost it under ``views`` with its evidence profile."""
-    profile = load_profile(data.system, evidence_dir)
+    profile = load_profile(data.system, evidence_dir, referrer=source)
     check_tiers(data, profile, source)
     return estimate_lowering(lower(data, source), profile, views, source)

@@ -226,7 +226,7 @@ def attribute(lowering: Lowering, profile: EvidenceProfile) -> Attribution:
 
 
 def _prepare(data: EstimateInput, source: str, evidence_dir: Path | None) -> tuple[Lowering, EvidenceProfile]:
-    profile = load_profile(data.system, evidence_dir)
+    profile = load_profile(data.system, evidence_dir, referrer=source)
     check_tiers(data, profile, source)
     return lower(data, source), profile
 
