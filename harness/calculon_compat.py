@@ -109,7 +109,7 @@ COMPONENTS.require(CALCULON_TOTAL_ORDER, "harness.calculon_compat.CALCULON_TOTAL
              "recommunication, bubble, TP, PP, DP), not in the reporting order; floating-point addition is not "
              "associative, so the reporting order changes the last bit of about a quarter of the totals.",
       alternative="the components summed in reporting order (harness.vocabulary.COMPONENTS)",
-      used_in=("harness.schedule.compose",))
+      used_in=("harness.schedule.compose", "harness.schedule.calculon_forms"))
 def iteration_total(components: Mapping[str, float]) -> float:
     """The iteration time: the sum of the timing components."""
     total = 0.0
@@ -345,7 +345,7 @@ def recompute_window_s(prefix_s: float, own_s: float) -> float:
       reason="Calculon's DP window of a chunk is PP microbatches of backward time (1F1B with as many microbatches as "
              "stages), whatever the number of microbatches.",
       alternative="min(microbatches, PP) microbatches",
-      used_in=("harness.schedule.projection",))
+      used_in=("harness.schedule.calculon_forms",))
 def dp_window_microbatches(microbatches: int, stages: int) -> int:
     return stages if applies(dp_window_microbatches) else min(microbatches, stages)
 
@@ -353,7 +353,7 @@ def dp_window_microbatches(microbatches: int, stages: int) -> int:
 @rule("dp-one-block-always-exposed",
       reason="Calculon exposes one block's DP sync on top of the chunks' and the last chunk's exposed time.",
       alternative="only the chunks' and the last chunk's exposed time",
-      used_in=("harness.schedule.projection",))
+      used_in=("harness.schedule.calculon_forms",))
 def dp_exposed_s(block_sync_s: float, exposed_s: float) -> float:
     return block_sync_s + exposed_s if applies(dp_exposed_s) else exposed_s
 
@@ -362,7 +362,7 @@ def dp_exposed_s(block_sync_s: float, exposed_s: float) -> float:
       reason="Without optimizer sharding the optimizer step's compute time is credited to the last chunk's DP window "
              "a second time (it is already in each block's window).",
       alternative="the last chunk's window gets the per-block credit only",
-      used_in=("harness.schedule.projection",))
+      used_in=("harness.schedule.calculon_forms",))
 def last_window_optimizer_credit() -> bool:
     return applies(last_window_optimizer_credit)
 
@@ -371,7 +371,7 @@ def last_window_optimizer_credit() -> bool:
       reason="Calculon takes DP and PP traffic to collide whenever DP's tier is PP's, also with PP = 1, where no "
              "pipeline traffic exists (its p2p latency still enters the windows).",
       alternative="collisions (and the p2p in the windows) only with PP > 1",
-      used_in=("harness.schedule.projection",))
+      used_in=("harness.schedule.calculon_forms",))
 def dp_collides_with_pp(same_tier: bool, stages: int) -> bool:
     return same_tier if applies(dp_collides_with_pp) else same_tier and stages > 1
 
@@ -381,7 +381,7 @@ def dp_collides_with_pp(same_tier: bool, stages: int) -> bool:
              "inference): a zero-byte p2p costs the tier's latency, which enters the edge block's forward and "
              "backward times and through them the offload overheads and the DP windows (not the PP component).",
       alternative="no p2p time where no pipeline message is sent",
-      used_in=("harness.schedule.projection",))
+      used_in=("harness.schedule.calculon_forms",))
 def unsent_p2p_s(priced_s: float, sent: bool) -> float:
     """A block's p2p time in one direction: ``priced_s`` if a message is sent (or under the rule), else 0."""
     return priced_s if sent or applies(unsent_p2p_s) else 0.0
@@ -392,7 +392,7 @@ def unsent_p2p_s(priced_s: float, sent: bool) -> float:
              "weight-gradient memory time but not the recomputation's, although the recomputed forward layers' memory "
              "accesses take memory tier 1's bandwidth from the transfer as well.",
       alternative="the recomputed layers' memory time counts too",
-      used_in=("harness.schedule.projection",))
+      used_in=("harness.schedule.calculon_forms",))
 def offload_recompute_memory_s(recompute_memory_s: float) -> float:
     """The recompute memory time a backward offload overhead adds (0 under the rule)."""
     return 0.0 if applies(offload_recompute_memory_s) else recompute_memory_s

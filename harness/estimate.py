@@ -22,7 +22,7 @@ from typing import Any
 from pydantic import Field, create_model
 
 from harness.cases import EstimateInput
-from harness.cost.output_layer import output_layer_s
+from harness.cost.output_layer import output_layer_applies, output_layer_s
 from harness.cost.views import COST_VIEWS, CostView, Pricer, clear_pricers, pricer_for
 from harness.errors import EvidenceError, InputError
 from harness.evidence.profile import EvidenceProfile, load_profile
@@ -32,6 +32,7 @@ from harness.ir.model import ModelIR
 from harness.ir.portable import PortablePlanIR
 from harness.pipeline import Lowering, lower
 from harness.pipeline import clear_caches as clear_lowering_caches
+from harness.schedule import calculon_forms
 from harness.schedule.block import BlockTimes, block_times
 from harness.schedule.compose import Composition, compose, with_output_layer
 from harness.schedule.memory import (
@@ -181,7 +182,7 @@ def cost_view(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView, *,
     block = block_times(plan, costs, pricer)
     p = plan.pipeline
     comp = compose(plan.schedule, block, p.forward_transfers_per_microbatch, p.backward_transfers_per_microbatch)
-    if profile.output_layer is not None and "output_layer" in view.curves and plan.schedule.training:
+    if output_layer_applies(profile, view) and plan.schedule.training:
         if model is None:
             raise EvidenceError(f"evidence profile {profile.name}", "output_layer",
                                 "the family needs the model shape (cost_view(..., model=lowering.model))")
@@ -212,14 +213,11 @@ def concrete_iteration(concrete: ConcretePlanIR, pricer, model: ModelIR | None =
     (memoized, :func:`projected`) with the ``output_layer`` family's work added where the profile defines it and
     the view applies it (once per microbatch, outside the projected blocks, as in :func:`cost_view`)."""
     projection = projected(concrete, pricer)
-    profile, view, s = pricer.profile, pricer.view, concrete.schedule
-    if profile.output_layer is None or "output_layer" not in view.curves or not s.training or model is None:
+    if not output_layer_applies(pricer.profile, pricer.view) or not concrete.schedule.training or model is None:
         return projection
-    forward, backward = output_layer_s(pricer, model)
-    mb = s.microbatches
-    c = projection.components_s
-    c = {**c, "forward": c["forward"] + mb * forward, "backward": c["backward"] + mb * backward}
-    return dataclasses.replace(projection, components_s=c, total_s=projection.total_s + (mb * forward + mb * backward))
+    c, total = calculon_forms.with_output_layer(projection.components_s, projection.total_s,
+                                                concrete.schedule.microbatches, *output_layer_s(pricer, model))
+    return dataclasses.replace(projection, components_s=c, total_s=total)
 
 
 def view_estimate(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView, workload: WorkloadMetrics,

@@ -31,7 +31,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-from harness.cost.views import Pricer
+from harness.cost.views import CostView, Pricer
+from harness.evidence.profile import EvidenceProfile
 from harness.evidence.families import OutputLayer
 from harness.ir.distributed import LinearShape
 from harness.ir.model import BYTES_PER_ELEMENT, ModelIR
@@ -70,12 +71,16 @@ def output_layer_work(layer: OutputLayer, model: ModelIR) -> OutputLayerWork:
                   BYTES_PER_ELEMENT[e.datatype])
 
 
+def output_layer_applies(profile: EvidenceProfile, view: CostView) -> bool:
+    """The family applies: the profile defines it and the view prices it (to a training iteration)."""
+    return profile.output_layer is not None and "output_layer" in view.curves
+
+
 def output_layer_s(pricer: Pricer, model: ModelIR) -> tuple[float, float]:
     """(forward, backward) seconds of one microbatch's output layer, or (0, 0) when the family does not apply."""
-    layer = pricer.profile.output_layer
-    if layer is None or "output_layer" not in pricer.view.curves:
+    if not output_layer_applies(pricer.profile, pricer.view):
         return 0.0, 0.0
-    work = output_layer_work(layer, model)
+    work = output_layer_work(pricer.profile.output_layer, model)
     forward = sum(pricer.work(w).processing_s for w in work.forward)
     backward = sum(pricer.work(w).processing_s for w in work.backward)
     return forward, backward

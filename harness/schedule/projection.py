@@ -29,6 +29,11 @@ summed over the forward tasks in plan order, as Calculon sums its layers):
   feed the bubble and the DP windows;
 - DP overlap: the windows and inflections of Calculon's
   ``_compute_batch_stats`` (the dp-* rules and prefix-counter-recompute-windows).
+
+The per-block sums (:func:`block_sums`) are computed here; the forms after
+them (offload, bubble, pipeline and DP terms, the components and the total)
+are :mod:`harness.schedule.calculon_forms`, one definition that the search
+evaluates on arrays of variants (:mod:`harness.search.concurrent`).
 """
 
 from __future__ import annotations
@@ -40,9 +45,8 @@ from harness.cost.views import PassCost, Pricer
 from harness.ir.concrete import ConcretePlanIR
 from harness.ir.portable import Message
 from harness.passes.rules import reduction_operations
+from harness.schedule import calculon_forms as forms
 from harness.schedule.memory import block_memory
-from harness.vocabulary import COMPONENTS
-
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -307,33 +311,12 @@ def _div(a: float, b: float) -> float:
 
 
 def calculon_projection(c: ConcretePlanIR, pricer: Pricer) -> Projection:
-    """Calculon 0.1.0's iteration of ``c`` under ``pricer``'s view (see the module rules)."""
-    profile = pricer.profile
+    """Calculon 0.1.0's iteration of ``c`` under ``pricer``'s view (see the module rules; the closed forms after
+    the block sums are :mod:`harness.schedule.calculon_forms`, shared with the search)."""
     s = c.schedule
     training = s.training
     k = _block(c, pricer)
-    nmb, chunks, bpp, bpc = s.microbatches, s.chunks_per_stage, s.blocks_per_stage, s.blocks_per_chunk
-    nbase, nedge, pp = s.base_blocks_per_chunk, s.edge_blocks_per_chunk, s.pipeline_parallel
-    mult = bpp * nmb
-    per_chunk = nmb * chunks
-
-    def chunk_sum(base: float, edge: float) -> float:
-        return per_chunk * (nbase * base + nedge * edge)
-
-    tp_exposed = chunk_sum(k.fw_exp_base, k.fw_exp_edge) + chunk_sum(k.ag_exp_base, k.ag_exp_edge)
-    recomm_exposed = chunk_sum(k.recomm_exp_base, k.recomm_exp_edge) if training else 0
-    pp_tier = tier_of(c.queue_of["pipeline"])
-    pp_bytes = c.pipeline.forward.message_bytes if c.pipeline.forward is not None else 0
-    pp_bw_bytes = c.pipeline.backward.message_bytes if c.pipeline.backward is not None and training else 0
-    p2p = Message.trusted(collective="p2p", message_bytes=pp_bytes, participants=2, network_tier=pp_tier)
-    fw_pp = compat.unsent_p2p_s(pricer.message_s(p2p), c.pipeline.forward is not None)
-    bw_pp = compat.unsent_p2p_s(pricer.message_s(p2p.trusted_replace(message_bytes=pp_bw_bytes)),
-                                c.pipeline.backward is not None and training)
-    if pp > 1:
-        pp_exposed = nmb * chunks * fw_pp + nmb * (chunks if training else 0) * bw_pp
-    else:
-        pp_exposed = 0
-
+    fw_pp, bw_pp = forms.pipeline_p2p_s(c.pipeline, training, tier_of(c.queue_of["pipeline"]), pricer.message_s)
     # Offload (the transfer commands of the offload programs).
     fw_off = c.program("forward_offload")
     bw_off = c.program("backward_offload")
@@ -341,35 +324,15 @@ def calculon_projection(c: ConcretePlanIR, pricer: Pricer) -> Projection:
     bw_size = bw_off.commands[0].transfer_bytes if bw_off else 0
     fw_off_s = pricer.tier2_s(fw_size)
     bw_off_s = pricer.tier2_s(bw_size) if training else 0
-    base_fw_no = k.fw_s + k.fw_exp_base
-    edge_fw_no = k.fw_s_edge + k.fw_exp_edge + fw_pp
-    base_fw_ovh = max(0, fw_off_s + k.fw_mem_s - base_fw_no)
-    edge_fw_ovh = max(0, fw_off_s + k.fw_mem_s - edge_fw_no)
-    base_fw = base_fw_no + base_fw_ovh
-    edge_fw = edge_fw_no + edge_fw_ovh
-    base_bw_no = k.re_s + k.recomm_exp_base + k.ag_s + k.wg_s + k.ag_exp_base
-    edge_bw_no = k.re_s_edge + k.recomm_exp_edge + k.ag_s_edge + k.wg_s_edge + k.ag_exp_edge + bw_pp
-    re_mem = compat.offload_recompute_memory_s(k.re_mem_own_s)
-    base_bw_ovh = max(0, bw_off_s + k.ag_mem_s + k.wg_mem_s + re_mem - base_bw_no)
-    edge_bw_ovh = max(0, bw_off_s + k.ag_mem_s + k.wg_mem_s + re_mem - edge_bw_no)
-    base_bw = base_bw_no + base_bw_ovh
-    edge_bw = edge_bw_no + edge_bw_ovh
-    chunk_fw = nbase * base_fw + nedge * edge_fw
-    chunk_bw = nbase * base_bw + nedge * edge_bw
-    chunk = chunk_fw + chunk_bw
-    if nbase > 0:
-        reduction = s.bubble_reduction_blocks * (base_fw + edge_fw + base_bw + edge_bw) / 2
-    else:
-        reduction = s.bubble_reduction_blocks * (edge_fw + edge_bw)
-    shortage = nmb % pp
-    extra = (chunks - 1) * (pp - shortage) if shortage else 0
-    bubble = (pp - 1) * chunk + (extra * chunk - reduction)
-
-    dp_exposed, dp_req_chunk, dp_req_tail = _data_parallel(c, pricer, k, base_bw, edge_bw, chunk_bw, bw_pp)
+    dp = _data_parallel_sync(c, pricer)
+    it = forms.iteration(s, k, fw_pp=fw_pp, bw_pp=bw_pp, fw_off_s=fw_off_s, bw_off_s=bw_off_s, dp=dp,
+                         ops=forms.SCALAR, finish=float)
+    b = it.blocks
+    dp_req_chunk, dp_req_tail = _dp_requirements(c, pricer, dp, it.dp_windows)
 
     # Offload bandwidth requirements (reported figures).
-    fw_window = min(base_fw_no - k.fw_mem_s, edge_fw_no - k.fw_mem_s)
-    bw_window = min(base_bw_no - (k.ag_mem_s + k.wg_mem_s), edge_bw_no - (k.ag_mem_s + k.wg_mem_s))
+    fw_window = min(b.base_fw_no - k.fw_mem_s, b.edge_fw_no - k.fw_mem_s)
+    bw_window = min(b.base_bw_no - (k.ag_mem_s + k.wg_mem_s), b.edge_bw_no - (k.ag_mem_s + k.wg_mem_s))
     memory = block_memory(c)  # reads the tasks and the schedule, which the ConcretePlanIR keeps
     kept = memory.activation_checkpoint_bytes if s.recompute == "full" else memory.activation_storage_bytes
     act_req = _div(kept, fw_window)
@@ -379,105 +342,45 @@ def calculon_projection(c: ConcretePlanIR, pricer: Pricer) -> Projection:
         offload_req = max(_div(fw_size, fw_window), _div(bw_size, bw_window))
     else:
         offload_req = _div(fw_size, fw_window)
-
-    if compat.applies(compat.edge_tile_message):  # the edge block runs the base block's tiles
-        forward, backward, recompute = mult * k.fw_s, mult * k.ag_s + mult * k.wg_s, mult * k.re_s
-    else:
-        forward = chunk_sum(k.fw_s, k.fw_s_edge)
-        backward = chunk_sum(k.ag_s + k.wg_s, k.ag_s_edge + k.wg_s_edge)
-        recompute = chunk_sum(k.re_s, k.re_s_edge)
-    components = {
-        "forward": forward,
-        "backward": backward,
-        "optimizer": bpp * k.opt_s,
-        "recompute": recompute,
-        "tensor_parallel": tp_exposed,
-        "pipeline_parallel": pp_exposed,
-        "data_parallel": dp_exposed,
-        "recommunication": recomm_exposed,
-        "pipeline_bubble": bubble,
-        "forward_offload": chunk_sum(base_fw_ovh, edge_fw_ovh),
-        "backward_offload": chunk_sum(base_bw_ovh, edge_bw_ovh) if training else 0,
-    }
-    components = {name: float(components[name]) for name in COMPONENTS}
-    total = compat.iteration_total(components)
     return Projection(
-        "calculon-0.1.0", components, total,
+        "calculon-0.1.0", it.components_s, it.total_s,
         Requirements(k.tp_req, dp_req_chunk, dp_req_tail, act_req, weight_req, optim_req, offload_req),
-        {"base_forward": base_fw, "edge_forward": edge_fw, "base_backward": base_bw, "edge_backward": edge_bw})
+        {"base_forward": b.base_fw, "edge_forward": b.edge_fw, "base_backward": b.base_bw,
+         "edge_backward": b.edge_bw})
 
 
-def _data_parallel(c: ConcretePlanIR, pricer: Pricer, k: _Block, base_bw: float, edge_bw: float, chunk_bw: float,
-                   bw_pp: float) -> tuple[float, float, float]:
-    """(exposed, chunk requirement, tail requirement) of the DP gradient sync."""
+def _data_parallel_sync(c: ConcretePlanIR, pricer: Pricer) -> forms.DataParallelSync | None:
+    """The DP gradient sync of ``c`` (its ``data_parallel`` program's commands), None without one."""
     s = c.schedule
     if c.data_parallel is None or not s.training:
-        return 0, 0, 0
-    dp_program = c.program("data_parallel")
+        return None
     bdt = 0
-    for command in dp_program.commands:
+    for command in c.program("data_parallel").commands:
         bdt += pricer.message_s(command.message)
-    if not c.options.dp_overlap:
-        return s.blocks_per_stage * bdt, 0, 0
-    profile = pricer.profile
     dp_tier, tp_tier, pp_tier = (tier_of(c.queue_of[d]) for d in ("data", "tensor", "pipeline"))
-    dp_net = profile.networks[dp_tier]
-    pu = dp_net.processor_usage
-    sharding = len(c.data_parallel.messages) == 2
-    nbase, nedge, bpc, pp, nmb = (s.base_blocks_per_chunk, s.edge_blocks_per_chunk, s.blocks_per_chunk,
-                                  s.pipeline_parallel, s.microbatches)
-    # prefix-counter-recompute-windows
-    base_win = base_bw - (k.ag_mem_s + k.wg_mem_s + k.re_mem_s)
-    edge_win = edge_bw - (k.ag_mem_s + k.wg_mem_s + k.re_mem_s)
-    compute = k.ag_flops_s + k.wg_flops_s + k.re_flops_s
-    if not sharding:
-        base_win += k.opt_s - k.opt_mem_s
-        edge_win += k.opt_s - k.opt_mem_s
-        compute += k.opt_flops_s
-    if dp_tier == tp_tier:  # dp-same-tier-as-tp-link-time
-        base_win -= k.recomm_base + k.ag_tp_base
-        edge_win -= k.recomm_edge + k.ag_tp_edge
-    chunk_win = nbase * base_win + nedge * edge_win
-    chunk_compute = bpc * compute
-    overlappable = s.chunks_per_stage - 1
-    last_size = bpc - 1
-    window_mb = compat.dp_window_microbatches(nmb, pp)
-    window = window_mb * chunk_win
-    overlap_compute = window_mb * chunk_compute
-    chunk_dp = bpc * bdt
-    same_pp = compat.dp_collides_with_pp(dp_tier == pp_tier, pp)
-    if not compat.dp_collides_with_pp(True, pp):  # no pipeline traffic: no p2p in the windows
-        bw_pp = 0
-    if same_pp:
-        collided = min(chunk_dp // chunk_bw, nmb % pp if nmb % pp != 0 else pp)
-    else:
-        collided = 0
-    inflection = chunk_dp - (window - collided * bw_pp) + overlap_compute * pu
-    if inflection > 0:
-        chunks_exposed = overlappable * inflection
-    else:
-        chunks_exposed = overlappable * chunk_dp * pu
+    return forms.DataParallelSync(
+        block_s=bdt, processor_usage=pricer.profile.networks[dp_tier].processor_usage,
+        sharding=len(c.data_parallel.messages) == 2, overlap=c.options.dp_overlap,
+        same_tier_as_tp=dp_tier == tp_tier, same_tier_as_pp=dp_tier == pp_tier)
+
+
+def _dp_requirements(c: ConcretePlanIR, pricer: Pricer, dp: forms.DataParallelSync | None,
+                     windows: forms.DataParallelWindows | None) -> tuple[float, float]:
+    """(chunk, tail) bandwidth the DP overlap needs to stay hidden (0 without DP overlap)."""
+    if dp is None or windows is None:
+        return 0, 0
+    s = c.schedule
+    dp_net = pricer.profile.networks[tier_of(c.queue_of["data"])]
+    pu, bdt, bpc = dp.processor_usage, dp.block_s, s.blocks_per_chunk
     scalars = ((dp_net.collectives["reduce_scatter"].volume_multiplier
-                + dp_net.collectives["all_gather"].volume_multiplier) if sharding
+                + dp_net.collectives["all_gather"].volume_multiplier) if dp.sharding
                else dp_net.collectives["all_reduce"].volume_multiplier)
-    chunk_time = window + overlap_compute * pu
-    if same_pp:
-        chunk_time -= bw_pp
-    chunk_time *= overlappable
+    chunk_time = windows.window + windows.overlap_compute * pu
+    if windows.collides_with_pp:
+        chunk_time -= windows.pp_in_window_s
+    chunk_time *= windows.overlappable
     dp_size = c.data_parallel.gradient_bytes
     req_chunk = bpc * dp_size / chunk_time * scalars if chunk_time > 0 else 0
-    if nbase > 0:
-        last_window = chunk_win - bw_pp - (base_bw + edge_bw) / 2
-        if not sharding and compat.last_window_optimizer_credit():
-            last_window += k.opt_s - k.opt_mem_s
-    else:
-        last_window = 0
-    last_inflection = (last_size * bdt) + (compute * pu - last_window)
-    if last_inflection > 0:
-        last_exposed = last_inflection
-    else:
-        last_exposed = last_size * bdt * pu
-    exposed = chunks_exposed + last_exposed
-    tail_time = last_window + last_size * bdt * pu
+    tail_time = windows.last_window + windows.last_size * bdt * pu
     req_tail = bpc * dp_size / tail_time * scalars if tail_time > 0 else 0
-    return compat.dp_exposed_s(bdt, exposed), req_chunk, req_tail
+    return req_chunk, req_tail

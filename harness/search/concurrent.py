@@ -14,16 +14,16 @@ the search shares, per plan (one lowering key and TP overlap mode):
   (:func:`harness.passes.concretize.offload_transfer_bytes`,
   :meth:`TransformerConcretize.buffers`, :func:`harness.ir.concrete.tier_total_bytes`);
 
-and :func:`project` evaluates the projection's closed forms after the block
-sums (offload overheads, bubble, PP, DP with and without overlap, the
-components and the total) for every (DP overlap, offload, placement)
-variant at once, as numpy arrays. It is the projection's arithmetic, term for
-term and in the same order, with each variant-dependent branch as an
-elementwise choice; every element is bit-identical to the scalar projection
-of that execution (``tests/test_search_concurrent.py`` checks every
-execution of small spaces against ``harness.estimate.estimate``). Calculon
-compatibility rules are read through :mod:`harness.calculon_compat`, so
-switching one off changes both alike.
+and :func:`project` prices what the closed forms after the block sums read
+(the pipeline p2p time, the offload transfer time and the DP sync time of
+each variant's tiers and choices) and evaluates those forms,
+:mod:`harness.schedule.calculon_forms` (the same functions the estimate's
+projection calls), on numpy arrays: one element per (DP overlap, offload,
+placement) variant. Every element is bit-identical to the estimate of that
+execution (``tests/test_search.py`` checks every execution of small spaces,
+and a stratified sample of larger ones, against
+``harness.estimate.estimate``; ``test_search_follows_the_calculon_compatibility_rules``
+with the overlap rules switched off).
 """
 
 from __future__ import annotations
@@ -32,15 +32,14 @@ import dataclasses
 
 import numpy as np
 
-from harness import calculon_compat as compat
-from harness.cost.output_layer import output_layer_s
+from harness.cost.output_layer import output_layer_applies, output_layer_s
 from harness.cost.views import PassCost, Pricer, TaskCost
 from harness.ir.concrete import tier_total_bytes
 from harness.ir.model import ModelIR, Offload
 from harness.ir.portable import Message, PlanTask, PortablePlanIR
 from harness.passes.concretize import TransformerConcretize, offload_transfer_bytes
+from harness.schedule import calculon_forms as forms
 from harness.schedule.memory import BlockMemory, StageMemory
-from harness.vocabulary import COMPONENTS
 
 
 class TierPricer:
@@ -111,6 +110,10 @@ def offload_memory(plan: PortablePlanIR, block: BlockMemory, stage: StageMemory,
     return tier_total_bytes(buffers, 1), tier_total_bytes(buffers, 2)
 
 
+#: numpy arrays: one element per variant (see :mod:`harness.schedule.calculon_forms`).
+ARRAYS = forms.Arith("numpy arrays", np.maximum, np.minimum, np.where, np.any)
+
+
 def project(plan: PortablePlanIR, block: BlockMemory, pricer: Pricer, sums: list, variants: Variants,
             networks: int, model: ModelIR) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """(total_s, components_s) of every variant: the ``calculon-0.1.0`` projection (training), vectorized,
@@ -132,25 +135,8 @@ def project(plan: PortablePlanIR, block: BlockMemory, pricer: Pricer, sums: list
     def by_tier(values: list[float], tiers: np.ndarray) -> np.ndarray:
         return np.array(values, dtype=float)[tiers]
 
-    nmb, chunks, bpp, bpc = s.microbatches, s.chunks_per_stage, s.blocks_per_stage, s.blocks_per_chunk
-    nbase, nedge, pp = s.base_blocks_per_chunk, s.edge_blocks_per_chunk, s.pipeline_parallel
-    mult = bpp * nmb
-    per_chunk = nmb * chunks
-
-    def chunk_sum(base, edge):
-        return per_chunk * (nbase * base + nedge * edge)
-
-    tp_exposed = chunk_sum(k.fw_exp_base, k.fw_exp_edge) + chunk_sum(k.ag_exp_base, k.ag_exp_edge)
-    recomm_exposed = chunk_sum(k.recomm_exp_base, k.recomm_exp_edge)
-    pp_bytes = plan.pipeline.forward.message_bytes if plan.pipeline.forward is not None else 0
-    pp_bw_bytes = plan.pipeline.backward.message_bytes if plan.pipeline.backward is not None else 0
-    p2p = Message.trusted(collective="p2p", message_bytes=pp_bytes, participants=2, network_tier=0)
-    p2p_back = p2p.trusted_replace(message_bytes=pp_bw_bytes)
-    fw_pp = by_tier([compat.unsent_p2p_s(pricer.message_on_tier_s(p2p, t), plan.pipeline.forward is not None)
-                     for t in range(networks)], pn)
-    bw_pp = by_tier([compat.unsent_p2p_s(pricer.message_on_tier_s(p2p_back, t), plan.pipeline.backward is not None)
-                     for t in range(networks)], pn)
-    pp_exposed = nmb * chunks * fw_pp + nmb * chunks * bw_pp if pp > 1 else 0
+    p2p = [forms.pipeline_p2p_s(plan.pipeline, True, t, pricer.message_s) for t in range(networks)]
+    fw_pp, bw_pp = by_tier([f for f, _ in p2p], pn), by_tier([b for _, b in p2p], pn)
 
     sizes = {}
     for w, a, o in {(bool(w), bool(a), bool(o)) for w, a, o in
@@ -164,117 +150,25 @@ def project(plan: PortablePlanIR, block: BlockMemory, pricer: Pricer, sums: list
         table[w * 4 + a * 2 + o] = times
     fw_off_s, bw_off_s = table[code, 0], table[code, 1]
 
-    base_fw_no = k.fw_s + k.fw_exp_base
-    edge_fw_no = k.fw_s_edge + k.fw_exp_edge + fw_pp
-    base_fw_ovh = np.maximum(0, fw_off_s + k.fw_mem_s - base_fw_no)
-    edge_fw_ovh = np.maximum(0, fw_off_s + k.fw_mem_s - edge_fw_no)
-    base_fw = base_fw_no + base_fw_ovh
-    edge_fw = edge_fw_no + edge_fw_ovh
-    base_bw_no = k.re_s + k.recomm_exp_base + k.ag_s + k.wg_s + k.ag_exp_base
-    edge_bw_no = k.re_s_edge + k.recomm_exp_edge + k.ag_s_edge + k.wg_s_edge + k.ag_exp_edge + bw_pp
-    re_mem = compat.offload_recompute_memory_s(k.re_mem_own_s)
-    base_bw_ovh = np.maximum(0, bw_off_s + k.ag_mem_s + k.wg_mem_s + re_mem - base_bw_no)
-    edge_bw_ovh = np.maximum(0, bw_off_s + k.ag_mem_s + k.wg_mem_s + re_mem - edge_bw_no)
-    base_bw = base_bw_no + base_bw_ovh
-    edge_bw = edge_bw_no + edge_bw_ovh
-    chunk_fw = nbase * base_fw + nedge * edge_fw
-    chunk_bw = nbase * base_bw + nedge * edge_bw
-    chunk = chunk_fw + chunk_bw
-    if nbase > 0:
-        reduction = s.bubble_reduction_blocks * (base_fw + edge_fw + base_bw + edge_bw) / 2
-    else:
-        reduction = s.bubble_reduction_blocks * (edge_fw + edge_bw)
-    shortage = nmb % pp
-    extra = (chunks - 1) * (pp - shortage) if shortage else 0
-    bubble = (pp - 1) * chunk + (extra * chunk - reduction)
-
-    dp_exposed = _data_parallel(plan, pricer, k, variants, base_bw, edge_bw, chunk_bw, bw_pp, networks)
+    dp = None
+    if plan.data_parallel is not None:
+        sync = []
+        for t in range(networks):
+            bdt = 0
+            for message in plan.data_parallel.messages:
+                bdt += pricer.message_on_tier_s(message, t)
+            sync.append(bdt)
+        dp = forms.DataParallelSync(
+            block_s=by_tier(sync, dn), processor_usage=by_tier([n.processor_usage for n in pricer.profile.networks],
+                                                               dn),
+            sharding=len(plan.data_parallel.messages) == 2, overlap=variants.dp_overlap, same_tier_as_tp=dn == tn,
+            same_tier_as_pp=dn == pn)
 
     n = len(tn)
-    if compat.applies(compat.edge_tile_message):  # the edge block runs the base block's tiles
-        forward, backward, recompute = mult * k.fw_s, mult * k.ag_s + mult * k.wg_s, mult * k.re_s
-    else:
-        forward = chunk_sum(k.fw_s, k.fw_s_edge)
-        backward = chunk_sum(k.ag_s + k.wg_s, k.ag_s_edge + k.wg_s_edge)
-        recompute = chunk_sum(k.re_s, k.re_s_edge)
-    components = {
-        "forward": forward,
-        "backward": backward,
-        "optimizer": bpp * k.opt_s,
-        "recompute": recompute,
-        "tensor_parallel": tp_exposed,
-        "pipeline_parallel": pp_exposed,
-        "data_parallel": dp_exposed,
-        "recommunication": recomm_exposed,
-        "pipeline_bubble": bubble,
-        "forward_offload": chunk_sum(base_fw_ovh, edge_fw_ovh),
-        "backward_offload": chunk_sum(base_bw_ovh, edge_bw_ovh),
-    }
-    components = {name: np.broadcast_to(np.asarray(components[name], dtype=float), (n,)) for name in COMPONENTS}
-    total = compat.iteration_total(components)
-    if pricer.profile.output_layer is not None and "output_layer" in pricer.view.curves:
-        forward, backward = output_layer_s(pricer, model)  # once per microbatch, outside the projected blocks
-        mb = s.microbatches
-        components = {**components, "forward": components["forward"] + mb * forward,
-                      "backward": components["backward"] + mb * backward}
-        total = total + (mb * forward + mb * backward)
+    it = forms.iteration(s, k, fw_pp=fw_pp, bw_pp=bw_pp, fw_off_s=fw_off_s, bw_off_s=bw_off_s, dp=dp, ops=ARRAYS,
+                         finish=lambda v: np.broadcast_to(np.asarray(v, dtype=float), (n,)))
+    if not output_layer_applies(pricer.profile, pricer.view):
+        return it.total_s, it.components_s
+    components, total = forms.with_output_layer(it.components_s, it.total_s, s.microbatches,
+                                                *output_layer_s(pricer, model))
     return total, components
-
-
-def _data_parallel(plan: PortablePlanIR, pricer: Pricer, k, variants: Variants, base_bw, edge_bw, chunk_bw, bw_pp,
-                   networks: int):
-    """The DP exposed time of every variant, with and without DP overlap (the projection's ``_data_parallel``)."""
-    s = plan.schedule
-    if plan.data_parallel is None:
-        return 0
-    profile = pricer.profile
-    tn, pn, dn = variants.tensor, variants.pipeline, variants.data
-    per_tier = []
-    for t in range(networks):
-        sync = 0
-        for message in plan.data_parallel.messages:
-            sync += pricer.message_on_tier_s(message, t)
-        per_tier.append(sync)
-    bdt = np.array(per_tier, dtype=float)[dn]
-    without = s.blocks_per_stage * bdt
-    if not variants.dp_overlap.any():
-        return without
-    pu = np.array([profile.networks[t].processor_usage for t in range(networks)])[dn]
-    sharding = len(plan.data_parallel.messages) == 2
-    nbase, nedge, bpc, pp, nmb = (s.base_blocks_per_chunk, s.edge_blocks_per_chunk, s.blocks_per_chunk,
-                                  s.pipeline_parallel, s.microbatches)
-    base_win = base_bw - (k.ag_mem_s + k.wg_mem_s + k.re_mem_s)
-    edge_win = edge_bw - (k.ag_mem_s + k.wg_mem_s + k.re_mem_s)
-    compute = k.ag_flops_s + k.wg_flops_s + k.re_flops_s
-    if not sharding:
-        base_win += k.opt_s - k.opt_mem_s
-        edge_win += k.opt_s - k.opt_mem_s
-        compute += k.opt_flops_s
-    same_tp = dn == tn
-    base_win = np.where(same_tp, base_win - (k.recomm_base + k.ag_tp_base), base_win)
-    edge_win = np.where(same_tp, edge_win - (k.recomm_edge + k.ag_tp_edge), edge_win)
-    chunk_win = nbase * base_win + nedge * edge_win
-    chunk_compute = bpc * compute
-    overlappable = s.chunks_per_stage - 1
-    last_size = bpc - 1
-    window_mb = compat.dp_window_microbatches(nmb, pp)
-    window = window_mb * chunk_win
-    overlap_compute = window_mb * chunk_compute
-    chunk_dp = bpc * bdt
-    same_pp = np.where(dn == pn, compat.dp_collides_with_pp(True, pp), compat.dp_collides_with_pp(False, pp))
-    if not compat.dp_collides_with_pp(True, pp):
-        bw_pp = 0
-    collided = np.where(same_pp, np.minimum(np.floor_divide(chunk_dp, chunk_bw), nmb % pp if nmb % pp != 0 else pp),
-                        0)
-    inflection = chunk_dp - (window - collided * bw_pp) + overlap_compute * pu
-    chunks_exposed = np.where(inflection > 0, overlappable * inflection, overlappable * chunk_dp * pu)
-    if nbase > 0:
-        last_window = chunk_win - bw_pp - (base_bw + edge_bw) / 2
-        if not sharding and compat.last_window_optimizer_credit():
-            last_window += k.opt_s - k.opt_mem_s
-    else:
-        last_window = 0
-    last_inflection = (last_size * bdt) + (compute * pu - last_window)
-    last_exposed = np.where(last_inflection > 0, last_inflection, last_size * bdt * pu)
-    exposed = chunks_exposed + last_exposed
-    return np.where(variants.dp_overlap, compat.dp_exposed_s(bdt, exposed), without)

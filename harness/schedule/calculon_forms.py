@@ -1,0 +1,270 @@
+"""The ``calculon-0.1.0`` projection's closed forms from the block sums to the iteration, written once.
+
+Two callers evaluate them:
+
+- :func:`harness.schedule.projection.calculon_projection` (the estimate), on
+  Python floats, one execution at a time;
+- :func:`harness.search.concurrent.project` (the search), on numpy arrays,
+  one element per (DP overlap, offload, network placement) variant of a plan.
+
+Rules (what makes the one definition serve both, bit for bit):
+
+- the arithmetic is ``+ - * / //`` on the operands, in one written order;
+  IEEE-754 double ``+ - * /`` round the same in Python and numpy (numpy's
+  float ``//`` is Python's floor division, element by element), and nothing
+  here can be fused (no ``fma``, no ``sum`` over an array, no reordering);
+- each branch that depends on a variant goes through an :class:`Arith`
+  passed in: ``maximum``, ``minimum``, ``where`` and ``any``.
+  :data:`SCALAR` is Python's ``max``, ``min``, a conditional expression and
+  ``bool``; the search's is ``np.maximum``, ``np.minimum``, ``np.where`` and
+  ``np.any`` (:data:`harness.search.concurrent.ARRAYS`). Both sides of a
+  ``where`` are evaluated (a few float operations); the two ``maximum``
+  differ only on NaN, which no accepted input produces (the estimate's final
+  guard refuses a non-finite figure);
+- a branch that depends only on the plan (its schedule, training, optimizer
+  sharding) or on a rule of :mod:`harness.calculon_compat` is a plain
+  ``if``: it is the same for every variant;
+- what differs between the callers stays with them: how the block sums, the
+  pipeline p2p time, the offload transfer time and the DP sync time are
+  priced (the estimate reads its ConcretePlanIR's commands, the search prices
+  one plan on every tier), and the figures only the estimate reports (the
+  bandwidth requirements, read from :class:`Blocks` and :class:`DataParallelWindows`).
+
+The rule names of :mod:`harness.calculon_compat` are in comments where they
+apply; every rule is read through that module, so switching one off changes
+both callers alike.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+from harness import calculon_compat as compat
+from harness.ir.portable import Message, PipelineTraffic
+from harness.vocabulary import COMPONENTS
+
+#: A float (the estimate) or a numpy array of floats, one per variant (the search).
+Value = Any
+
+
+class Arith(NamedTuple):
+    """The branch primitives of the closed forms, for one kind of operand (see the module rules)."""
+
+    name: str
+    maximum: Callable[[Value, Value], Value]
+    minimum: Callable[[Value, Value], Value]
+    where: Callable[[Value, Value, Value], Value]  # where(condition, if_true, if_false); both evaluated
+    any: Callable[[Value], bool]
+
+
+def _choose(condition: bool, if_true: Value, if_false: Value) -> Value:
+    return if_true if condition else if_false
+
+
+#: Python floats: one execution.
+SCALAR = Arith("python floats", max, min, _choose, bool)
+
+
+def pipeline_p2p_s(pipeline: PipelineTraffic, training: bool, tier: int, message_s: Callable[[Message], float]
+                   ) -> tuple[float, float]:
+    """(forward, backward) seconds of one pipeline boundary p2p transfer on network ``tier``
+    (``message_s`` prices a message on its tier); rule unsent-p2p-priced."""
+    forward_bytes = pipeline.forward.message_bytes if pipeline.forward is not None else 0
+    backward_bytes = pipeline.backward.message_bytes if pipeline.backward is not None and training else 0
+    p2p = Message.trusted(collective="p2p", message_bytes=forward_bytes, participants=2, network_tier=tier)
+    forward = compat.unsent_p2p_s(message_s(p2p), pipeline.forward is not None)
+    backward = compat.unsent_p2p_s(message_s(p2p.trusted_replace(message_bytes=backward_bytes)),
+                                   pipeline.backward is not None and training)
+    return forward, backward
+
+
+class DataParallelSync(NamedTuple):
+    """The DP gradient sync as the closed forms read it (floats, or arrays of variants)."""
+
+    block_s: Value  # one block's sync time on the DP tier
+    processor_usage: Value  # of the DP tier
+    sharding: bool  # optimizer sharding: reduce-scatter and all-gather (else one all-reduce)
+    overlap: Value  # DP overlap (bool, or bool array)
+    same_tier_as_tp: Value  # the DP tier is the TP tier
+    same_tier_as_pp: Value  # the DP tier is the PP tier
+
+
+class Blocks(NamedTuple):
+    """Block times of one microbatch with the offload overheads (``*_no``: without them)."""
+
+    base_fw_no: Value
+    edge_fw_no: Value
+    base_fw_ovh: Value
+    edge_fw_ovh: Value
+    base_fw: Value
+    edge_fw: Value
+    base_bw_no: Value
+    edge_bw_no: Value
+    base_bw_ovh: Value
+    edge_bw_ovh: Value
+    base_bw: Value
+    edge_bw: Value
+
+
+class DataParallelWindows(NamedTuple):
+    """The DP overlap terms the bandwidth requirements read (the exposed time is in the components)."""
+
+    window: Value
+    overlap_compute: Value
+    overlappable: int
+    last_window: Value
+    last_size: int
+    collides_with_pp: Value  # the DP sync competes with the pipeline p2p for its tier
+    pp_in_window_s: Value  # the backward p2p time the windows account for (0 without pipeline traffic)
+
+
+class Iteration(NamedTuple):
+    """The projected iteration: components (reporting order) and total, with the terms behind them."""
+
+    components_s: dict[str, Value]
+    total_s: Value
+    blocks: Blocks
+    dp_windows: DataParallelWindows | None  # None: no DP sync, or no variant overlaps it
+
+
+def blocks(k, fw_pp: Value, bw_pp: Value, fw_off_s: Value, bw_off_s: Value, ops: Arith) -> Blocks:
+    """Base and edge block times: the block sums, the exposed TP time, the edge block's p2p, and offload's
+    ``max(0, T(size) + memory_s - block_s)`` (rule offload-recompute-memory)."""
+    base_fw_no = k.fw_s + k.fw_exp_base
+    edge_fw_no = k.fw_s_edge + k.fw_exp_edge + fw_pp
+    base_fw_ovh = ops.maximum(0, fw_off_s + k.fw_mem_s - base_fw_no)
+    edge_fw_ovh = ops.maximum(0, fw_off_s + k.fw_mem_s - edge_fw_no)
+    base_bw_no = k.re_s + k.recomm_exp_base + k.ag_s + k.wg_s + k.ag_exp_base
+    edge_bw_no = k.re_s_edge + k.recomm_exp_edge + k.ag_s_edge + k.wg_s_edge + k.ag_exp_edge + bw_pp
+    re_mem = compat.offload_recompute_memory_s(k.re_mem_own_s)
+    base_bw_ovh = ops.maximum(0, bw_off_s + k.ag_mem_s + k.wg_mem_s + re_mem - base_bw_no)
+    edge_bw_ovh = ops.maximum(0, bw_off_s + k.ag_mem_s + k.wg_mem_s + re_mem - edge_bw_no)
+    return Blocks(base_fw_no, edge_fw_no, base_fw_ovh, edge_fw_ovh, base_fw_no + base_fw_ovh,
+                  edge_fw_no + edge_fw_ovh, base_bw_no, edge_bw_no, base_bw_ovh, edge_bw_ovh,
+                  base_bw_no + base_bw_ovh, edge_bw_no + edge_bw_ovh)
+
+
+def iteration(s, k, *, fw_pp: Value, bw_pp: Value, fw_off_s: Value, bw_off_s: Value,
+              dp: DataParallelSync | None, ops: Arith, finish: Callable[[Value], Value]) -> Iteration:
+    """The iteration of schedule ``s`` from the block sums ``k``
+    (:func:`harness.schedule.projection.block_sums`, floats or arrays of variants).
+
+    ``dp``: None without a DP sync (no DP, or inference). ``finish`` turns each
+    component into the caller's figure type (``float``; an array of every variant) before the total is summed.
+    """
+    training = s.training
+    nmb, chunks, bpp = s.microbatches, s.chunks_per_stage, s.blocks_per_stage
+    nbase, nedge, pp = s.base_blocks_per_chunk, s.edge_blocks_per_chunk, s.pipeline_parallel
+    mult = bpp * nmb
+    per_chunk = nmb * chunks
+
+    def chunk_sum(base: Value, edge: Value) -> Value:
+        return per_chunk * (nbase * base + nedge * edge)
+
+    tp_exposed = chunk_sum(k.fw_exp_base, k.fw_exp_edge) + chunk_sum(k.ag_exp_base, k.ag_exp_edge)
+    recomm_exposed = chunk_sum(k.recomm_exp_base, k.recomm_exp_edge) if training else 0
+    if pp > 1:
+        pp_exposed = nmb * chunks * fw_pp + nmb * (chunks if training else 0) * bw_pp
+    else:
+        pp_exposed = 0
+    b = blocks(k, fw_pp, bw_pp, fw_off_s, bw_off_s, ops)
+    chunk_fw = nbase * b.base_fw + nedge * b.edge_fw
+    chunk_bw = nbase * b.base_bw + nedge * b.edge_bw
+    chunk = chunk_fw + chunk_bw
+    if nbase > 0:
+        reduction = s.bubble_reduction_blocks * (b.base_fw + b.edge_fw + b.base_bw + b.edge_bw) / 2
+    else:
+        reduction = s.bubble_reduction_blocks * (b.edge_fw + b.edge_bw)
+    shortage = nmb % pp
+    extra = (chunks - 1) * (pp - shortage) if shortage else 0
+    bubble = (pp - 1) * chunk + (extra * chunk - reduction)
+
+    windows = None
+    if dp is None:
+        dp_exposed = 0
+    else:
+        without = bpp * dp.block_s
+        if ops.any(dp.overlap):
+            exposed, windows = _data_parallel_overlap(s, k, b, chunk_bw, bw_pp, dp, ops)
+            dp_exposed = ops.where(dp.overlap, exposed, without)
+        else:
+            dp_exposed = without
+
+    if compat.applies(compat.edge_tile_message):  # the edge block runs the base block's tiles
+        forward, backward, recompute = mult * k.fw_s, mult * k.ag_s + mult * k.wg_s, mult * k.re_s
+    else:
+        forward = chunk_sum(k.fw_s, k.fw_s_edge)
+        backward = chunk_sum(k.ag_s + k.wg_s, k.ag_s_edge + k.wg_s_edge)
+        recompute = chunk_sum(k.re_s, k.re_s_edge)
+    components = {
+        "forward": forward,
+        "backward": backward,
+        "optimizer": bpp * k.opt_s,
+        "recompute": recompute,
+        "tensor_parallel": tp_exposed,
+        "pipeline_parallel": pp_exposed,
+        "data_parallel": dp_exposed,
+        "recommunication": recomm_exposed,
+        "pipeline_bubble": bubble,
+        "forward_offload": chunk_sum(b.base_fw_ovh, b.edge_fw_ovh),
+        "backward_offload": chunk_sum(b.base_bw_ovh, b.edge_bw_ovh) if training else 0,
+    }
+    components = {name: finish(components[name]) for name in COMPONENTS}
+    return Iteration(components, compat.iteration_total(components), b, windows)
+
+
+def with_output_layer(components_s: dict[str, Value], total_s: Value, microbatches: int, forward_s: Value,
+                      backward_s: Value) -> tuple[dict[str, Value], Value]:
+    """(components, total) of a projected iteration with the output layer's work of family ``output_layer``
+    (:mod:`harness.cost.output_layer`): once per microbatch, outside the projected blocks; ``forward`` and
+    ``backward`` grow by ``microbatches x`` its pass times and the total by their sum (not summed again)."""
+    mb = microbatches
+    components = {**components_s, "forward": components_s["forward"] + mb * forward_s,
+                  "backward": components_s["backward"] + mb * backward_s}
+    return components, total_s + (mb * forward_s + mb * backward_s)
+
+
+def _data_parallel_overlap(s, k, b: Blocks, chunk_bw: Value, bw_pp: Value, dp: DataParallelSync, ops: Arith
+                           ) -> tuple[Value, DataParallelWindows]:
+    """The DP exposed time with DP overlap: the windows and inflections of Calculon's ``_compute_batch_stats``."""
+    nbase, nedge, bpc, pp, nmb = (s.base_blocks_per_chunk, s.edge_blocks_per_chunk, s.blocks_per_chunk,
+                                  s.pipeline_parallel, s.microbatches)
+    bdt, pu = dp.block_s, dp.processor_usage
+    # prefix-counter-recompute-windows
+    base_win = b.base_bw - (k.ag_mem_s + k.wg_mem_s + k.re_mem_s)
+    edge_win = b.edge_bw - (k.ag_mem_s + k.wg_mem_s + k.re_mem_s)
+    compute = k.ag_flops_s + k.wg_flops_s + k.re_flops_s
+    if not dp.sharding:
+        base_win += k.opt_s - k.opt_mem_s
+        edge_win += k.opt_s - k.opt_mem_s
+        compute += k.opt_flops_s
+    # dp-same-tier-as-tp-link-time
+    base_win = ops.where(dp.same_tier_as_tp, base_win - (k.recomm_base + k.ag_tp_base), base_win)
+    edge_win = ops.where(dp.same_tier_as_tp, edge_win - (k.recomm_edge + k.ag_tp_edge), edge_win)
+    chunk_win = nbase * base_win + nedge * edge_win
+    chunk_compute = bpc * compute
+    overlappable = s.chunks_per_stage - 1
+    last_size = bpc - 1
+    window_mb = compat.dp_window_microbatches(nmb, pp)
+    window = window_mb * chunk_win
+    overlap_compute = window_mb * chunk_compute
+    chunk_dp = bpc * bdt
+    collides_with_pp = ops.where(dp.same_tier_as_pp, compat.dp_collides_with_pp(True, pp),
+                                 compat.dp_collides_with_pp(False, pp))
+    if not compat.dp_collides_with_pp(True, pp):  # no pipeline traffic: no p2p in the windows
+        bw_pp = 0
+    collided = ops.where(collides_with_pp, ops.minimum(chunk_dp // chunk_bw, nmb % pp if nmb % pp != 0 else pp), 0)
+    inflection = chunk_dp - (window - collided * bw_pp) + overlap_compute * pu
+    chunks_exposed = ops.where(inflection > 0, overlappable * inflection, overlappable * chunk_dp * pu)
+    if nbase > 0:
+        last_window = chunk_win - bw_pp - (b.base_bw + b.edge_bw) / 2
+        if not dp.sharding and compat.last_window_optimizer_credit():
+            last_window += k.opt_s - k.opt_mem_s
+    else:
+        last_window = 0
+    last_inflection = (last_size * bdt) + (compute * pu - last_window)
+    last_exposed = ops.where(last_inflection > 0, last_inflection, last_size * bdt * pu)
+    exposed = chunks_exposed + last_exposed
+    return (compat.dp_exposed_s(bdt, exposed),
+            DataParallelWindows(window, overlap_compute, overlappable, last_window, last_size,
+                                collides_with_pp, bw_pp))
