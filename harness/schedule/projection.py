@@ -180,6 +180,25 @@ class _Tiles:
         size = message.message_bytes if message is not None else 0
         return size / self.n / (f / (1 - self.pu) / self.n)
 
+    def gemm_pass(self, cost: PassCost, base: Message | None, edge: Message | None, b: int, required: float
+                  ) -> tuple[float, float, float, float, float, float, float]:
+        """An overlapped GEMM's pass against its TP messages: (time, edge-block time, link time base and edge,
+        exposed base and edge, ``required`` raised to the bandwidth the pass needs to hide them)."""
+        time, exposed = self.time(cost, self.net(base, b, True))
+        time_edge, exposed_edge = self.time(cost, self.net(compat.edge_tile_message(base, edge), b, True))
+        required = max(required, self.required(base, cost.compute_s))
+        required = max(required, self.required(edge, cost.compute_s))
+        return (time, time_edge, self.net(base, b, True), self.net(edge, b, True), exposed, exposed_edge,
+                required)
+
+
+def _collective_pass(cost: PassCost) -> tuple[float, float, float, float, float, float]:
+    """A TP collective's pass: no processing time; its link time (message plus local work) is exposed whole
+    (time, edge-block time, link time base and edge, exposed base and edge)."""
+    base = cost.network_base_s + cost.processing_s
+    edge = cost.network_edge_s + cost.processing_s
+    return 0, 0, base, edge, base, edge
+
 
 def _block(c: ConcretePlanIR, pricer: Pricer) -> _Block:
     """Per-block sums in plan order (Calculon's _compute_block_stats)."""
@@ -211,18 +230,10 @@ def block_sums(tasks: tuple, training: bool, b: int, tp_tier: int, tp_tiles: int
         again = resent.get(task.name)
         if kind == "overlapped_linear":
             msgs = task.messages
-            fw_s, fw_exp = tiles.time(fw, tiles.net(msgs.forward_base, b, True))
-            fw_base, fw_edge = tiles.net(msgs.forward_base, b, True), tiles.net(msgs.forward_edge, b, True)
-            fw_exp_base = fw_exp
-            fw_s_edge, fw_exp_edge = tiles.time(fw, tiles.net(compat.edge_tile_message(msgs.forward_base,
-                                                                                        msgs.forward_edge), b, True))
-            k.tp_req = max(k.tp_req, tiles.required(msgs.forward_base, fw.compute_s))
-            k.tp_req = max(k.tp_req, tiles.required(msgs.forward_edge, fw.compute_s))
+            fw_s, fw_s_edge, fw_base, fw_edge, fw_exp_base, fw_exp_edge, k.tp_req = tiles.gemm_pass(
+                fw, msgs.forward_base, msgs.forward_edge, b, k.tp_req)
         elif kind == "tp_collective":
-            fw_s = fw_s_edge = 0
-            fw_base = fw.network_base_s + fw.processing_s
-            fw_edge = fw.network_edge_s + fw.processing_s
-            fw_exp_base, fw_exp_edge = fw_base, fw_edge
+            fw_s, fw_s_edge, fw_base, fw_edge, fw_exp_base, fw_exp_edge = _collective_pass(fw)
         else:
             fw_s = fw_s_edge = fw.processing_s
             fw_base = fw_edge = fw_exp_base = fw_exp_edge = 0
@@ -256,8 +267,8 @@ def block_sums(tasks: tuple, training: bool, b: int, tp_tier: int, tp_tiles: int
             if kind == "overlapped_linear":
                 r_base = tiles.net(again.messages.forward_base, b, reduces)
                 r_edge = tiles.net(again.messages.forward_edge, b, reduces)
-                r_exp_base = compat.recommunication_exposed(fw_exp, tiled_exp_base)
-                r_exp_edge = compat.recommunication_exposed(fw_exp, tiled_exp_edge)
+                r_exp_base = compat.recommunication_exposed(fw_exp_base, tiled_exp_base)
+                r_exp_edge = compat.recommunication_exposed(fw_exp_base, tiled_exp_edge)
             else:
                 rc = pricer.task(again).passes["forward"]
                 r_base, r_edge = rc.network_base_s, rc.network_edge_s
@@ -268,21 +279,14 @@ def block_sums(tasks: tuple, training: bool, b: int, tp_tier: int, tp_tiles: int
             k.recomm_exp_edge += r_exp_edge
         if kind == "overlapped_linear":
             msgs = task.messages
-            ag_s, ag_exp = tiles.time(ag, tiles.net(msgs.backward_base, b, True))
-            ag_base, ag_edge = tiles.net(msgs.backward_base, b, True), tiles.net(msgs.backward_edge, b, True)
-            ag_exp_base = ag_exp
-            ag_s_edge, ag_exp_edge = tiles.time(ag, tiles.net(compat.edge_tile_message(msgs.backward_base,
-                                                                                        msgs.backward_edge), b, True))
-            k.tp_req = max(k.tp_req, tiles.required(msgs.backward_base, ag.compute_s))
-            k.tp_req = max(k.tp_req, tiles.required(msgs.backward_edge, ag.compute_s))
+            ag_s, ag_s_edge, ag_base, ag_edge, ag_exp_base, ag_exp_edge, k.tp_req = tiles.gemm_pass(
+                ag, msgs.backward_base, msgs.backward_edge, b, k.tp_req)
             redo = redo_base if again is not None and tiled else 0
             wg_s, _ = tiles.time(wg, redo)
             wg_s_edge = tiles.time(wg, redo_edge if again is not None and tiled else 0)[0]
         elif kind == "tp_collective":
-            ag_s = wg_s = ag_s_edge = wg_s_edge = 0
-            ag_base = ag.network_base_s + ag.processing_s
-            ag_edge = ag.network_edge_s + ag.processing_s
-            ag_exp_base, ag_exp_edge = ag_base, ag_edge
+            ag_s, ag_s_edge, ag_base, ag_edge, ag_exp_base, ag_exp_edge = _collective_pass(ag)
+            wg_s = wg_s_edge = 0
         else:
             ag_s, wg_s = ag.processing_s, wg.processing_s
             ag_s_edge, wg_s_edge = ag_s, wg_s
