@@ -15,19 +15,21 @@ equals the shared file.
 
 from __future__ import annotations
 
-import functools
-import random
-
 import pytest
 
 from harness.interop.calculon_batch import require_valid
-from harness.interop.calculon_format import calculon_from_input
-from harness.oracles.calculon import calculon_verdict, check_record
+from harness.oracles.calculon import calculon_verdict
 from harness.oracles.configspace import OVERLAP_FEATURES, feature_counts
-from harness.oracles.records import load_manifest, load_record_file, vendor_dir
-from harness.oracles.reference import read_reference, record_dicts
+from harness.oracles.records import vendor_dir
 
-from conftest import shared_reference
+from corpora import (
+    assert_conversion_equals_shared,
+    assert_parity,
+    assert_records_match_inputs,
+    parametrize,
+    records,
+    sample,
+)
 
 pytestmark = pytest.mark.differential
 
@@ -38,41 +40,25 @@ SAMPLE_SIZE = 60
 SAMPLE_SEED = 20261130
 
 
-@functools.lru_cache(maxsize=None)
 def corpus():
-    return load_record_file(CORPUS).records
+    return records(CORPUS)
 
 
-@functools.lru_cache(maxsize=None)
 def public():
-    return load_record_file(PUBLIC).records
+    return records(PUBLIC)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "overlap_record" in metafunc.fixturenames:
-        records = corpus()
-        if not metafunc.config.getoption("--differential-full"):
-            indices = sorted(random.Random(SAMPLE_SEED).sample(range(len(records)), SAMPLE_SIZE))
-            records = tuple(records[i] for i in indices)
-        metafunc.parametrize("overlap_record", records, ids=[r.id for r in records])
-    if "public_overlap_record" in metafunc.fixturenames:
-        records = public()
-        metafunc.parametrize("public_overlap_record", records, ids=[r.id for r in records])
-
-
-def _assert_parity(record) -> None:
-    results = check_record(record)
-    assert results, f"{record.id}: no recorded view"
-    problems = [p.describe() for p in results if not p.ok]
-    assert not problems, "\n".join(problems)
+    parametrize(metafunc, "overlap_record", CORPUS, SAMPLE_SIZE, SAMPLE_SEED)
+    parametrize(metafunc, "public_overlap_record", PUBLIC)
 
 
 def test_overlap_record(overlap_record):
-    _assert_parity(overlap_record)
+    assert_parity(overlap_record)
 
 
 def test_public_overlap_record(public_overlap_record):
-    _assert_parity(public_overlap_record)
+    assert_parity(public_overlap_record)
 
 
 def test_public_overlap_records_are_the_300_of_the_shared_corpus():
@@ -83,27 +69,20 @@ def test_public_overlap_records_are_the_300_of_the_shared_corpus():
 
 @pytest.mark.slow
 def test_vendored_conversion_equals_the_shared_reference():
-    reference = read_reference(shared_reference("oracle-records/overlap-public.json"))
-    assert reference.source_tree_sha256 == load_manifest().oracle.source_tree_sha256
-    assert record_dicts(reference, keep_layers=False) == [r.model_dump(exclude_none=True) for r in public()]
+    assert_conversion_equals_shared("overlap-public.json", PUBLIC)
 
 
 def test_overlap_corpus_is_large_covers_the_space_and_matches_its_inputs():
     inputs = require_valid(INPUTS)
-    records = corpus()
-    assert len(records) == len(inputs) == 3000
-    for (record_id, data), record in zip(inputs, records):
-        model, execution = calculon_from_input(data)
-        assert (record.id, record.system, record.calculon_model, record.calculon_execution) == \
-            (record_id, data.system, model, execution)
-        assert set(record.views) == {"system_evidence", "peak_only"}
-        assert (record.views["system_evidence"].error is None) == (record.views["peak_only"].error is None)
+    assert len(inputs) == 3000
+    assert_records_match_inputs(inputs, corpus())
+    for record_id, data in inputs:
         e = data.execution
         assert e.tp_overlap != "none" or e.dp_overlap or e.offload.weights or e.offload.activations or \
             e.offload.optimizer, f"{record_id}: no overlap or offload option"
     counts = feature_counts([data for _, data in inputs], OVERLAP_FEATURES)
     assert not [name for name, count in counts.items() if count == 0]
-    verdicts = [calculon_verdict(r.views["system_evidence"].error) for r in records]
+    verdicts = [calculon_verdict(r.views["system_evidence"].error) for r in corpus()]
     assert verdicts.count(None) == 1489
     assert verdicts.count("offload needs 3 blocks per processor") == 482
     assert verdicts.count("memory tier capacity (tier 1)") == 350
@@ -113,8 +92,7 @@ def test_overlap_corpus_is_large_covers_the_space_and_matches_its_inputs():
 
 
 def test_overlap_sample_is_fixed_and_mixes_verdicts():
-    indices = sorted(random.Random(SAMPLE_SEED).sample(range(len(corpus())), SAMPLE_SIZE))
-    sample = [corpus()[i] for i in indices]
-    assert [r.id for r in sample[:3]] == ["overlap/0006/megatron-126M", "overlap/0104/anthropic-52B",
+    fixed = sample(CORPUS, SAMPLE_SIZE, SAMPLE_SEED)
+    assert [r.id for r in fixed[:3]] == ["overlap/0006/megatron-126M", "overlap/0104/anthropic-52B",
                                           "overlap/0172/gpt3-13B"]
-    assert sum(1 for r in sample if r.views["system_evidence"].error) == 25
+    assert sum(1 for r in fixed if r.views["system_evidence"].error) == 25

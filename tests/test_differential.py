@@ -15,26 +15,21 @@ files.
 
 from __future__ import annotations
 
-import functools
-import random
-
 import pytest
 
 from harness.interop.calculon_batch import require_valid
-from harness.interop.calculon_format import calculon_from_input
-from harness.oracles.calculon import (
-    MEMORY_FIELDS,
-    calculon_verdict,
-    check_record,
-    compare,
-    estimate_record,
-    estimate_verdict,
-)
+from harness.oracles.calculon import MEMORY_FIELDS, calculon_verdict, compare, estimate_record, estimate_verdict
 from harness.oracles.configspace import feature_counts
-from harness.oracles.records import load_manifest, load_record_file, vendor_dir
-from harness.oracles.reference import read_reference, record_dicts
+from harness.oracles.records import vendor_dir
 
-from conftest import shared_reference
+from corpora import (
+    assert_conversion_equals_shared,
+    assert_parity,
+    assert_records_match_inputs,
+    parametrize,
+    records,
+    sample,
+)
 
 pytestmark = pytest.mark.differential
 
@@ -46,44 +41,26 @@ SAMPLE_SIZE = 60
 SAMPLE_SEED = 20240611
 
 
-@functools.lru_cache(maxsize=None)
 def corpus():
-    return load_record_file(CORPUS).records
+    return records(CORPUS)
 
 
-@functools.lru_cache(maxsize=None)
 def public():
-    return load_record_file(PUBLIC).records
+    return records(PUBLIC)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "vendored_record" in metafunc.fixturenames:
-        records = corpus()
-        if not metafunc.config.getoption("--differential-full"):
-            indices = sorted(random.Random(SAMPLE_SEED).sample(range(len(records)), SAMPLE_SIZE))
-            records = tuple(records[i] for i in indices)
-        metafunc.parametrize("vendored_record", records, ids=[r.id for r in records])
-    if "public_record" in metafunc.fixturenames:
-        records = public()
-        metafunc.parametrize("public_record", records, ids=[r.id for r in records])
-    if "memory_figure" in metafunc.fixturenames:
-        records = load_record_file(MEMORY_FIGURES).records
-        metafunc.parametrize("memory_figure", records, ids=[r.id for r in records])
-
-
-def _assert_parity(record) -> None:
-    results = check_record(record)
-    assert results, f"{record.id}: no recorded view"
-    problems = [p.describe() for p in results if not p.ok]
-    assert not problems, "\n".join(problems)
+    parametrize(metafunc, "vendored_record", CORPUS, SAMPLE_SIZE, SAMPLE_SEED)
+    parametrize(metafunc, "public_record", PUBLIC)
+    parametrize(metafunc, "memory_figure", MEMORY_FIGURES)
 
 
 def test_vendored_record(vendored_record):
-    _assert_parity(vendored_record)
+    assert_parity(vendored_record)
 
 
 def test_public_record(public_record):
-    _assert_parity(public_record)
+    assert_parity(public_record)
 
 
 def test_public_records_are_the_400_of_the_shared_corpus():
@@ -108,36 +85,25 @@ def test_memory_figure(memory_figure):
 
 
 def test_memory_figures_cover_both_figures():
-    ids = [r.id for r in load_record_file(MEMORY_FIGURES).records]
+    ids = [r.id for r in records(MEMORY_FIGURES)]
     assert len(ids) == 28 and {i.split("/")[0] for i in ids} == {"fig1", "fig7"}
-    assert {r.system for r in load_record_file(MEMORY_FIGURES).records} == {"a100_80e"}
+    assert {r.system for r in records(MEMORY_FIGURES)} == {"a100_80e"}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("shared, vendored", [("differential-public.json", PUBLIC),
                                               ("memory_figs.json", MEMORY_FIGURES)])
 def test_vendored_conversions_equal_the_shared_reference(shared, vendored):
-    """The vendored files hold the shared files' numbers (layers aside): converting again gives the same."""
-    reference = read_reference(shared_reference(f"oracle-records/{shared}"))
-    assert reference.source_tree_sha256 == load_manifest().oracle.source_tree_sha256
-    converted = record_dicts(reference, keep_layers=False)
-    stored = [r.model_dump(exclude_none=True) for r in load_record_file(vendored).records]
-    assert converted == stored
+    assert_conversion_equals_shared(shared, vendored)
 
 
 def test_corpus_is_large_covers_the_space_and_matches_its_inputs():
     inputs = require_valid(INPUTS)
-    records = corpus()
-    assert len(records) == len(inputs) == 1500
-    for (record_id, data), record in zip(inputs, records):
-        model, execution = calculon_from_input(data)
-        assert (record.id, record.system, record.calculon_model, record.calculon_execution) == \
-            (record_id, data.system, model, execution)
-        assert set(record.views) == {"system_evidence", "peak_only"}
-        assert (record.views["system_evidence"].error is None) == (record.views["peak_only"].error is None)
+    assert len(inputs) == 1500
+    assert_records_match_inputs(inputs, corpus())
     counts = feature_counts([data for _, data in inputs])
     assert not [name for name, count in counts.items() if count == 0]
-    verdicts = [calculon_verdict(r.views["system_evidence"].error) for r in records]
+    verdicts = [calculon_verdict(r.views["system_evidence"].error) for r in corpus()]
     assert verdicts.count(None) == 896
     assert verdicts.count("network tier too small (tier 0)") == 250
     assert verdicts.count("network tier not filled (tier 0)") == 21
@@ -145,8 +111,7 @@ def test_corpus_is_large_covers_the_space_and_matches_its_inputs():
 
 
 def test_sample_is_fixed_and_mixes_verdicts():
-    indices = sorted(random.Random(SAMPLE_SEED).sample(range(len(corpus())), SAMPLE_SIZE))
-    sample = [corpus()[i] for i in indices]
-    assert [r.id for r in sample[:3]] == ["differential/0006/megatron-126M", "differential/0035/megatron-40B",
+    fixed = sample(CORPUS, SAMPLE_SIZE, SAMPLE_SEED)
+    assert [r.id for r in fixed[:3]] == ["differential/0006/megatron-126M", "differential/0035/megatron-40B",
                                           "differential/0061/megatron-40B"]
-    assert sum(1 for r in sample if r.views["system_evidence"].error) == 23
+    assert sum(1 for r in fixed if r.views["system_evidence"].error) == 23
