@@ -42,10 +42,8 @@ from hypothesis import strategies as st
 
 from harness.cases import EstimateInput
 from harness.cost.views import COST_VIEWS, pricer_for
-from harness.errors import InputError
 from harness.estimate import estimate
 from harness.evidence.profile import load_profile
-from harness.interop.calculon_format import input_from_calculon
 from harness.oracles.configspace import Configuration, draw_configuration, draw_shape
 from harness.passes.concretize import TransformerConcretize
 from harness.pipeline import lower
@@ -54,7 +52,7 @@ from harness.schedule.physical import physical_schedule
 from harness.schedule.projection import calculon_projection
 
 from test_properties import HypothesisChooser  # the configspace chooser backed by hypothesis
-from test_properties import assert_live_parity, calculon_runner  # noqa: F401  (calculon_runner: a fixture)
+from test_properties import assert_break_is_refused, assert_live_parity, calculon_runner  # noqa: F401 (a fixture)
 
 FAST = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 #: The physical schedule runs every operation of every stage: fewer examples.
@@ -120,14 +118,7 @@ OPTION_BREAKS = {
 @FAST
 @given(st.data(), st.sampled_from(sorted(OPTION_BREAKS)))
 def test_an_option_calculon_refuses_is_a_one_line_input_error_naming_the_field(data, name):
-    config = draw(data)
-    model, execution = dict(config.calculon_model), dict(config.calculon_execution)
-    edit, field = OPTION_BREAKS[name]
-    edit(model, execution)
-    with pytest.raises(InputError) as info:
-        input_from_calculon(model, execution, config.input.system, "batch.jsonl:3")
-    message = str(info.value)
-    assert "\n" not in message and message.startswith(f"batch.jsonl:3: {field}: "), message
+    assert_break_is_refused(draw(data), *OPTION_BREAKS[name])
 
 
 @SCHEDULED

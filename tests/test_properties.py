@@ -194,9 +194,13 @@ BREAKS = {
 @FAST
 @given(st.data(), st.sampled_from(sorted(BREAKS)))
 def test_an_invalid_configuration_is_a_one_line_input_error_naming_the_field(data, name):
-    config = draw(data)
+    assert_break_is_refused(draw(data), *BREAKS[name])
+
+
+def assert_break_is_refused(config, edit, field: str) -> None:
+    """``config``'s Calculon model and execution, broken by ``edit(model, execution)``: importing them is one
+    InputError naming the batch line and ``field``."""
     model, execution = dict(config.calculon_model), dict(config.calculon_execution)
-    edit, field = BREAKS[name]
     edit(model, execution)
     with pytest.raises(InputError) as info:
         input_from_calculon(model, execution, config.input.system, "batch.jsonl:7")
