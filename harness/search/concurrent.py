@@ -33,13 +33,14 @@ import dataclasses
 import numpy as np
 
 from harness.cost.output_layer import output_layer_applies, output_layer_s
-from harness.cost.views import PassCost, Pricer, TaskCost
+from harness.cost.views import Pricer, TaskCost
 from harness.ir.concrete import tier_total_bytes
 from harness.ir.model import ModelIR, Offload
 from harness.ir.portable import Message, PlanTask, PortablePlanIR
 from harness.passes.concretize import TransformerConcretize, offload_transfer_bytes
 from harness.schedule import calculon_forms as forms
 from harness.schedule.memory import BlockMemory, StageMemory
+from harness.search.placement import with_tp_messages
 
 
 class TierPricer:
@@ -69,14 +70,7 @@ class TierPricer:
         hit = self._tasks.get(id(task))
         if hit is not None and hit[0] is task:
             return hit[1]
-        fw, bw = cost.passes["forward"], cost.passes["activation_grad"]
-        on = self.message_s
-        passes = dict(cost.passes)
-        passes["forward"] = PassCost(fw.compute_s, fw.memory_s, fw.processing_s, on(msgs.forward_base),
-                                     on(msgs.forward_edge))
-        passes["activation_grad"] = PassCost(bw.compute_s, bw.memory_s, bw.processing_s, on(msgs.backward_base),
-                                             on(msgs.backward_edge))
-        out = TaskCost(cost.name, cost.phase, cost.primitive, passes)
+        out = with_tp_messages(cost, msgs, self.message_s)
         self._tasks[id(task)] = (task, out)
         return out
 

@@ -20,10 +20,24 @@ subtracts nothing (no bubble-reduction blocks): the search's pruning bound.
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import numpy as np
 
 from harness.cost.views import PassCost, Pricer, TaskCost
-from harness.ir.portable import Message, PlanTask, PortablePlanIR
+from harness.ir.portable import Message, PlanTask, PortablePlanIR, TaskMessages
+
+
+def with_tp_messages(cost: TaskCost, messages: TaskMessages, price: Callable[[Message | None], Any]) -> TaskCost:
+    """``cost`` with the network times of its TP messages (forward and activation-gradient passes, base and
+    edge block) priced by ``price`` instead: the task priced on another TP tier, or on every placement."""
+    fw, bw = cost.passes["forward"], cost.passes["activation_grad"]
+    passes = dict(cost.passes)
+    passes["forward"] = PassCost(fw.compute_s, fw.memory_s, fw.processing_s, price(messages.forward_base),
+                                 price(messages.forward_edge))
+    passes["activation_grad"] = PassCost(bw.compute_s, bw.memory_s, bw.processing_s, price(messages.backward_base),
+                                         price(messages.backward_edge))
+    return TaskCost(cost.name, cost.phase, cost.primitive, passes)
 
 
 class PlacementPricer:
@@ -72,17 +86,9 @@ class PlacementPricer:
     def task(self, task: PlanTask) -> TaskCost:
         """The scalar task cost, with TP message times per placement."""
         cost = self._pricer.task(task)
-        msgs = task.messages
-        if msgs is None:
+        if task.messages is None:
             return cost
-        fw, bw = cost.passes["forward"], cost.passes["activation_grad"]
-        on = self._on_tiers
-        passes = dict(cost.passes)
-        passes["forward"] = PassCost(fw.compute_s, fw.memory_s, fw.processing_s,
-                                     on(msgs.forward_base, self._tensor), on(msgs.forward_edge, self._tensor))
-        passes["activation_grad"] = PassCost(bw.compute_s, bw.memory_s, bw.processing_s,
-                                             on(msgs.backward_base, self._tensor), on(msgs.backward_edge, self._tensor))
-        return TaskCost(cost.name, cost.phase, cost.primitive, passes)
+        return with_tp_messages(cost, task.messages, lambda message: self._on_tiers(message, self._tensor))
 
 
 class ZeroNetworkPricer:
