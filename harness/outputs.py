@@ -107,10 +107,7 @@ def check_output(path: PathLike, *, option: str = "--output", inputs: Iterable[P
     for other in others:
         if other is not None and _same_file(target, _resolved(other)):
             raise InputError(shown, option, f"is also the path of another output ({os.fspath(other)})")
-    for source in inputs:
-        if source is not None and _same_file(target, _resolved(source)):
-            raise InputError(shown, option, f"would overwrite {os.fspath(source)}, an input of this command or "
-                                            "the tool's own data")
+    _refuse_inputs(target, inputs, option, shown)
     if _is_stream_device(target):
         return Path(path)
     if target.exists():
@@ -122,15 +119,20 @@ def check_output(path: PathLike, *, option: str = "--output", inputs: Iterable[P
     return Path(path)
 
 
+def _refuse_inputs(target: Path, inputs: Iterable[PathLike], option: str, shown: str) -> None:
+    """An output may not be (or replace) an input of the command or the tool's own data."""
+    for source in inputs:
+        if source is not None and _same_file(target, _resolved(source)):
+            raise InputError(shown, option, f"would overwrite {os.fspath(source)}, an input of this command or "
+                                            "the tool's own data")
+
+
 def check_output_dir(path: PathLike, *, option: str, inputs: Iterable[PathLike] = ()) -> Path:
     """Check an output directory before the work: an existing one must be a writable directory, a missing
     one must be creatable (its nearest existing ancestor a writable directory)."""
     shown = os.fspath(path)
     target = _resolved(path)
-    for source in inputs:
-        if source is not None and _same_file(target, _resolved(source)):
-            raise InputError(shown, option, f"would overwrite {os.fspath(source)}, an input of this command or "
-                                            "the tool's own data")
+    _refuse_inputs(target, inputs, option, shown)
     if target.exists():
         if not target.is_dir():
             raise InputError(shown, option, "exists and is not a directory")
