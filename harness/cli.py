@@ -43,8 +43,16 @@ def _add_project(parser: argparse.ArgumentParser, default) -> None:
                 _add_project(subparser, argparse.SUPPRESS)  # a subcommand's default must not hide the global one
 
 
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse under the error rule: a bad command line is one line, ``error: <command>: <message>``, exit 2
+    (not argparse's usage block plus a message). Subcommand parsers inherit the class."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {one_line(self.prog)}: {one_line(message)} (see {one_line(self.prog)} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="python -m harness", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(f"harness.commands.{name}").register(sub)
