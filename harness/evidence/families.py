@@ -51,7 +51,11 @@ from harness.ir.base import Frozen
 
 #: The smallest efficiency any family may hold (as :data:`harness.evidence.profile.MIN_EFFICIENCY`).
 MIN_EFFICIENCY = 1e-4
-MAX_SIZE = 1e300
+#: The largest request size (operations or bytes) a curve may name: 1e18 is an exa-operation GEMM or an
+#: exabyte transfer, far past any kernel (the shipped curves stop at 1.3e11). Sizes turn into time (a
+#: saturating curve's fixed cost ``half_size / peak``, a collective curve's smallest point): 1e300 let a
+#: profile give a finite but meaningless 6e288 s iteration.
+MAX_SIZE = 1e18
 
 
 class _Strict(Frozen):
