@@ -109,6 +109,13 @@ def field_path(loc: tuple[Any, ...] | list[Any]) -> str:
 # ------------------------------------------------------------------------------------------------- files
 
 
+def real_path(path: Source) -> Path:
+    """``path`` absolute, with symbolic links resolved as far as they go; never raises (``Path.resolve``
+    raises RuntimeError on a symbolic-link loop in Python 3.11: a looping path then reaches the reader,
+    which names it)."""
+    return Path(os.path.realpath(os.fspath(path)))
+
+
 def _open_binary(path: Path, what: str):
     """Open a regular file for reading; every refusal is an InputError naming it."""
     source = str(path)

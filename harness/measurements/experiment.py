@@ -29,6 +29,7 @@ import numpy as np
 from harness.cost.views import COST_VIEWS
 from harness.errors import HarnessError
 from harness.estimate import estimate_lowering
+from harness.inputs import real_path
 from harness.evidence.profile import EvidenceProfile
 from harness.explain import shapley
 from harness.measurements import crossval as cv
@@ -64,7 +65,7 @@ def load_inputs(paths: Sequence[Path | str], *, fitting: bool = True) -> FitInpu
     iteration record)."""
     corpora, seen = [], set()
     for path in paths:
-        key = Path(path).resolve()
+        key = real_path(path)
         if key in seen:
             continue
         seen.add(key)
