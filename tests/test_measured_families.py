@@ -90,6 +90,22 @@ def test_launch_makes_an_operation_wait_for_its_issue_but_not_the_optimizer_step
     assert Pricer(profile, PEAK, "float16").work(tiny).processing_s == 1e6 / 312e12  # peak_only applies none
 
 
+def test_launch_gives_gemms_their_own_issue_time_when_the_profile_states_one(base):
+    both = with_families(base, launch=LaunchOverhead(issue_s_per_operation=2e-5, issue_s_per_matrix_operation=7e-5))
+    one = with_families(base, launch=LaunchOverhead(issue_s_per_operation=2e-5))
+    gemm = Work(operations=1e6, bytes_read=0.0, bytes_written=0.0, engine="matrix")
+    pointwise = Work(operations=1e3, bytes_read=1e3, bytes_written=1e3, engine="vector")
+    assert Pricer(both, SYSTEM, "float16").work(gemm).processing_s == 7e-5
+    assert Pricer(both, SYSTEM, "float16").work(pointwise).processing_s == 2e-5
+    assert Pricer(one, SYSTEM, "float16").work(gemm).processing_s == 2e-5  # absent: the one issue time
+    big = Work(operations=1e13, bytes_read=0.0, bytes_written=0.0, engine="matrix")  # 34 ms on the device
+    assert Pricer(both, SYSTEM, "float16").work(big).processing_s == Pricer(base, SYSTEM, "float16").work(big).processing_s
+    # an absent field is not part of the canonical content: the revision of the one-time profile is unchanged
+    assert "issue_s_per_matrix_operation" not in one.to_data()["launch"]
+    with pytest.raises(ValueError, match="greater than 0"):
+        LaunchOverhead(issue_s_per_operation=2e-5, issue_s_per_matrix_operation=0.0)
+
+
 def test_collective_curves_replace_the_tier_efficiency_for_their_collective(base):
     c = curve((8,), (1e6, 0.1), (4e6, 0.3))
     tier0 = base.networks[0].model_copy(update={"measured_collectives": {"all_reduce": (c,)}})

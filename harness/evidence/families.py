@@ -21,8 +21,15 @@ Rules:
   size); above the largest point, the largest point's efficiency.
 - ``LaunchOverhead``: every operation (a task's non-empty pass) is issued by
   the host; the device cannot run it before it is issued, so it takes at
-  least ``issue_s_per_operation`` (``max(device time, issue time)``, per
-  operation: a queue that the host keeps full hides the issue time).
+  least its issue time (``max(device time, issue time)``, per operation: a
+  queue that the host keeps full hides the issue time). The issue time is
+  ``issue_s_per_operation``; a matrix-engine operation (a GEMM) takes
+  ``issue_s_per_matrix_operation`` instead when it is given: the training
+  software issues its GEMMs through its own layers (Megatron's
+  tensor-parallel linear layers are Python autograd functions) and its
+  pointwise operations as single kernels, so the two cost the host
+  differently. Absent, every operation takes ``issue_s_per_operation`` (and
+  the profile's revision is what it was without the field).
 - ``OutputLayer``: the embedding, output (logit) layer and loss that the
   portable plan leaves out, priced as work once per microbatch (see
   :mod:`harness.cost.output_layer`).
@@ -134,6 +141,16 @@ class LaunchOverhead(_Strict):
 
     issue_s_per_operation: float = Field(gt=0, le=1e-3, allow_inf_nan=False,
                                          description="Host time to issue one operation, seconds.")
+    issue_s_per_matrix_operation: float | None = Field(
+        None, gt=0, le=1e-3, allow_inf_nan=False,
+        description="Host time to issue one matrix-engine operation (a GEMM), seconds; absent: "
+                    "issue_s_per_operation.")
+
+    def issue_s(self, engine: str) -> float:
+        """The issue time of an operation on ``engine`` (see the module rules)."""
+        if engine == "matrix" and self.issue_s_per_matrix_operation is not None:
+            return self.issue_s_per_matrix_operation
+        return self.issue_s_per_operation
 
 
 class OutputLayer(_Strict):

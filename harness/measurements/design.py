@@ -235,8 +235,8 @@ class Design:
             memory = np.where(size == 0, 0.0, size / (profile.memory_tier1.bandwidth_bytes_per_s * mem_eff))
         processing = np.maximum(compute, memory) if profile.processing_mode == "roofline" else compute + memory
         if profile.launch is not None and "launch" in view.curves:
-            processing = np.where(self._optimizer | self._device_only, processing,
-                                  np.maximum(processing, profile.launch.issue_s_per_operation))
+            issue = np.where(self._matrix, profile.launch.issue_s("matrix"), profile.launch.issue_s("vector"))
+            processing = np.where(self._optimizer | self._device_only, processing, np.maximum(processing, issue))
         out = np.bincount(self._item_target, weights=coefficient * processing, minlength=len(self.targets))
         if self.messages:
             times = np.array([pricer.message_s(m) if i < 0 else pricer.boundary_s(m, self.lowerings[i].plan)
