@@ -175,26 +175,28 @@ def test_the_fit_recovers_the_parameters_that_made_the_measurements(small):
     records, template, design = small
     truth = {"matrix_max_efficiency": 0.71, "matrix_half_size": 3e9, "memory_max_efficiency": 0.62,
              "memory_half_size": 2e6, "issue_s_per_operation": 3e-5, "issue_s_per_matrix_operation": 8e-5,
-             "loss_bytes_per_logit": 64.0}
+             "issue_s_per_microbatch": 2e-3}
     measured = design.predict(fitting.with_values(template, truth))
     result = fitting.fit_design(design, template, measured)
     assert np.max(np.abs(design.predict(result.profile) / measured - 1)) < 1e-5
     for name in ("matrix_max_efficiency", "memory_max_efficiency", "issue_s_per_operation",
-                 "issue_s_per_matrix_operation", "loss_bytes_per_logit"):
+                 "issue_s_per_matrix_operation", "issue_s_per_microbatch"):
         assert result.values[name] == pytest.approx(truth[name], rel=2e-3), name
     again = fitting.fit_design(design, template, measured)
     assert again.values == result.values and again.profile.revision() == result.profile.revision()
 
 
-def test_a_structure_without_the_gemm_issue_time_fits_one_issue_time_for_every_operation(small):
+def test_a_structure_without_the_gemm_and_microbatch_host_times_fits_one_issue_time(small):
     records, template, design = small
-    single = tuple(p for p in fitting.PARAMETERS if p.name != "issue_s_per_matrix_operation")
+    single = tuple(p for p in fitting.PARAMETERS if p.name not in ("issue_s_per_matrix_operation",
+                                                                     "issue_s_per_microbatch"))
     truth = {"matrix_max_efficiency": 0.71, "matrix_half_size": 3e9, "memory_max_efficiency": 0.62,
-             "memory_half_size": 2e6, "issue_s_per_operation": 5e-5, "loss_bytes_per_logit": 64.0}
+             "memory_half_size": 2e6, "issue_s_per_operation": 5e-5}
     measured = design.predict(fitting.with_values(template, truth))
     result = fitting.fit_design(design, template, measured, parameters=single)
     assert set(result.values) == set(truth)
     assert result.profile.launch.issue_s_per_matrix_operation is None
+    assert result.profile.launch.issue_s_per_microbatch is None
     assert result.values["issue_s_per_operation"] == pytest.approx(5e-5, rel=2e-3)
 
 

@@ -18,7 +18,9 @@ volume models and replaces what the measurements show (see
 - fitted parameters (:data:`PARAMETERS`, each bounded to a physically
   plausible range): the matrix engine's maximum efficiency and half size,
   memory tier 1's maximum efficiency and half size, the host issue time per
-  pointwise operation and per GEMM, the loss bytes per logit. Tier 1's per-processor bandwidth is
+  pointwise operation and per GEMM, the host time per microbatch. The loss's
+  memory traffic per logit is not fitted: it is counted from the training
+  software's source (:data:`~harness.passes.rules.LOSS_BYTES_PER_LOGIT`). Tier 1's per-processor bandwidth is
   set from the corpus's documented interconnect, not fitted.
 
 Objective: robust least squares (``scipy.optimize.least_squares``, soft-L1
@@ -108,8 +110,9 @@ PARAMETERS = (
     Parameter("issue_s_per_matrix_operation", "launch.issue_s_per_matrix_operation", 1e-6, 1e-4, 6e-5, True, "s",
               "Host time to issue one GEMM: the framework's linear layer (a Python autograd function), "
               "autograd and the cuBLAS launch."),
-    Parameter("loss_bytes_per_logit", "output_layer.loss_bytes_per_logit", 8.0, 128.0, 40.0, False, "bytes",
-              "HBM bytes the softmax cross-entropy moves per logit, forward and backward (fp32 logits)."),
+    Parameter("issue_s_per_microbatch", "launch.issue_s_per_microbatch", 1e-5, 2e-2, 1e-3, True, "s",
+              "Host time per training microbatch outside its operations: loading and broadcasting the batch "
+              "(a host-device synchronization) and the training engine's bookkeeping."),
 )
 
 
@@ -138,8 +141,7 @@ def template(base: EvidenceProfile, sweeps: Sequence, name: str, datatype: str =
         "vector": {**profile.vector, datatype: vector.model_copy(update={
             "operation_size_efficiency": _saturating(flat, 0.0)})},
         "launch": LaunchOverhead(issue_s_per_operation=2e-5, issue_s_per_matrix_operation=6e-5),
-        "output_layer": OutputLayer(vocabulary=VOCABULARY, vocabulary_multiple=VOCABULARY_MULTIPLE,
-                                    loss_bytes_per_logit=40.0),
+        "output_layer": OutputLayer(vocabulary=VOCABULARY, vocabulary_multiple=VOCABULARY_MULTIPLE),
         "hierarchical_collectives": HierarchicalCollectives(kind="island_then_next_tier"),
         "partitioned_p2p": PartitionedP2P(kind="slice_then_all_gather"),
         "fit": None,
@@ -153,7 +155,8 @@ def _saturating(max_efficiency: float, half_size: float) -> Curve:
 
 def with_values(profile: EvidenceProfile, values: dict[str, float], datatype: str = "float16") -> EvidenceProfile:
     """``profile`` with the fitted parameters set to ``values`` (without ``issue_s_per_matrix_operation``, every
-    operation takes ``issue_s_per_operation``: the single-issue-time structure)."""
+    operation takes ``issue_s_per_operation``; without ``issue_s_per_microbatch``, a microbatch costs the host
+    nothing beyond its operations: the structures compared in docs/measured-evidence.md)."""
     v = values
     matrix = profile.matrix[datatype].model_copy(update={"operation_size_efficiency": _saturating(
         v["matrix_max_efficiency"], v["matrix_half_size"])})
@@ -162,8 +165,8 @@ def with_values(profile: EvidenceProfile, values: dict[str, float], datatype: st
     return profile.model_copy(update={
         "matrix": {**profile.matrix, datatype: matrix}, "memory_tier1": memory,
         "launch": LaunchOverhead(issue_s_per_operation=v["issue_s_per_operation"],
-                                 issue_s_per_matrix_operation=v.get("issue_s_per_matrix_operation")),
-        "output_layer": profile.output_layer.model_copy(update={"loss_bytes_per_logit": v["loss_bytes_per_logit"]}),
+                                 issue_s_per_matrix_operation=v.get("issue_s_per_matrix_operation"),
+                                 issue_s_per_microbatch=v.get("issue_s_per_microbatch")),
     })
 
 
@@ -297,5 +300,7 @@ def provenance(result: FitResult, base: EvidenceProfile, corpora: Sequence[Corpu
                "pipeline boundary transfers partitioned over the TP group (DeepSpeed's pipeline engine)",
                "hierarchical collectives for groups larger than a tier's island",
                f"output layer vocabulary {VOCABULARY} (GPT-2 BPE) padded to a multiple of "
-               f"{VOCABULARY_MULTIPLE} x TP (Megatron)"),
+               f"{VOCABULARY_MULTIPLE} x TP (Megatron)",
+               "loss traffic per logit counted from Megatron's vocabulary-parallel cross-entropy: 38 bytes forward, "
+               "14 backward (harness.passes.rules.LOSS_BYTES_PER_LOGIT)"),
     )
