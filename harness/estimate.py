@@ -206,6 +206,23 @@ def projected(concrete: ConcretePlanIR, pricer):
     return result
 
 
+def concrete_iteration(concrete: ConcretePlanIR, pricer, model: ModelIR | None = None):
+    """The estimate's iteration of a ConcretePlanIR under ``pricer``'s view: its ``calculon-0.1.0`` projection
+    (memoized, :func:`projected`) with the per-microbatch work of the measured families added where the profile
+    defines them and the view applies them (:func:`~harness.cost.output_layer.per_microbatch_s`: once per
+    microbatch, outside the projected blocks, as in :func:`cost_view`)."""
+    projection = projected(concrete, pricer)
+    s = concrete.schedule
+    extra = per_microbatch_s(pricer, model, s.training)
+    if extra is None:
+        return projection
+    forward, backward = extra
+    mb = s.microbatches
+    c = projection.components_s
+    c = {**c, "forward": c["forward"] + mb * forward, "backward": c["backward"] + mb * backward}
+    return dataclasses.replace(projection, components_s=c, total_s=projection.total_s + (mb * forward + mb * backward))
+
+
 def view_estimate(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView, workload: WorkloadMetrics,
                   stage: StageMemory, concrete: ConcretePlanIR | None = None,
                   model: ModelIR | None = None) -> ViewEstimate:
@@ -216,16 +233,8 @@ def view_estimate(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView
         _, comp = cost_view(plan, profile, view, model=model)
         c, total = comp.components_s, comp.total_s
     else:
-        pricer = pricer_for(profile, view, plan.datatype)
-        projection = projected(concrete, pricer)
+        projection = concrete_iteration(concrete, pricer_for(profile, view, plan.datatype), model)
         c, total = projection.components_s, projection.total_s
-        extra = per_microbatch_s(pricer, model, plan.schedule.training)
-        if extra is not None:
-            # once per microbatch, outside the projected blocks (as in cost_view)
-            forward, backward = extra
-            mb = plan.schedule.microbatches
-            c = {**c, "forward": c["forward"] + mb * forward, "backward": c["backward"] + mb * backward}
-            total += mb * forward + mb * backward
         requirements = Requirements(**dataclasses.asdict(projection.requirements))
         memory.update(tier1_total=concrete.tier1_total_bytes, tier2_total=concrete.tier2_total_bytes)
     s = plan.schedule
@@ -268,6 +277,6 @@ def estimate_lowering(lowering: Lowering, profile: EvidenceProfile,
 def estimate(data: EstimateInput, views: tuple[CostView, ...] = DEFAULT_VIEWS, *, source: str = "<input>",
              evidence_dir: Path | None = None) -> Estimate:
     """Lower ``data`` and cost it under ``views`` with its evidence profile."""
-    profile = load_profile(data.system, evidence_dir)
+    profile = load_profile(data.system, evidence_dir, referrer=source)
     check_tiers(data, profile, source)
     return estimate_lowering(lower(data, source), profile, views, source)

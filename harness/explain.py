@@ -17,6 +17,14 @@ subsets), plus each measured family the profile has (``launch``,
 ``output_layer``, ``collective_curves``, ``hierarchical``), and splits
 ``system_evidence - peak_only`` over them with exact Shapley values, for the
 total and for every component. Rule (efficiency): the parts add up to the gap.
+A layout with TP/DP overlap or offload is priced as its estimate is: the
+``calculon-0.1.0`` projection of its ConcretePlanIR under each subset
+(:func:`iteration`).
+
+TP/DP overlap and offload. The by-task breakdown needs block times that are
+sums over tasks, which overlap breaks: it is refused for those layouts, whose
+components are split per queue into hidden and exposed time instead
+(:mod:`harness.explain_queues`).
 """
 
 from __future__ import annotations
@@ -30,8 +38,9 @@ from pydantic import Field
 
 from harness.cases import EstimateInput
 from harness.cost.output_layer import host_microbatch_s, output_layer_work
-from harness.cost.views import CostView, Pricer, profile_families
-from harness.estimate import check_tiers, cost_view
+from harness.cost.views import CostView, Pricer, pricer_for, profile_families
+from harness.errors import InputError
+from harness.estimate import check_tiers, concrete_iteration, cost_view
 from harness.evidence.profile import EvidenceProfile, load_profile
 from harness.ir.base import Frozen
 from harness.ir.model import ModelIR
@@ -196,17 +205,25 @@ def shapley(values: dict[frozenset[str], float], players: tuple[str, ...]) -> di
     return out
 
 
+def iteration(lowering: Lowering, profile: EvidenceProfile, view: CostView):
+    """The estimate's iteration of ``lowering`` under ``view`` (``components_s``, ``total_s``): the composition of
+    its plan, or, with TP/DP overlap or offload, the projection of its ConcretePlanIR
+    (:func:`harness.estimate.concrete_iteration`)."""
+    if lowering.concurrent:
+        pricer = pricer_for(profile, view, lowering.plan.datatype)
+        return concrete_iteration(lowering.concrete(), pricer, lowering.model)
+    return cost_view(lowering.plan, profile, view, model=lowering.model)[1]
+
+
 def attribute(lowering: Lowering, profile: EvidenceProfile) -> Attribution:
     """Split the gap of one lowering over the curve families the profile
     defines (:func:`~harness.cost.views.profile_families`: the four Calculon
     families, plus each measured family it has), per total and per component."""
-    plan = lowering.plan
     players = profile_families(profile)
     comps = {}
     for size in range(len(players) + 1):
         for subset in itertools.combinations(players, size):
-            comps[frozenset(subset)] = cost_view(plan, profile, CostView.with_curves(subset),
-                                                 model=lowering.model)[1]
+            comps[frozenset(subset)] = iteration(lowering, profile, CostView.with_curves(subset))
     total = shapley({s: c.total_s for s, c in comps.items()}, players)
     by_component = {name: shapley({s: c.components_s[name] for s, c in comps.items()}, players)
                     for name in COMPONENTS}
@@ -216,7 +233,7 @@ def attribute(lowering: Lowering, profile: EvidenceProfile) -> Attribution:
 
 
 def _prepare(data: EstimateInput, source: str, evidence_dir: Path | None) -> tuple[Lowering, EvidenceProfile]:
-    profile = load_profile(data.system, evidence_dir)
+    profile = load_profile(data.system, evidence_dir, referrer=source)
     check_tiers(data, profile, source)
     return lower(data, source), profile
 
@@ -228,6 +245,22 @@ def attribute_input(data: EstimateInput, *, source: str = "<input>", evidence_di
 
 def by_task_input(data: EstimateInput, views: tuple[CostView, ...], *, source: str = "<input>",
                   evidence_dir: Path | None = None) -> tuple[ViewTasks, ...]:
-    """Lower one anonymous input and break each view's components down by task."""
+    """Lower one anonymous input and break each view's components down by task (refused with TP/DP overlap or
+    offload: see the module rules)."""
     lowering, profile = _prepare(data, source, evidence_dir)
+    if lowering.concurrent:
+        raise InputError(source, "--by-task", "TP/DP overlap and offload make block times more than sums over tasks; "
+                                              "explain without --by-task splits each component per queue instead")
     return tuple(by_task(lowering.plan, profile, v, model=lowering.model) for v in views)
+
+
+def queues_input(data: EstimateInput, views: tuple[CostView, ...], *, source: str = "<input>",
+                 evidence_dir: Path | None = None):
+    """Lower one anonymous input; with TP/DP overlap or offload each view's per-queue split
+    (:func:`harness.explain_queues.queue_split`), else None."""
+    from harness.explain_queues import queue_split
+
+    lowering, profile = _prepare(data, source, evidence_dir)
+    if not lowering.concurrent:
+        return None
+    return tuple(queue_split(lowering, profile, v, source=source) for v in views)

@@ -119,8 +119,7 @@ def test_hostile_case_file_every_command(tmp_path, capsys, command, name, conten
     if (name, command) == ("system-missing", "lower"):  # lowering is hardware-free: it reads no profile
         assert status == 0 and err == ""
         return
-    where = str(path) if name != "system-missing" else str(EVIDENCE / "no_such_profile.yaml")
-    one_error_line(status, err, f"{where}: {field}", message)
+    one_error_line(status, err, f"{path}: {field}", message)
     assert not any(tmp_path.glob("out.json")) and not any(tmp_path.glob("trace.json"))
     assert not any(tmp_path.glob("report.json")) and not any(tmp_path.glob("*.tmp"))
 
@@ -622,3 +621,30 @@ def test_hostile_evidence_commands(tmp_path, capsys):
         one_error_line(status, err, message)
     assert {p: p.read_bytes() for p in EVIDENCE.glob("*.yaml")} == before
     assert not (tmp_path / "out.jsonl").exists()
+
+
+# ----------------------------------------------------------------------------------------------------- search
+
+
+def test_hostile_search_requests(tmp_path, capsys):
+    model = tmp_path / "m.json"
+    model.write_text(json.dumps(MODEL))
+    binary, nan = tmp_path / "b.json", tmp_path / "n.json"
+    binary.write_bytes(b"\x89PNG\x00")
+    nan.write_text(json.dumps(MODEL).replace("6144,", "NaN,", 1))
+    base = ["search", "--system", "a100_80g", "--datatype", "float16", "--workers", "1", "--no-progress"]
+    cases = [
+        (["--model", model, "--procs", str(10**20), "--max-batch", "4"], "--procs: must be at most 16777216"),
+        (["--model", model, "--procs", "4", "--max-batch", str(2**40)], "--max-batch: must be at most 16777216"),
+        (["--model", model, "--procs", "4", "--max-batch", "4", "--top", str(10**12)], "--top: must be at most"),
+        (["--model", model, "--procs", "4", "--max-batch", "4", "--output", EVIDENCE / "a100_80g.yaml"],
+         "--output: would overwrite"),
+        (["--model", model, "--procs", "4", "--max-batch", "4", "--output", model], "--output: would overwrite"),
+        (["--model", binary, "--procs", "4", "--max-batch", "4"], f"{binary}: <file>: not UTF-8 text"),
+        (["--model", nan, "--procs", "4", "--max-batch", "4"], f"{nan}: hidden: NaN is not a finite number"),
+    ]
+    before = (EVIDENCE / "a100_80g.yaml").read_bytes()
+    for extra, message in cases:
+        status, out, err = run(capsys, *base, *extra)
+        one_error_line(status, err, message)
+    assert (EVIDENCE / "a100_80g.yaml").read_bytes() == before and model.read_text() == json.dumps(MODEL)

@@ -231,7 +231,11 @@ def calculon_runner(calculon_src):
                                                                  HealthCheck.function_scoped_fixture])
 @given(st.data())
 def test_live_parity_with_calculon(calculon_runner, data):
-    config = draw(data)
+    assert_live_parity(calculon_runner, draw(data))
+
+
+def assert_live_parity(calculon_runner, config: Configuration) -> None:
+    """Both views of ``config`` estimated and run by Calculon agree (figures, or the same refusal)."""
     est = estimate(config.input)
     profile = load_profile(config.input.system)
     for view in ("system_evidence", "peak_only"):

@@ -2,9 +2,12 @@
 
 Default: the evidence gap (system_evidence - peak_only) of each case split
 over the curve families with exact Shapley values, per total and per timing
-component. ``--by-task``: each timing component of each view listed by the
-PortablePlanIR tasks (and plan-level messages) behind it. Only the case's
-anonymous estimate input reaches the library; the id labels the result.
+component; for a layout with TP/DP overlap or offload also each component of
+each view split per queue into busy, hidden and exposed time
+(:mod:`harness.explain_queues`; JSON key ``queues``). ``--by-task``: each
+timing component of each view listed by the PortablePlanIR tasks (and
+plan-level messages) behind it (refused with overlap or offload). Only the
+case's anonymous estimate input reaches the library; the id labels the result.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from typing import Any
 from harness.cases import load_case
 from harness.cost.views import COST_VIEWS
 from harness.estimate import DEFAULT_VIEWS
-from harness.explain import Attribution, ViewTasks, attribute_input, by_task_input
+from harness.explain import Attribution, ViewTasks, attribute_input, by_task_input, queues_input
 from harness.vocabulary import CURVE_FAMILIES, VIEWS
 
 
@@ -28,8 +31,27 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def attribution_json(case_id: str, a: Attribution) -> dict[str, Any]:
-    return {"id": case_id, **a.model_dump(mode="json")}
+def attribution_json(case_id: str, a: Attribution, queues=None) -> dict[str, Any]:
+    out = {"id": case_id, **a.model_dump(mode="json")}
+    if queues is not None:
+        out["queues"] = [v.model_dump(mode="json") for v in queues]
+    return out
+
+
+def print_queues(case_id: str, views) -> None:
+    for v in views:
+        print(f"{case_id}  {v.view}: per queue (physical schedule {v.physical_total_s:.4f} s; the estimate, "
+              f"calculon-0.1.0, {v.estimate_total_s:.4f} s)")
+        print(f"  {'component':18s} {'queue':14s} {'busy':>10s} {'hidden':>10s} {'exposed':>10s} {'slowdown':>10s}"
+              f" {'physical':>10s} {'estimate':>10s}")
+        for c in v.components:
+            for i, q in enumerate(c.queues):
+                tail = f" {c.physical_s:10.4f} {c.estimate_s:10.4f}" if i == 0 else ""
+                print(f"  {c.component if i == 0 else '':18s} {q.queue or '(idle)':14s} {q.busy_s:10.4f} "
+                      f"{q.hidden_s:10.4f} {q.exposed_s:10.4f} {q.slowdown_s:10.4f}{tail}")
+            if not c.queues and c.estimate_s:
+                print(f"  {c.component:18s} {'-':14s} {'':10s} {'':10s} {'':10s} {'':10s} {c.physical_s:10.4f} "
+                      f"{c.estimate_s:10.4f}")
 
 
 def print_attribution(case_id: str, a: Attribution) -> None:
@@ -65,14 +87,22 @@ def run(args) -> int:
             views = (COST_VIEWS[args.view],) if args.view else DEFAULT_VIEWS
             results.append((case.id, by_task_input(case.estimate_input(), views, source=path)))
         else:
-            results.append((case.id, attribute_input(case.estimate_input(), source=path)))
+            data = case.estimate_input()
+            results.append((case.id, (attribute_input(data, source=path),
+                                      queues_input(data, DEFAULT_VIEWS, source=path))))
     if args.json:
         if args.by_task:
             out = [{"id": cid, "views": [v.model_dump(mode="json") for v in views]} for cid, views in results]
         else:
-            out = [attribution_json(cid, a) for cid, a in results]
+            out = [attribution_json(cid, a, queues) for cid, (a, queues) in results]
         print(json.dumps(out, indent=1, allow_nan=False))
         return 0
     for cid, result in results:
-        (print_by_task if args.by_task else print_attribution)(cid, result)
+        if args.by_task:
+            print_by_task(cid, result)
+            continue
+        attribution, queues = result
+        print_attribution(cid, attribution)
+        if queues is not None:
+            print_queues(cid, queues)
     return 0

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from harness.errors import InputError
-from harness.outputs import check_output, write_text
+from harness.outputs import check_output, data_files, write_text
 from harness.search.output import ParquetRows, entries_json
 from harness.search.request import search_problem
 from harness.search.space import FUSED_CHOICES, SpaceOptions
@@ -73,9 +73,12 @@ def run(args) -> int:
     if args.workers is not None and args.workers < 1:
         raise InputError("<command line>", "--workers", f"must be a positive integer, not {args.workers}")
     named = [(args.output, "--output"), (args.results, "--results"), (args.pareto, "--pareto"), (args.plot, "--plot")]
+    protected = [args.model, *data_files()]
+    if Path(args.system).suffix in (".yaml", ".yml"):
+        protected.append(Path(args.system))
     for path, flag in named:
         if path is not None:
-            check_output(path, option=flag, inputs=[args.model],
+            check_output(path, option=flag, inputs=protected,
                          others=[other for other, o in named if other is not None and o != flag])
     options = SpaceOptions(fused_activation=FUSED_CHOICES[args.fused_activation], tp_overlap=not args.no_tp_overlap,
                            dp_overlap=not args.no_dp_overlap, mbs_break=args.mbs_break)

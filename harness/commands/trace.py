@@ -59,7 +59,7 @@ def run(args) -> int:
         check_output(args.png, option="--png", inputs=inputs, others=[args.output])
     case = load_case(args.case)
     data = case.estimate_input()
-    profile = load_profile(data.system)
+    profile = load_profile(data.system, referrer=args.case)
     check_tiers(data, profile, args.case)
     lowering = lower(data, args.case)
     if lowering.concurrent:

@@ -64,7 +64,7 @@ def _estimate_all(cases: list[tuple[Path, CaseFile]], gate: ComparisonGate) -> d
     out = {}
     for path, case in cases:
         data = case.estimate_input()
-        profile = load_profile(data.system)
+        profile = load_profile(data.system, referrer=str(path))
         check_tiers(data, profile, str(path))
         lowering = lower(data, str(path))
         est = estimate_lowering(lowering, profile)

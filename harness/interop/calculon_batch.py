@@ -95,7 +95,7 @@ def parse_line(text: str, line: int, source: str = "<batch>") -> BatchLine:
     try:
         check_profile_name(data["system"], where, "system")
         parsed = input_from_calculon(data["model"], data["execution"], data["system"], where)
-        check_tiers(parsed, load_profile(parsed.system), where)
+        check_tiers(parsed, load_profile(parsed.system, referrer=where), where)
     except UnsupportedFeatureError as error:
         return BatchLine(line, record_id, "rejected", field=error.field, message=error.message)
     except EvidenceError as error:

@@ -29,8 +29,10 @@ offload are explicit concurrency instead of an overlap ratio:
   tier 1 and the whole figure in tier 2).
 
 The plan's tasks are kept (``tasks``) so that a projection can name the work
-a command runs; nothing here holds a duration. Two projections read it
-(:mod:`harness.schedule.projection`): ``calculon-0.1.0`` and ``physical``.
+a command runs; nothing here holds a duration. Two projections read it:
+``calculon-0.1.0`` (:mod:`harness.schedule.projection`, Calculon's closed
+forms, what the estimate reports) and ``physical``
+(:mod:`harness.schedule.physical`, the list schedule of the commands).
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ defaults records ``{}``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 import types
 import typing
@@ -61,6 +62,13 @@ class PassCheckpoint(Artifact):
     output_digest: str = Field(description="SHA-256 of the output IR's canonical form.")
 
 
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    """A pass class's resolved field annotations (``typing.get_type_hints`` evaluates the string annotations each
+    call: a pass built per estimate, like ``transformer-concretize``, paid it every time)."""
+    return typing.get_type_hints(cls)
+
+
 @dataclasses.dataclass(frozen=True)
 class ModulePass(ABC, Generic[In, Out]):
     """A typed transformation from one IR to the next; its dataclass fields are its options."""
@@ -68,7 +76,7 @@ class ModulePass(ABC, Generic[In, Out]):
     name: ClassVar[str]
 
     def __post_init__(self) -> None:
-        hints = typing.get_type_hints(type(self))
+        hints = _hints(type(self))
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
             if not _is_option(value, hints[field.name]):
@@ -105,7 +113,7 @@ class ModulePass(ABC, Generic[In, Out]):
     def from_options(cls: type[P], options: Mapping[str, str]) -> P:
         """The pass with textual option values converted to their field types (unknown options refused)."""
         fields = {f.name: f for f in dataclasses.fields(cls)}
-        hints = typing.get_type_hints(cls)
+        hints = _hints(cls)
         values = {}
         for raw, text in options.items():
             key = raw.replace("-", "_")

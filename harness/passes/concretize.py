@@ -64,10 +64,11 @@ class _Builder:
             work: Work | None = None, message: Message | None = None, reduction: float = 0.0,
             transfer: float = 0.0, phase: str = "whole", tile: int = 0, tiles: int = 1,
             deps: tuple[str, ...] | None = None, chain: bool = True) -> str:
-        command = Command.trusted(name=name, queue=queue, kind=kind, task=task, pass_name=pass_name,
-                                  component=component, phase=phase, tile=tile, tiles=tiles, work=work,
-                                  message=message, reduction_operations=reduction, transfer_bytes=transfer,
-                                  depends_on=self.last if deps is None else deps)
+        command = Command.trusted_ordered({  # the fields in declaration order (a hot loop: tiles)
+            "name": name, "queue": queue, "kind": kind, "task": task, "pass_name": pass_name,
+            "component": component, "phase": phase, "tile": tile, "tiles": tiles, "work": work, "message": message,
+            "reduction_operations": reduction, "transfer_bytes": transfer,
+            "depends_on": self.last if deps is None else deps})
         self.commands.append(command)
         if chain:
             self.last = (name,)
@@ -92,20 +93,32 @@ class _Builder:
         reduction = self.reduction(message) if reducing else 0.0
         prefix = f"{task.name}/{pass_name}"
         step: tuple[str, ...] = self.last
-        first_net = 0 if mode == "pipe" else 1
-        if mode == "pipe":
-            step = (self.add(f"{prefix}/tile0.send", self.tp_queue, "collective", task.name, pass_name,
-                             net_component, message=message, reduction=reduction, tile=0, tiles=tiles, deps=step),)
+        name, tp_queue, append = task.name, self.tp_queue, self.commands.append
+        make = Command.trusted_ordered
+        # the commands of a tile step, fields in declaration order (the hot loop of the pass)
         for i in range(tiles):
-            net = ()
-            if i >= first_net and not (mode == "pipe" and i == 0):
-                net = (self.add(f"{prefix}/tile{i}.send", self.tp_queue, "collective", task.name, pass_name,
-                                net_component, message=message, reduction=reduction, tile=i, tiles=tiles,
-                                deps=step, chain=False),)
-            flops = self.add(f"{prefix}/tile{i}.flops", COMPUTE, "compute", task.name, pass_name, component,
-                             work=work, phase="flops", tile=i, tiles=tiles, deps=step, chain=False)
-            step = (self.add(f"{prefix}/tile{i}.memory", COMPUTE, "compute", task.name, pass_name, component,
-                             work=work, phase="memory", tile=i, tiles=tiles, deps=(flops, *net), chain=False),)
+            if mode == "pipe" or i > 0:  # ring: the first GEMM tile works on local data
+                send = f"{prefix}/tile{i}.send"
+                append(make({"name": send, "queue": tp_queue, "kind": "collective", "task": name,
+                             "pass_name": pass_name, "component": net_component, "phase": "whole", "tile": i,
+                             "tiles": tiles, "work": None, "message": message, "reduction_operations": reduction,
+                             "transfer_bytes": 0.0, "depends_on": step}))
+                if mode == "pipe" and i == 0:  # pipe: the first network tile before any GEMM tile
+                    step, net = (send,), ()
+                else:
+                    net = (send,)
+            else:
+                net = ()
+            flops = f"{prefix}/tile{i}.flops"
+            append(make({"name": flops, "queue": COMPUTE, "kind": "compute", "task": name, "pass_name": pass_name,
+                         "component": component, "phase": "flops", "tile": i, "tiles": tiles, "work": work,
+                         "message": None, "reduction_operations": 0.0, "transfer_bytes": 0.0, "depends_on": step}))
+            memory = f"{prefix}/tile{i}.memory"
+            append(make({"name": memory, "queue": COMPUTE, "kind": "compute", "task": name, "pass_name": pass_name,
+                         "component": component, "phase": "memory", "tile": i, "tiles": tiles, "work": work,
+                         "message": None, "reduction_operations": 0.0, "transfer_bytes": 0.0,
+                         "depends_on": (flops, *net)}))
+            step = (memory,)
         self.last = step
 
 
@@ -197,11 +210,18 @@ class TransformerConcretize(ModulePass[PortablePlanIR, ConcretePlanIR]):
         recomputed = {t.clone_of for t in plan.tasks if t.phase == "recompute"}
         resent = {t.clone_of: t for t in plan.tasks if t.phase == "recommunication"}
         forward = [t for t in plan.tasks if t.phase == "forward"]
+        # where the edge block sends what the base block sends, its programs are the base block's (the same
+        # immutable commands) followed by the boundary send
+        same = all(t.messages.forward_edge == t.messages.forward_base and
+                   t.messages.backward_edge == t.messages.backward_base for t in plan.tasks if t.messages)
         programs = []
+        built: dict[str, _Builder] = {}
         for kind in ("base", "edge"):
             edge = kind == "edge"
             fw = _Builder(b, queue_of["tensor"])
-            for task in forward:
+            if edge and same:
+                fw.commands, fw.last = list(built["forward"].commands), built["forward"].last
+            for task in forward if not (edge and same) else ():
                 msgs = task.messages
                 if task.primitive == "tp_collective":
                     fw.collective(task, "forward", "tensor_parallel", msgs.forward_edge if edge else msgs.forward_base,
@@ -212,6 +232,7 @@ class TransformerConcretize(ModulePass[PortablePlanIR, ConcretePlanIR]):
                 else:
                     fw.add(f"{task.name}/forward", COMPUTE, "compute", task.name, "forward", "forward",
                            work=task.forward)
+            built["forward"] = fw
             if edge and plan.pipeline.forward is not None:
                 fw.add("pipeline/forward.send", queue_of["pipeline"], "p2p", "pipeline", "forward",
                        "pipeline_parallel", message=plan.pipeline.forward)
@@ -219,7 +240,9 @@ class TransformerConcretize(ModulePass[PortablePlanIR, ConcretePlanIR]):
             if not training:
                 continue
             bw = _Builder(b, queue_of["tensor"])
-            for task in plan.tasks:
+            if edge and same:
+                bw.commands, bw.last = list(built["backward"].commands), built["backward"].last
+            for task in plan.tasks if not (edge and same) else ():
                 if task.phase == "recompute" and task.primitive == "overlapped_linear":
                     msgs = task.messages
                     bw.tiled(task, "forward", "recompute", "recommunication", task.forward,
@@ -231,7 +254,7 @@ class TransformerConcretize(ModulePass[PortablePlanIR, ConcretePlanIR]):
                     bw.collective(task, "forward", "recommunication",
                                   task.messages.forward_edge if edge else task.messages.forward_base, None,
                                   reducing=False)
-            for task in reversed(forward):
+            for task in reversed(forward) if not (edge and same) else ():
                 msgs = task.messages
                 if task.primitive == "tp_collective":
                     bw.collective(task, "activation_grad", "tensor_parallel",
@@ -252,6 +275,7 @@ class TransformerConcretize(ModulePass[PortablePlanIR, ConcretePlanIR]):
                 if task.weight_grad.operations or task.weight_grad.bytes_accessed:
                     bw.add(f"{task.name}/weight_grad", COMPUTE, "compute", task.name, "weight_grad", "backward",
                            work=task.weight_grad)
+            built["backward"] = bw
             if edge and plan.pipeline.backward is not None:
                 bw.add("pipeline/backward.send", queue_of["pipeline"], "p2p", "pipeline", "activation_grad",
                        "pipeline_parallel", message=plan.pipeline.backward)
@@ -320,21 +344,31 @@ class TransformerConcretize(ModulePass[PortablePlanIR, ConcretePlanIR]):
         return tuple(out)
 
     def ensures(self, ir: ConcretePlanIR) -> None:
+        """Unique command names per program, known queues, dependencies on earlier commands of the program, work
+        exactly on compute commands (on the compute queue), a message on every network command, memory >= 0.
+        A command object already checked (the edge block reuses the base block's) is checked once per program
+        position it could differ in: its dependencies."""
         queues = {q.name for q in ir.queues}
+        checked: set[int] = set()
         for program in ir.programs:
             seen: set[str] = set()
             for command in program.commands:
-                if command.name in seen:
-                    raise self.fail(f"{program.kind}/{program.block}: duplicate command {command.name}")
+                name = command.name
+                if name in seen:
+                    raise self.fail(f"{program.kind}/{program.block}: duplicate command {name}")
+                for d in command.depends_on:
+                    if d not in seen:
+                        raise self.fail(f"{name} waits for unknown or later command(s) {[d]}")
+                seen.add(name)
+                if id(command) in checked:
+                    continue
                 if command.queue not in queues:
-                    raise self.fail(f"{command.name}: unknown queue {command.queue}")
-                missing = [d for d in command.depends_on if d not in seen]
-                if missing:
-                    raise self.fail(f"{command.name} waits for unknown or later command(s) {missing}")
-                if (command.kind == "compute") != (command.work is not None and command.queue == "compute"):
-                    raise self.fail(f"{command.name}: compute commands (only) run work on the compute queue")
-                if command.kind in ("collective", "p2p") and command.message is None:
-                    raise self.fail(f"{command.name}: a network command without a message")
-                seen.add(command.name)
+                    raise self.fail(f"{name}: unknown queue {command.queue}")
+                kind = command.kind
+                if (kind == "compute") != (command.work is not None and command.queue == "compute"):
+                    raise self.fail(f"{name}: compute commands (only) run work on the compute queue")
+                if (kind == "collective" or kind == "p2p") and command.message is None:
+                    raise self.fail(f"{name}: a network command without a message")
+                checked.add(id(command))
         if ir.tier1_total_bytes < 0 or ir.tier2_total_bytes < 0:
             raise self.fail("negative memory")

@@ -117,6 +117,9 @@ class _Tiles:
     def __init__(self, pricer: Pricer, pu: float, tiles: int, pipe: bool) -> None:
         self.pricer, self.pu, self.n, self.pipe = pricer, pu, tiles, pipe
         self.roofline = pricer.roofline
+        # memos for one projection (the messages and costs are held by the plan and the pricer meanwhile)
+        self._nets: dict[tuple[int, bool], float] = {}
+        self._times: dict[tuple[int, float], tuple[PassCost, tuple[float, float]]] = {}
 
     def proc(self, f: float, m: float) -> float:
         return max(f, m) if self.roofline else f + m
@@ -124,6 +127,14 @@ class _Tiles:
     def net(self, message: Message | None, b: int, reducing: bool) -> float:
         if message is None:
             return 0
+        key = (id(message), reducing)
+        known = self._nets.get(key)
+        if known is not None:
+            return known
+        self._nets[key] = t = self._net(message, b, reducing)
+        return t
+
+    def _net(self, message: Message, b: int, reducing: bool) -> float:
         t = self.pricer.message_s(message)
         if reducing:
             t = t + self.pricer.compute_s(
@@ -132,6 +143,13 @@ class _Tiles:
 
     def time(self, cost: PassCost, net: float) -> tuple[float, float]:
         """(processing, exposed) of one pass against ``net`` seconds of network."""
+        key = (id(cost), net)
+        known = self._times.get(key)
+        if known is None or known[0] is not cost:  # the entry holds its cost, so its id stays its own
+            known = self._times[key] = (cost, self._time(cost, net))
+        return known[1]
+
+    def _time(self, cost: PassCost, net: float) -> tuple[float, float]:
         f, m = cost.compute_s, cost.memory_s
         compute = self.proc(f, m)
         if net == 0:

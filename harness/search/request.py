@@ -9,7 +9,8 @@ Rules:
   of a profile YAML (a fitted profile anywhere); the result names the
   profile and its revision;
 - the datatype must have matrix and vector engines in the profile; the
-  processor count and maximum batch must be positive; a space without any
+  processor count and maximum batch must be positive and within the input
+  bounds of :mod:`harness.ir.model` (2^24 each), ``--top`` at most 10^6; a space without any
   layout (no TP, PP and DP combination fits the processors and the batch) is
   an error naming ``--procs``.
 """
@@ -22,9 +23,12 @@ from harness import inputs
 from harness.errors import EvidenceError, InputError
 from harness.evidence.profile import EvidenceProfile, load_profile
 from harness.interop.calculon_format import MODEL_FIELDS
-from harness.ir.model import BYTES_PER_ELEMENT, TransformerShape
+from harness.ir.model import BYTES_PER_ELEMENT, MAX_BATCH, MAX_DEGREE, TransformerShape
 from harness.search.evaluate import SearchProblem
 from harness.search.space import SpaceOptions, groups
+
+
+MAX_TOP = 10**6  # executions reported (each is a JSON entry)
 
 
 def load_model(path: Path | str) -> TransformerShape:
@@ -69,9 +73,12 @@ def search_problem(model: Path | str, system: str, processors: int, max_batch: i
     """Validate a request (see the module rules) and build the problem."""
     shape = load_model(model)
     profile = resolve_profile(system)
-    for flag, value in (("--procs", processors), ("--max-batch", max_batch), ("--top", top)):
+    for flag, value, bound in (("--procs", processors, MAX_DEGREE), ("--max-batch", max_batch, MAX_BATCH),
+                               ("--top", top, MAX_TOP)):
         if value < 1:
             raise InputError("<command line>", flag, f"must be a positive integer, not {value}")
+        if value > bound:
+            raise InputError("<command line>", flag, f"must be at most {bound}, not {value}")
     if datatype not in BYTES_PER_ELEMENT:
         raise InputError("<command line>", "--datatype", f"{datatype!r} is not one of {', '.join(BYTES_PER_ELEMENT)}")
     for family, engines in (("matrix", profile.matrix), ("vector", profile.vector)):

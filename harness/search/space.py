@@ -46,8 +46,16 @@ FUSED_CHOICES = {"true": (True,), "false": (False,), "all": (False, True)}
 
 
 def divisors(value: int) -> list[int]:
-    """Divisors of ``value`` in ascending order."""
-    return [d for d in range(1, value + 1) if value % d == 0]
+    """Divisors of ``value`` in ascending order (trial division up to sqrt(value): O(sqrt(value)))."""
+    small, large = [], []
+    d = 1
+    while d * d <= value:
+        if value % d == 0:
+            small.append(d)
+            if d * d != value:
+                large.append(value // d)
+        d += 1
+    return small + large[::-1]
 
 
 def tensor_parallelisms(processors: int, shape: TransformerShape) -> list[int]:
