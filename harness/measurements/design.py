@@ -234,11 +234,23 @@ class Design:
         if profile.launch is not None and "launch" in view.curves and profile.launch.issue_s_per_microbatch:
             out = out + self._microbatches * profile.launch.issue_s_per_microbatch  # the host's microbatch time
         if self.messages:
-            times = np.array([pricer.message_s(m) if i < 0 else pricer.boundary_s(m, self.lowerings[i].plan)
-                              for m, i in self.messages])
+            times = self._message_times(profile, view, pricer)
             out += np.bincount(self._message_target, weights=self._message_coefficient * times[self._message_index],
                                minlength=len(self.targets))
         return out
+
+    def _message_times(self, profile: EvidenceProfile, view: CostView, pricer: Pricer) -> np.ndarray:
+        """Every distinct message's seconds. A message's price reads only the profile's networks and its two
+        collective families, so the last result is reused while those are the same objects (identity of
+        immutable values: a fit's candidates share them with its template) and the view is the same."""
+        key = (profile.networks, profile.hierarchical_collectives, profile.partitioned_p2p, view)
+        last = getattr(self, "_last_messages", None)
+        if last is not None and all(a is b for a, b in zip(last[0][:3], key[:3])) and last[0][3] == view:
+            return last[1]
+        times = np.array([pricer.message_s(m) if i < 0 else pricer.boundary_s(m, self.lowerings[i].plan)
+                          for m, i in self.messages])
+        self._last_messages = (key, times)
+        return times
 
     def check(self, profile: EvidenceProfile, view: CostView = SYSTEM_EVIDENCE_VIEW) -> float:
         """The largest relative difference between :meth:`predict` and the real estimate path."""
