@@ -33,7 +33,7 @@ import dataclasses
 import numpy as np
 
 from harness import calculon_compat as compat
-from harness.cost.output_layer import output_layer_s
+from harness.cost.output_layer import per_microbatch_s
 from harness.cost.views import PassCost, Pricer, TaskCost
 from harness.ir.concrete import tier_total_bytes
 from harness.ir.model import ModelIR, Offload
@@ -212,8 +212,9 @@ def project(plan: PortablePlanIR, block: BlockMemory, pricer: Pricer, sums: list
     }
     components = {name: np.broadcast_to(np.asarray(components[name], dtype=float), (n,)) for name in COMPONENTS}
     total = compat.iteration_total(components)
-    if pricer.profile.output_layer is not None and "output_layer" in pricer.view.curves:
-        forward, backward = output_layer_s(pricer, model)  # once per microbatch, outside the projected blocks
+    extra = per_microbatch_s(pricer, model, s.training)
+    if extra is not None:
+        forward, backward = extra  # once per microbatch, outside the projected blocks
         mb = s.microbatches
         components = {**components, "forward": components["forward"] + mb * forward,
                       "backward": components["backward"] + mb * backward}
