@@ -43,8 +43,24 @@ def _add_project(parser: argparse.ArgumentParser, default) -> None:
                 _add_project(subparser, argparse.SUPPRESS)  # a subcommand's default must not hide the global one
 
 
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse under the error rule: a bad command line is one line, ``error: <command>: <message>``, exit 2
+    (not argparse's usage block plus a message); an empty value is refused. Subcommand parsers inherit the
+    class."""
+
+    def _get_value(self, action, arg_string):
+        """An empty value is refused for every option and argument: ``--png ""`` was silently no PNG,
+        ``--plots ""`` the working directory, ``Path("")`` is ``.``."""
+        if arg_string == "" and action.choices is None:
+            raise argparse.ArgumentError(action, "an empty value (give a path, a name or a number)")
+        return super()._get_value(action, arg_string)
+
+    def error(self, message: str):
+        self.exit(2, f"error: {one_line(self.prog)}: {one_line(message)} (see {one_line(self.prog)} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="python -m harness", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(f"harness.commands.{name}").register(sub)

@@ -22,9 +22,9 @@ from typing import Any
 from pydantic import Field, create_model
 
 from harness.cases import EstimateInput
-from harness.cost.output_layer import output_layer_applies, output_layer_s
+from harness.cost.output_layer import per_microbatch_s
 from harness.cost.views import COST_VIEWS, CostView, Pricer, clear_pricers, pricer_for
-from harness.errors import EvidenceError, InputError
+from harness.errors import InputError
 from harness.evidence.profile import EvidenceProfile, load_profile
 from harness.ir.base import Frozen
 from harness.ir.concrete import ConcretePlanIR
@@ -170,8 +170,9 @@ def cost_view(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView, *,
     """Block critical paths and the composed iteration under one view.
 
     ``model`` (the plan's ModelIR) is needed only by a profile that defines the
-    ``output_layer`` family (:mod:`harness.cost.output_layer`): its work is
-    added to the forward and backward components, once per microbatch.
+    ``output_layer`` family (:mod:`harness.cost.output_layer`): its work (and
+    the host's microbatch time of family ``launch``) is added to the forward
+    and backward components, once per microbatch.
     ``pricer`` replaces the view's shared pricer: anything with ``task``,
     ``message_s`` and ``work`` (the search passes one that prices every tier
     placement at once, as arrays; the arithmetic here is elementwise, so each
@@ -182,11 +183,9 @@ def cost_view(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView, *,
     block = block_times(plan, costs, pricer)
     p = plan.pipeline
     comp = compose(plan.schedule, block, p.forward_transfers_per_microbatch, p.backward_transfers_per_microbatch)
-    if output_layer_applies(profile, view) and plan.schedule.training:
-        if model is None:
-            raise EvidenceError(f"evidence profile {profile.name}", "output_layer",
-                                "the family needs the model shape (cost_view(..., model=lowering.model))")
-        comp = with_output_layer(comp, plan.schedule.microbatches, *output_layer_s(pricer, model))
+    extra = per_microbatch_s(pricer, model, plan.schedule.training)
+    if extra is not None:
+        comp = with_output_layer(comp, plan.schedule.microbatches, *extra)
     return block, comp
 
 
@@ -210,13 +209,16 @@ def projected(concrete: ConcretePlanIR, pricer):
 
 def concrete_iteration(concrete: ConcretePlanIR, pricer, model: ModelIR | None = None):
     """The estimate's iteration of a ConcretePlanIR under ``pricer``'s view: its ``calculon-0.1.0`` projection
-    (memoized, :func:`projected`) with the ``output_layer`` family's work added where the profile defines it and
-    the view applies it (once per microbatch, outside the projected blocks, as in :func:`cost_view`)."""
+    (memoized, :func:`projected`) with the per-microbatch work of the measured families added where the profile
+    defines them and the view applies them (:func:`~harness.cost.output_layer.per_microbatch_s`: once per
+    microbatch, outside the projected blocks, as in :func:`cost_view`)."""
     projection = projected(concrete, pricer)
-    if not output_layer_applies(pricer.profile, pricer.view) or not concrete.schedule.training or model is None:
+    s = concrete.schedule
+    extra = per_microbatch_s(pricer, model, s.training)
+    if extra is None:
         return projection
-    c, total = calculon_forms.with_output_layer(projection.components_s, projection.total_s,
-                                                concrete.schedule.microbatches, *output_layer_s(pricer, model))
+    c, total = calculon_forms.with_per_microbatch(projection.components_s, projection.total_s, s.microbatches,
+                                                  *extra)
     return dataclasses.replace(projection, components_s=c, total_s=total)
 
 

@@ -37,7 +37,7 @@ from pathlib import Path
 from pydantic import Field
 
 from harness.cases import EstimateInput
-from harness.cost.output_layer import output_layer_work
+from harness.cost.output_layer import host_microbatch_s, output_layer_work
 from harness.cost.views import CostView, Pricer, pricer_for, profile_families
 from harness.errors import InputError
 from harness.estimate import check_tiers, concrete_iteration, cost_view
@@ -132,19 +132,26 @@ def _share(c: Contributor, component: str, time_s: float) -> TaskShare:
 
 
 def _output_layer_shares(plan: PortablePlanIR, pricer: Pricer, model: ModelIR | None) -> dict[str, list[TaskShare]]:
-    """The output layer's contributions (family ``output_layer``) to forward and backward, by pass."""
-    layer = pricer.profile.output_layer
-    if layer is None or "output_layer" not in pricer.view.curves or not plan.schedule.training or model is None:
+    """The per-microbatch contributions outside the blocks to forward and backward: the output layer's work
+    (family ``output_layer``), by pass, and the host's microbatch time (family ``launch``)."""
+    if not plan.schedule.training:
         return {}
-    work = output_layer_work(layer, model)
     mb = plan.schedule.microbatches
-    out = {}
+    out: dict[str, list[TaskShare]] = {}
+    host = host_microbatch_s(pricer)
+    if host:
+        out["forward"] = [TaskShare(task="host.microbatch", primitive="host", phase="host", operations=0.0,
+                                    memory_bytes=0.0, message_bytes=0.0, time_s=mb * host)]
+    layer = pricer.profile.output_layer
+    if layer is None or "output_layer" not in pricer.view.curves or model is None:
+        return out
+    work = output_layer_work(layer, model)
     for component, works in (("forward", work.forward), ("backward", work.backward)):
         time_s = sum(pricer.work(w).processing_s for w in works)
-        out[component] = [TaskShare(task=f"output_layer.{component}", primitive="output_layer", phase="output_layer",
-                                    operations=sum(w.operations for w in works),
-                                    memory_bytes=sum(w.bytes_accessed for w in works), message_bytes=0.0,
-                                    time_s=mb * time_s)]
+        out.setdefault(component, []).append(TaskShare(
+            task=f"output_layer.{component}", primitive="output_layer", phase="output_layer",
+            operations=sum(w.operations for w in works), memory_bytes=sum(w.bytes_accessed for w in works),
+            message_bytes=0.0, time_s=mb * time_s))
     return out
 
 

@@ -20,8 +20,8 @@ physical projection (the list schedule of the ConcretePlanIR,
 
 Each component also carries the estimate's value (``estimate_s``: the
 ``calculon-0.1.0`` projection, which reproduces Calculon 0.1.0, with a
-measured profile's ``output_layer`` work, which the physical schedule does not
-model) next to the physical one (``physical_s``); ``docs/concurrency.md``
+measured profile's per-microbatch work, the ``output_layer`` and the host's
+microbatch time of ``launch``, which the physical schedule does not model) next to the physical one (``physical_s``); ``docs/concurrency.md``
 says why they differ.
 Every figure is finite and non-negative, or the split is an error naming it.
 """

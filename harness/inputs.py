@@ -109,6 +109,13 @@ def field_path(loc: tuple[Any, ...] | list[Any]) -> str:
 # ------------------------------------------------------------------------------------------------- files
 
 
+def real_path(path: Source) -> Path:
+    """``path`` absolute, with symbolic links resolved as far as they go; never raises (``Path.resolve``
+    raises RuntimeError on a symbolic-link loop in Python 3.11: a looping path then reaches the reader,
+    which names it)."""
+    return Path(os.path.realpath(os.fspath(path)))
+
+
 def _open_binary(path: Path, what: str):
     """Open a regular file for reading; every refusal is an InputError naming it."""
     source = str(path)
@@ -682,6 +689,11 @@ _TYPE_ERRORS = {"int_type", "float_type", "bool_type", "string_type", "dict_type
                 "model_type", "int_from_float", "literal_error", "enum", "model_attributes_type"}
 
 
+_BOUND_ERRORS = {"greater_than", "greater_than_equal", "less_than", "less_than_equal", "too_long", "too_short",
+                 "string_too_long", "string_too_short"}
+_LONG_NUMBER = re.compile(r"(?<![\w.])\d{16,}(?:\.\d+)?(?![\w.])")
+
+
 def describe(value: Any) -> str:
     """A short, JSON-flavoured description of a value for error messages (``true (a boolean)``)."""
     if isinstance(value, bool):
@@ -717,6 +729,9 @@ def validation_error(source: str, error: ValidationError, *, document: Document 
         message = "required field is missing"
     elif kind in _TYPE_ERRORS and "input" in first:
         message = f"{message}, got {describe(first['input'])}"
+    elif kind in _BOUND_ERRORS and "input" in first:
+        message = f"{message}, got {describe(first['input'])}"
+    message = _LONG_NUMBER.sub(lambda m: f"{float(m.group()):g}", message)  # a bound of 1e300, not 301 digits
     line = document.line_of(loc) if document is not None else None
     return InputError(source, field_path(prefix + loc), message, line=line)
 

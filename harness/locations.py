@@ -38,6 +38,7 @@ import os
 from pathlib import Path
 
 from harness.errors import HarnessError, InputError
+from harness.inputs import real_path
 
 ENV_PROJECT = "HARNESS_PROJECT"
 #: A directory holding one of these is a project directory (discovery).
@@ -59,7 +60,7 @@ def packaged_root() -> Path | None:
 
 def discover(start: Path) -> Path | None:
     """``start`` or its nearest ancestor holding a project marker directory, else None."""
-    start = start.resolve()
+    start = real_path(start)
     for directory in (start, *start.parents):
         if any((directory / marker).is_dir() for marker in PROJECT_MARKERS):
             return directory
@@ -133,7 +134,7 @@ def resolve(project: Path | str | None = None, cwd: Path | None = None,
     path = Path(project).expanduser()
     if not path.is_dir():
         raise InputError(str(path), where, "not a directory")
-    return Locations(path.resolve(), origin, packaged_root())
+    return Locations(real_path(path), origin, packaged_root())
 
 
 _CURRENT: list[Locations] = []

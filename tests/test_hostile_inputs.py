@@ -245,7 +245,7 @@ HOSTILE_PROFILES = [
      "processing_mode", "duplicate key"),
     ("binary", b"\xff\xfe\x00name", "<file>", "not UTF-8"),
     ("deep", "name: " + "[" * 10_000 + "]" * 10_000 + "\n", "", "nest"),
-    ("increasing-curve", profile_text("threshold: 16000000000.0", "threshold: 9.99e+299"),
+    ("increasing-curve", profile_text("threshold: 16000000000.0", "threshold: 9.99e+17"),
      "matrix.float16.operation_size_efficiency.points", "thresholds must strictly decrease"),
 ]
 
@@ -353,7 +353,7 @@ def test_binary_calculon_json(tmp_path, capsys, data):
                    f"{m}: <file>: not UTF-8 text")
 
 
-@pytest.mark.parametrize("system", ["../evidence/a100_80g", "/etc/passwd", "a100_80g/../x", ""])
+@pytest.mark.parametrize("system", ["../evidence/a100_80g", "/etc/passwd", "a100_80g/../x"])
 def test_import_system_is_a_name_never_a_path(tmp_path, capsys, system):
     m, e = tmp_path / "m.json", tmp_path / "e.json"
     m.write_text(json.dumps(MODEL))

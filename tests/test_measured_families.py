@@ -23,7 +23,7 @@ from harness.evidence.families import (
     curve_for,
 )
 from harness.evidence.profile import Curve, load_profile
-from harness.explain import attribute
+from harness.explain import attribute, by_task
 from harness.ir.portable import Message, Work
 from harness.pipeline import lower
 from harness.vocabulary import CURVE_FAMILIES
@@ -90,6 +90,42 @@ def test_launch_makes_an_operation_wait_for_its_issue_but_not_the_optimizer_step
     assert Pricer(profile, PEAK, "float16").work(tiny).processing_s == 1e6 / 312e12  # peak_only applies none
 
 
+def test_launch_gives_gemms_their_own_issue_time_when_the_profile_states_one(base):
+    both = with_families(base, launch=LaunchOverhead(issue_s_per_operation=2e-5, issue_s_per_matrix_operation=7e-5))
+    one = with_families(base, launch=LaunchOverhead(issue_s_per_operation=2e-5))
+    gemm = Work(operations=1e6, bytes_read=0.0, bytes_written=0.0, engine="matrix")
+    pointwise = Work(operations=1e3, bytes_read=1e3, bytes_written=1e3, engine="vector")
+    assert Pricer(both, SYSTEM, "float16").work(gemm).processing_s == 7e-5
+    assert Pricer(both, SYSTEM, "float16").work(pointwise).processing_s == 2e-5
+    assert Pricer(one, SYSTEM, "float16").work(gemm).processing_s == 2e-5  # absent: the one issue time
+    big = Work(operations=1e13, bytes_read=0.0, bytes_written=0.0, engine="matrix")  # 34 ms on the device
+    assert Pricer(both, SYSTEM, "float16").work(big).processing_s == Pricer(base, SYSTEM, "float16").work(big).processing_s
+    # an absent field is not part of the canonical content: the revision of the one-time profile is unchanged
+    assert "issue_s_per_matrix_operation" not in one.to_data()["launch"]
+    with pytest.raises(ValueError, match="greater than 0"):
+        LaunchOverhead(issue_s_per_operation=2e-5, issue_s_per_matrix_operation=0.0)
+
+
+def test_launch_adds_the_hosts_microbatch_time_once_per_training_microbatch(base):
+    launch = LaunchOverhead(issue_s_per_operation=2e-5, issue_s_per_microbatch=3e-3)
+    profile = with_families(base, launch=launch)
+    no_host = with_families(base, launch=launch.model_copy(update={"issue_s_per_microbatch": None}))
+    lowering = lower(load_case(CASES_DIR / "megatron-22B_full.yaml").estimate_input())
+    mb = lowering.plan.schedule.microbatches
+    _, host = cost_view(lowering.plan, profile, SYSTEM, model=lowering.model)
+    _, plain = cost_view(lowering.plan, no_host, SYSTEM, model=lowering.model)
+    assert host.components_s["forward"] == pytest.approx(plain.components_s["forward"] + mb * 3e-3, rel=1e-12)
+    assert {k: v for k, v in host.components_s.items() if k != "forward"} == \
+           {k: v for k, v in plain.components_s.items() if k != "forward"}
+    assert cost_view(lowering.plan, profile, PEAK, model=lowering.model)[1].total_s == \
+           cost_view(lowering.plan, base, PEAK)[1].total_s  # peak_only applies no family
+    forward = next(c for c in by_task(lowering.plan, profile, SYSTEM, model=lowering.model).components
+                   if c.component == "forward")
+    assert [t.time_s for t in forward.tasks if t.task == "host.microbatch"] == [mb * 3e-3]
+    inference = lower(load_case(CASES_DIR / "inference_megatron-22B_ar.yaml").estimate_input())
+    assert cost_view(inference.plan, profile, SYSTEM)[1].total_s == cost_view(inference.plan, no_host, SYSTEM)[1].total_s
+
+
 def test_collective_curves_replace_the_tier_efficiency_for_their_collective(base):
     c = curve((8,), (1e6, 0.1), (4e6, 0.3))
     tier0 = base.networks[0].model_copy(update={"measured_collectives": {"all_reduce": (c,)}})
@@ -129,14 +165,17 @@ def test_partitioned_p2p_sends_one_tp_slice_then_all_gathers(base):
 
 
 def test_output_layer_is_a_vocabulary_parallel_linear_and_a_loss_per_microbatch(base):
-    layer = OutputLayer(vocabulary=50257, vocabulary_multiple=128, loss_bytes_per_logit=80.0)
+    layer = OutputLayer(vocabulary=50257, vocabulary_multiple=128)
     assert layer.padded_vocabulary(1) == 50304 and layer.padded_vocabulary(8) == 51200
     lowering = lower(load_case(CASES_DIR / "megatron-22B_full.yaml").estimate_input())  # h 6144, seq 2048, mb 4, TP 8
     work = output_layer_work(layer, lowering.model)
     tokens, local = 4 * 2048, 51200 // 8
     logit_gemm, loss_forward = work.forward
     assert logit_gemm.operations == 2 * tokens * 6144 * local and logit_gemm.engine == "matrix"
-    assert loss_forward.bytes_read + loss_forward.bytes_written == tokens * local * 80.0 / 2
+    # Megatron's cross-entropy on fp16 logits: fp32 cast (2 + 4), max (4), subtract (8), exp (8), sum (4), divide (8)
+    assert (loss_forward.bytes_read, loss_forward.bytes_written) == (tokens * local * 22, tokens * local * 16)
+    loss_backward = work.backward[0]  # scale the softmax in place (8), cast the gradient to fp16 (4 + 2)
+    assert (loss_backward.bytes_read, loss_backward.bytes_written) == (tokens * local * 8, tokens * local * 6)
     assert [w.operations for w in work.backward[1:]] == [2 * tokens * 6144 * local] * 2
     profile = with_families(base, output_layer=layer)
     _, plain = cost_view(lowering.plan, base, SYSTEM)
@@ -152,9 +191,9 @@ def test_output_layer_is_a_vocabulary_parallel_linear_and_a_loss_per_microbatch(
 def test_a_profile_with_every_measured_family_prices_as_its_base_when_the_view_leaves_them_out(base):
     tier0 = base.networks[0].model_copy(update={"measured_collectives": {"all_reduce": (curve((8,), (1e6, 0.1)),)}})
     profile = with_families(base, networks=(tier0, base.networks[1]),
-                            launch=LaunchOverhead(issue_s_per_operation=5e-5),
-                            output_layer=OutputLayer(vocabulary=50257, vocabulary_multiple=128,
-                                                     loss_bytes_per_logit=80.0),
+                            launch=LaunchOverhead(issue_s_per_operation=5e-5, issue_s_per_matrix_operation=7e-5,
+                                                  issue_s_per_microbatch=3e-3),
+                            output_layer=OutputLayer(vocabulary=50257, vocabulary_multiple=128),
                             hierarchical_collectives=HierarchicalCollectives(kind="island_then_next_tier"),
                             partitioned_p2p=PartitionedP2P(kind="slice_then_all_gather"))
     assert profile_families(profile) == tuple(CURVE_FAMILIES)

@@ -16,7 +16,7 @@ from harness.measurements import fit as fitting
 from harness.measurements.corpus import read_corpus
 from harness.measurements.design import Design
 from harness.measurements.experiment import hybrid, load_inputs
-from harness.measurements.nccl_tests import parse_nccl_tests, sweep_curve
+from harness.measurements.nccl_tests import derived_sweeps, parse_nccl_tests, sweep_curve
 from harness.measurements.oracle import MeasurementsOracle
 from harness.measurements.vtrain import import_vtrain
 
@@ -134,6 +134,26 @@ def test_a_noisy_table_becomes_a_curve_whose_bandwidth_never_drops_with_size(tmp
     assert all(a <= b for a, b in zip(effs, effs[1:]))
 
 
+def test_reduce_scatter_and_all_gather_curves_are_derived_as_halves_of_the_all_reduce(tmp_path):
+    sizes = [1 << 20, 1 << 24, 1 << 28]
+    path = tmp_path / "ar.csv"
+    path.write_text(nccl_text(8, sizes, [20.0, 120.0, 220.0], True))
+    ar = parse_nccl_tests(path, "all_reduce", 0)
+    derived = derived_sweeps([ar])
+    assert [d.collective for d in derived] == ["reduce_scatter", "all_gather"]
+    for d in derived:
+        assert d.measured_s == tuple(t / 2 for t in ar.measured_s) and d.sizes_bytes == ar.sizes_bytes
+    measured_rs = ar.model_copy(update={"collective": "reduce_scatter"})
+    assert [d.collective for d in derived_sweeps([ar, measured_rs])] == ["all_gather"]  # a measured sweep wins
+    # in the fitted structure (ring volumes, tier 0: latency 1e-5 s, 300e9 B/s) the curves reproduce half the time
+    tier = fitting.template(load_profile("a100_80g"), [ar], "t").networks[0]
+    assert tier.collectives["reduce_scatter"].volume_multiplier == 1.0
+    half = 256 * 2**20 * 2 * 7 / 8 / 220e9 / 2  # the all-reduce's time at 256 MiB (busbw 220 GB/s), halved
+    for collective in ("reduce_scatter", "all_gather"):
+        point = tier.measured_collectives[collective][0].points[-1]
+        assert point.efficiency == pytest.approx(256 * 2**20 * 7 / 8 / ((half - 1e-5) * 300e9), rel=1e-3)
+
+
 @pytest.fixture(scope="module")
 def small():
     """50 vTrain records (every 16th) with the shipped structure."""
@@ -154,14 +174,30 @@ def test_the_fits_evaluator_equals_the_estimate_path(small):
 def test_the_fit_recovers_the_parameters_that_made_the_measurements(small):
     records, template, design = small
     truth = {"matrix_max_efficiency": 0.71, "matrix_half_size": 3e9, "memory_max_efficiency": 0.62,
-             "memory_half_size": 2e6, "issue_s_per_operation": 3e-5, "loss_bytes_per_logit": 64.0}
+             "memory_half_size": 2e6, "issue_s_per_operation": 3e-5, "issue_s_per_matrix_operation": 8e-5,
+             "issue_s_per_microbatch": 2e-3}
     measured = design.predict(fitting.with_values(template, truth))
     result = fitting.fit_design(design, template, measured)
     assert np.max(np.abs(design.predict(result.profile) / measured - 1)) < 1e-5
-    for name in ("matrix_max_efficiency", "memory_max_efficiency", "issue_s_per_operation", "loss_bytes_per_logit"):
+    for name in ("matrix_max_efficiency", "memory_max_efficiency", "issue_s_per_operation",
+                 "issue_s_per_matrix_operation", "issue_s_per_microbatch"):
         assert result.values[name] == pytest.approx(truth[name], rel=2e-3), name
     again = fitting.fit_design(design, template, measured)
     assert again.values == result.values and again.profile.revision() == result.profile.revision()
+
+
+def test_a_structure_without_the_gemm_and_microbatch_host_times_fits_one_issue_time(small):
+    records, template, design = small
+    single = tuple(p for p in fitting.PARAMETERS if p.name not in ("issue_s_per_matrix_operation",
+                                                                     "issue_s_per_microbatch"))
+    truth = {"matrix_max_efficiency": 0.71, "matrix_half_size": 3e9, "memory_max_efficiency": 0.62,
+             "memory_half_size": 2e6, "issue_s_per_operation": 5e-5}
+    measured = design.predict(fitting.with_values(template, truth))
+    result = fitting.fit_design(design, template, measured, parameters=single)
+    assert set(result.values) == set(truth)
+    assert result.profile.launch.issue_s_per_matrix_operation is None
+    assert result.profile.launch.issue_s_per_microbatch is None
+    assert result.values["issue_s_per_operation"] == pytest.approx(5e-5, rel=2e-3)
 
 
 def test_measured_values_leave_the_oracle_only_for_training_or_after_both_estimates(small):

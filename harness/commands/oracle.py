@@ -31,7 +31,7 @@ from harness.oracles.record import RECORD_VIEWS, record_inputs, runner_identity,
 from harness import locations
 from harness.oracles.runner import CalculonRunner
 from harness.oracles.search_record import record_search
-from harness.search.request import search_problem
+from harness.search.request import check_workers, search_problem
 from harness.search.space import FUSED_CHOICES, SpaceOptions
 from harness.outputs import check_output, data_files
 
@@ -96,6 +96,7 @@ def run_search_record(args, vendor: Path) -> int:
                                         ("--max-batch", args.max_batch)) if value is None]
     if missing:
         raise InputError("<command line>", missing[0], "required with --search")
+    check_workers(args.cpus, "--cpus")
     if args.output == "records/cases.json":
         raise InputError("<command line>", "--output", "give the search record's path, e.g. search/NAME.json")
     protected = [args.model, *data_files(vendor=False)]

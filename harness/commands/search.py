@@ -19,10 +19,9 @@ import contextlib
 import sys
 from pathlib import Path
 
-from harness.errors import InputError
 from harness.outputs import check_output, data_files, write_text
 from harness.search.output import ParquetRows, entries_json
-from harness.search.request import search_problem
+from harness.search.request import check_workers, search_problem
 from harness.search.space import FUSED_CHOICES, SpaceOptions
 
 
@@ -38,7 +37,7 @@ def register(sub) -> None:
     p.add_argument("--output", type=Path, metavar="OUT.json", help="top K JSON (default: stdout)")
     p.add_argument("--results", type=Path, metavar="ALL.parquet", help="every evaluated execution as Parquet")
     where = p.add_mutually_exclusive_group()
-    where.add_argument("--workers", type=int, metavar="W",
+    where.add_argument("--workers", type=int, metavar="W",  # bounded: harness.search.request.MAX_WORKERS_PER_CORE
                        help="local Dask workers (default: one per core; 1: in this process)")
     where.add_argument("--scheduler", metavar="ADDRESS", help="an existing Dask scheduler, e.g. tcp://HOST:8786")
     p.add_argument("--pareto", type=Path, metavar="FRONTIER.json", help="the time-memory Pareto frontier as JSON")
@@ -70,8 +69,7 @@ def _progress(enabled: bool):
 
 
 def run(args) -> int:
-    if args.workers is not None and args.workers < 1:
-        raise InputError("<command line>", "--workers", f"must be a positive integer, not {args.workers}")
+    check_workers(args.workers, "--workers")  # MAX_WORKERS_PER_CORE per core, before any process starts
     named = [(args.output, "--output"), (args.results, "--results"), (args.pareto, "--pareto"), (args.plot, "--plot")]
     protected = [args.model, *data_files()]
     if Path(args.system).suffix in (".yaml", ".yml"):

@@ -24,7 +24,9 @@ defines them and the view applies them; ``peak_only`` applies none, which
 keeps it the naive baseline of peaks, latencies and volume models):
 
 - ``launch``: a non-empty pass of a task takes ``max(its processing time,
-  issue_s_per_operation)``; the optimizer step is issued as fused
+  its issue time)`` (``issue_s_per_operation``, or
+  ``issue_s_per_matrix_operation`` for a matrix-engine pass when the
+  profile gives it); the optimizer step is issued as fused
   multi-tensor kernels, not operation by operation, and is left alone;
 - ``collective_curves``: a collective the tier has measured curves for uses
   the curve's efficiency at the message size (the curve of the most measured
@@ -178,7 +180,8 @@ class Pricer:
                         (where, "memory_tier1.transfer_size_efficiency"))
         self._network_curves = "network" in view.curves
         launch = profile.launch if "launch" in view.curves else None
-        self._issue_s = 0.0 if launch is None else launch.issue_s_per_operation
+        # engine -> host issue time of one operation (0: family launch not applied)
+        self._issue_s = {engine: 0.0 if launch is None else launch.issue_s(engine) for engine in ("matrix", "vector")}
         self._measured_collectives = "collective_curves" in view.curves
         self._hierarchical = profile.hierarchical_collectives is not None and "hierarchical" in view.curves
         self._partitioned_p2p = profile.partitioned_p2p is not None and "partitioned_p2p" in view.curves
@@ -234,8 +237,9 @@ class Pricer:
         compute = self.compute_s(operations, "vector" if optimizer else work.engine)
         memory = self.memory_s(read + written)
         processing = max(compute, memory) if self.roofline else compute + memory
-        if self._issue_s and not optimizer and processing < self._issue_s:
-            processing = self._issue_s  # family launch: the operation waits for the host to issue it
+        issue = self._issue_s[work.engine]
+        if issue and not optimizer and processing < issue:
+            processing = issue  # family launch: the operation waits for the host to issue it
         return PassCost(compute, memory, processing)
 
     def message_s(self, message: Message | None) -> float:

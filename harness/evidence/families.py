@@ -21,11 +21,22 @@ Rules:
   size); above the largest point, the largest point's efficiency.
 - ``LaunchOverhead``: every operation (a task's non-empty pass) is issued by
   the host; the device cannot run it before it is issued, so it takes at
-  least ``issue_s_per_operation`` (``max(device time, issue time)``, per
-  operation: a queue that the host keeps full hides the issue time).
-- ``OutputLayer``: the embedding, output (logit) layer and loss that the
-  portable plan leaves out, priced as work once per microbatch (see
-  :mod:`harness.cost.output_layer`).
+  least its issue time (``max(device time, issue time)``, per operation: a
+  queue that the host keeps full hides the issue time). The issue time is
+  ``issue_s_per_operation``; a matrix-engine operation (a GEMM) takes
+  ``issue_s_per_matrix_operation`` instead when it is given: the training
+  software issues its GEMMs through its own layers (Megatron's
+  tensor-parallel linear layers are Python autograd functions) and its
+  pointwise operations as single kernels, so the two cost the host
+  differently. Absent, every operation takes ``issue_s_per_operation`` (and
+  the profile's revision is what it was without the field). With
+  ``issue_s_per_microbatch``, each training microbatch also costs the host
+  that time outside its operations (loading and broadcasting the batch, which
+  synchronizes the host with the device, and the training engine's
+  bookkeeping): once per microbatch, in the ``forward`` component.
+- ``OutputLayer``: the output (logit) layer and loss that the portable plan
+  leaves out, priced as work once per microbatch (the vocabulary; the work's
+  rules are in :mod:`harness.cost.output_layer`).
 - ``HierarchicalCollectives``: a collective whose group is larger than its
   tier's island (``size_processors``) runs hierarchically: the collective
   inside one island on that tier, plus the collective across islands on the
@@ -51,7 +62,11 @@ from harness.ir.base import Frozen
 
 #: The smallest efficiency any family may hold (as :data:`harness.evidence.profile.MIN_EFFICIENCY`).
 MIN_EFFICIENCY = 1e-4
-MAX_SIZE = 1e300
+#: The largest request size (operations or bytes) a curve may name: 1e18 is an exa-operation GEMM or an
+#: exabyte transfer, far past any kernel (the shipped curves stop at 1.3e11). Sizes turn into time (a
+#: saturating curve's fixed cost ``half_size / peak``, a collective curve's smallest point): 1e300 let a
+#: profile give a finite but meaningless 6e288 s iteration.
+MAX_SIZE = 1e18
 
 
 class _Strict(Frozen):
@@ -134,17 +149,30 @@ class LaunchOverhead(_Strict):
 
     issue_s_per_operation: float = Field(gt=0, le=1e-3, allow_inf_nan=False,
                                          description="Host time to issue one operation, seconds.")
+    issue_s_per_matrix_operation: float | None = Field(
+        None, gt=0, le=1e-3, allow_inf_nan=False,
+        description="Host time to issue one matrix-engine operation (a GEMM), seconds; absent: "
+                    "issue_s_per_operation.")
+    issue_s_per_microbatch: float | None = Field(
+        None, gt=0, le=1.0, allow_inf_nan=False,
+        description="Host time per training microbatch outside its operations (loading the batch, the training "
+                    "engine's bookkeeping), seconds, once per microbatch; absent: none.")
+
+    def issue_s(self, engine: str) -> float:
+        """The issue time of an operation on ``engine`` (see the module rules)."""
+        if engine == "matrix" and self.issue_s_per_matrix_operation is not None:
+            return self.issue_s_per_matrix_operation
+        return self.issue_s_per_operation
 
 
 class OutputLayer(_Strict):
-    """The work of the embedding, output layer and loss the portable plan leaves out."""
+    """The output layer and loss the portable plan leaves out: the target's vocabulary (the work follows the rules
+    of :mod:`harness.cost.output_layer`)."""
 
     vocabulary: int = Field(gt=0, le=2**24, description="Token vocabulary of the target's training software "
                                                         "(entries).")
     vocabulary_multiple: int = Field(gt=0, le=2**16, description="The vocabulary is padded to a multiple of this "
                                                                  "x TP (Megatron's make-vocab-size-divisible-by).")
-    loss_bytes_per_logit: float = Field(gt=0, le=256, allow_inf_nan=False, description="Memory-tier-1 bytes the loss (softmax cross "
-                                                                  "entropy, forward and backward) moves per logit.")
 
     def padded_vocabulary(self, tensor_parallel: int) -> int:
         multiple = self.vocabulary_multiple * tensor_parallel

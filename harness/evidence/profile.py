@@ -33,6 +33,10 @@ non-negative; see :mod:`harness.ir.model` for the input sizes):
   [1e3, 1e18] bytes per second: a megaflop processor and a kilobyte-per-second
   link are the slowest anything is modelled on (an A100 is 3e14 FLOP/s and
   2e12 B/s), and a 1e-300 peak would send every time past the float range;
+- request sizes (curve thresholds, saturating ``half_size``, measured
+  collective points) are at most :data:`~harness.evidence.families.MAX_SIZE`
+  = 1e18 operations or bytes (sizes become time through a curve's fixed
+  cost: the bound keeps every price within sense, not just finite);
 - latencies are in [0, 3600] s, capacities in [1, 2^80] bytes (``a100_80e``,
   Calculon's unconstrained-memory system, has 8.6e19);
 - a collective's volume model ``adjusted = bytes x m x (1 + offset /
@@ -75,6 +79,7 @@ from harness.evidence.families import (
     FitProvenance,
     HierarchicalCollectives,
     LaunchOverhead,
+    MAX_SIZE,
     OutputLayer,
     PartitionedP2P,
     SaturatingCurve,
@@ -90,7 +95,7 @@ MAX_LATENCY_S = 3600.0
 MAX_CAPACITY_BYTES = 2**80  # a100_80e, Calculon's 'unconstrained memory' system, has 8.6e19
 MIN_VOLUME_MULTIPLIER, MAX_VOLUME_MULTIPLIER = 1e-3, 1e3
 MIN_PARTICIPANT_OFFSET, MAX_PARTICIPANT_OFFSET = -2.0, 1e3
-MAX_THRESHOLD = 1e300
+MAX_THRESHOLD = MAX_SIZE  # the one bound of a request size (harness.evidence.families.MAX_SIZE)
 MAX_PROFILE_TEXT = 10_000  # characters of a description or provenance
 PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # = harness.cases.PROFILE_NAME_PATTERN
 RACY_NS = 2_000_000_000  # coarser than any file-system timestamp granularity (FAT: 2 s)

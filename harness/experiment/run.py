@@ -19,6 +19,7 @@ from harness.digest import digest_data, sha256_file
 from harness.estimate import Estimate, estimate_lowering, check_tiers
 from harness.evidence.profile import load_profile, profile_path
 from harness.experiment.isolation import POLICY, ComparisonGate
+from harness.inputs import real_path
 from harness.experiment.report import (
     Budgets,
     CaseInputs,
@@ -248,7 +249,7 @@ def run_experiment(cases_dir: Path | str | None = None, oracle=None, budgets: Bu
                          f"Calculon records were made with ({recorded[:12]})")
     ident = oracle.identity
     provenance = Provenance(
-        tool=f"blueprinting-harness {__version__}", git_commit=_git_commit(cases_dir.resolve().parent),
+        tool=f"blueprinting-harness {__version__}", git_commit=_git_commit(real_path(cases_dir).parent),
         python=platform.python_version(), paper=PAPER, evidence=tuple(profiles),
         oracle=OracleProvenance(name=ident.name, version=ident.version, commit=ident.commit,
                                 source_tree_sha256=ident.source_tree_sha256, digest_rule=ident.digest_rule,

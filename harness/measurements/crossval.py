@@ -4,7 +4,12 @@ Groups are configuration properties, never names:
 
 - ``shape``: the model shape (hidden, heads, head size, feedforward,
   sequence length, blocks): leave one shape out;
-- ``processors``: the GPU count (TP x PP x DP): leave one GPU count out.
+- ``processors``: the GPU count (TP x PP x DP): leave one GPU count out;
+- harder tests (:data:`EXTRA_GROUPINGS`, reported without a budget): leave
+  one hidden size out (``hidden``), one block count out (``blocks``), one
+  TP degree out (``tensor_parallel``), one microbatch size out
+  (``microbatch``), and ``multi_node``: fit the one-node runs only and
+  predict every multi-node run (one-node runs are never held out there).
 
 Rules: for each group, the revision is refitted on every other record (the
 same structure, bounds, start and objective as the shipped fit; the
@@ -31,18 +36,30 @@ from harness.measurements.fit import fit_design, node_class
 from harness.measurements.oracle import MeasurementsOracle
 from harness.vocabulary import PEAK_ONLY, SYSTEM_EVIDENCE
 
-GROUPINGS = ("shape", "processors")
+GROUPINGS = ("shape", "processors")  # the issue's budgets apply to these
+EXTRA_GROUPINGS = ("hidden", "blocks", "tensor_parallel", "microbatch", "multi_node")
+_LABELS = {
+    "processors": lambda r: f"{r.execution.processors} GPUs",
+    "hidden": lambda r: f"hidden {r.model.hidden}",
+    "blocks": lambda r: f"{r.model.blocks} blocks",
+    "tensor_parallel": lambda r: f"TP {r.execution.tensor_parallel}",
+    "microbatch": lambda r: f"microbatch {r.execution.microbatch}",
+    # one-node runs are never held out (""): fit them only, predict the multi-node runs
+    "multi_node": lambda r: "multi-node runs",
+}
 
 
-def group_key(record, grouping: str) -> str:
-    """The record's group under ``grouping`` (a label built from the configuration)."""
+def group_key(record, grouping: str, island: int = 8) -> str:
+    """The record's group under ``grouping`` (a label built from the configuration; "" is never held out)."""
     if grouping == "shape":
         m = record.model
         return (f"h{m.hidden} ff{m.feedforward} heads{m.attention_heads}x{m.head_size} seq{m.sequence_length} "
                 f"blocks{m.blocks}")
-    if grouping == "processors":
-        return f"{record.execution.processors} GPUs"
-    raise ValueError(f"unknown grouping {grouping!r} (known: {', '.join(GROUPINGS)})")
+    if grouping == "multi_node" and node_class(record, island) == "one_node":
+        return ""
+    if grouping in _LABELS:
+        return _LABELS[grouping](record)
+    raise ValueError(f"unknown grouping {grouping!r} (known: {', '.join(GROUPINGS + EXTRA_GROUPINGS)})")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,7 +102,7 @@ def cross_validate(design: Design, template, oracle: MeasurementsOracle, groupin
                    **fit_options) -> CrossValidation:
     """Leave each group out in turn (see the module rules)."""
     iterations = iteration_targets(design)
-    groups = np.array([group_key(design.records[t.record], grouping) if it else ""
+    groups = np.array([group_key(design.records[t.record], grouping, island) if it else ""
                        for t, it in zip(design.targets, iterations)])
     predicted = np.full(len(design.targets), np.nan)
     measured = np.full(len(design.targets), np.nan)

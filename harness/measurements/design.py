@@ -73,23 +73,21 @@ class _Builder:
     coefficient: list[float] = dataclasses.field(default_factory=list)
     operations: list[float] = dataclasses.field(default_factory=list)
     bytes: list[float] = dataclasses.field(default_factory=list)
-    loss_logits: list[float] = dataclasses.field(default_factory=list)
     matrix: list[bool] = dataclasses.field(default_factory=list)
     optimizer: list[bool] = dataclasses.field(default_factory=list)
     output_layer: list[bool] = dataclasses.field(default_factory=list)
     device_only: list[bool] = dataclasses.field(default_factory=list)
 
-    def add(self, target: int, coefficient: float, work, *, optimizer: bool = False, loss_logits: float = 0.0,
-            output_layer: bool = False, device_only: bool = False) -> None:
-        """One pass; ``loss_logits``: its bytes are that many logits x the candidate's bytes per logit."""
-        size = 0.0 if loss_logits else work.bytes_read + work.bytes_written
-        if coefficient == 0 or (work.operations == 0 and size == 0 and not loss_logits):
+    def add(self, target: int, coefficient: float, work, *, optimizer: bool = False, output_layer: bool = False,
+            device_only: bool = False) -> None:
+        """One pass of ``work`` with its coefficient in the target."""
+        size = work.bytes_read + work.bytes_written
+        if coefficient == 0 or (work.operations == 0 and size == 0):
             return
         self.target.append(target)
         self.coefficient.append(coefficient)
         self.operations.append(work.operations)
         self.bytes.append(size)
-        self.loss_logits.append(loss_logits)
         self.matrix.append(work.engine == "matrix" and not optimizer)
         self.optimizer.append(optimizer)
         self.output_layer.append(output_layer)
@@ -118,6 +116,7 @@ class Design:
             raise HarnessError(f"a fit is datatype-specific: the records mix {sorted(datatypes)}")
         self.datatype = datatypes.pop() if datatypes else "float16"
         targets: list[Target] = []
+        microbatches: dict[int, float] = {}  # iteration target -> microbatches (the host's microbatch time)
         items = _Builder()
         messages: dict[tuple[Message, int], int] = {}  # (message, plan index for a boundary transfer or -1)
         m_target, m_index, m_coef = [], [], []
@@ -144,15 +143,17 @@ class Design:
                 t = len(targets)
                 targets.append(Target(index, what, value))
                 self._add_plan(plan, index, coef, t, items, messages, m_target, m_index, m_coef)
-                if what == "iteration" and template.output_layer is not None and plan.schedule.training:
-                    self._add_output_layer(lowering.model, plan.schedule.microbatches, t, items)
+                if what == "iteration" and plan.schedule.training:
+                    microbatches[t] = plan.schedule.microbatches
+                    if template.output_layer is not None:
+                        self._add_output_layer(lowering.model, plan.schedule.microbatches, t, items)
         self.targets = tuple(targets)
         self.messages = tuple(messages)
         self._item_target = np.array(items.target, dtype=np.intp)
         self._item_coefficient = np.array(items.coefficient)
         self._operations = np.array(items.operations)
         self._bytes = np.array(items.bytes)
-        self._loss_logits = np.array(items.loss_logits)
+        self._microbatches = np.array([microbatches.get(t, 0.0) for t in range(len(targets))])
         self._matrix = np.array(items.matrix, dtype=bool)
         self._optimizer = np.array(items.optimizer, dtype=bool)
         self._output_layer = np.array(items.output_layer, dtype=bool)
@@ -197,14 +198,9 @@ class Design:
             message(msg, c["dp_s"])
 
     def _add_output_layer(self, model, microbatches: int, t: int, items: _Builder) -> None:
-        # the loss's bytes scale with the candidate's bytes per logit: kept as logits per pass (half each)
-        layer = self.template.output_layer
-        tp = model.execution.tensor_parallel
-        logits = model.execution.microbatch * model.shape.sequence_length * (layer.padded_vocabulary(tp) // tp)
-        work = output_layer_work(layer, model)
+        work = output_layer_work(self.template.output_layer, model)
         for w in work.forward + work.backward:
-            loss = w.engine == "vector"  # the loss passes; the logit layer's are matrix passes
-            items.add(t, float(microbatches), w, loss_logits=logits / 2 if loss else 0.0, output_layer=True)
+            items.add(t, float(microbatches), w, output_layer=True)
 
     def per_target(self, values: dict[int, tuple[float, ...]]) -> np.ndarray:
         """Per-target array of per-record values (``{record index: values}``; NaN where a record has none)."""
@@ -220,11 +216,8 @@ class Design:
         matrix, vector = pricer.matrix, pricer.vector
         ops, size = self._operations, self._bytes
         coefficient = self._item_coefficient
-        if self._output_layer.any():
-            if profile.output_layer is not None and "output_layer" in view.curves:
-                size = size + self._loss_logits * profile.output_layer.loss_bytes_per_logit
-            else:
-                coefficient = np.where(self._output_layer, 0.0, coefficient)
+        if self._output_layer.any() and (profile.output_layer is None or "output_layer" not in view.curves):
+            coefficient = np.where(self._output_layer, 0.0, coefficient)
         m_eff = _efficiency(matrix.operation_size_efficiency, ops, "matrix" in view.curves)
         v_eff = _efficiency(vector.operation_size_efficiency, ops, "vector" in view.curves)
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -235,15 +228,29 @@ class Design:
             memory = np.where(size == 0, 0.0, size / (profile.memory_tier1.bandwidth_bytes_per_s * mem_eff))
         processing = np.maximum(compute, memory) if profile.processing_mode == "roofline" else compute + memory
         if profile.launch is not None and "launch" in view.curves:
-            processing = np.where(self._optimizer | self._device_only, processing,
-                                  np.maximum(processing, profile.launch.issue_s_per_operation))
+            issue = np.where(self._matrix, profile.launch.issue_s("matrix"), profile.launch.issue_s("vector"))
+            processing = np.where(self._optimizer | self._device_only, processing, np.maximum(processing, issue))
         out = np.bincount(self._item_target, weights=coefficient * processing, minlength=len(self.targets))
+        if profile.launch is not None and "launch" in view.curves and profile.launch.issue_s_per_microbatch:
+            out = out + self._microbatches * profile.launch.issue_s_per_microbatch  # the host's microbatch time
         if self.messages:
-            times = np.array([pricer.message_s(m) if i < 0 else pricer.boundary_s(m, self.lowerings[i].plan)
-                              for m, i in self.messages])
+            times = self._message_times(profile, view, pricer)
             out += np.bincount(self._message_target, weights=self._message_coefficient * times[self._message_index],
                                minlength=len(self.targets))
         return out
+
+    def _message_times(self, profile: EvidenceProfile, view: CostView, pricer: Pricer) -> np.ndarray:
+        """Every distinct message's seconds. A message's price reads only the profile's networks and its two
+        collective families, so the last result is reused while those are the same objects (identity of
+        immutable values: a fit's candidates share them with its template) and the view is the same."""
+        key = (profile.networks, profile.hierarchical_collectives, profile.partitioned_p2p, view)
+        last = getattr(self, "_last_messages", None)
+        if last is not None and all(a is b for a, b in zip(last[0][:3], key[:3])) and last[0][3] == view:
+            return last[1]
+        times = np.array([pricer.message_s(m) if i < 0 else pricer.boundary_s(m, self.lowerings[i].plan)
+                          for m, i in self.messages])
+        self._last_messages = (key, times)
+        return times
 
     def check(self, profile: EvidenceProfile, view: CostView = SYSTEM_EVIDENCE_VIEW) -> float:
         """The largest relative difference between :meth:`predict` and the real estimate path."""

@@ -165,6 +165,30 @@ def sweep_curve(sweep: CollectiveSweepRecord, tier: NetworkTier, source: str) ->
                                   f"{sweep.participants} participants ({sweep.note})")
 
 
+#: A ring all-reduce is a reduce-scatter followed by an all-gather over the same ring: each half moves
+#: ``(n - 1) / n`` of the message per processor (the all-reduce ``2 (n - 1) / n``) in ``n - 1`` of its
+#: ``2 (n - 1)`` steps, so each takes half of the all-reduce's measured time at the same message size.
+HALVES_OF_ALL_REDUCE = ("reduce_scatter", "all_gather")
+
+
+def derived_sweeps(sweeps) -> tuple[CollectiveSweepRecord, ...]:
+    """Reduce-scatter and all-gather sweeps derived from the all-reduce sweeps (see
+    :data:`HALVES_OF_ALL_REDUCE`), for every tier and participant count that has no measured sweep of
+    that collective (a measured sweep always wins)."""
+    measured = {(s.collective, s.network_tier, s.participants) for s in sweeps}
+    out = []
+    for sweep in sweeps:
+        if sweep.collective != "all_reduce":
+            continue
+        for collective in HALVES_OF_ALL_REDUCE:
+            if (collective, sweep.network_tier, sweep.participants) in measured:
+                continue
+            out.append(sweep.model_copy(update={
+                "collective": collective, "measured_s": tuple(t / 2 for t in sweep.measured_s),
+                "note": f"derived: half the all_reduce time of the same message ({sweep.note})"}))
+    return tuple(out)
+
+
 def with_sweeps(profile, sweeps, source: str = "<sweeps>"):
     """``profile`` with the curves of ``sweeps`` on their tiers (a tier's curve for the same collective and
     participant count is replaced; others are kept)."""

@@ -24,7 +24,11 @@ def metrics_table(report: dict[str, Any]) -> Table:
               "fitted": f"fitted {report['profile']['name']} system_evidence, in sample"}
     for label, per in report["in_sample"].items():
         table.add_row(labels[label], *(_cell(per.get(c)) for c in CLASSES))
-    names = {"shape": "leave one shape out (cross-validated)", "processors": "leave one GPU count out (cross-validated)"}
+    names = {"shape": "leave one shape out (cross-validated)", "processors": "leave one GPU count out (cross-validated)",
+             "hidden": "leave one hidden size out (no budget)", "blocks": "leave one block count out (no budget)",
+             "tensor_parallel": "leave one TP degree out (no budget)",
+             "microbatch": "leave one microbatch size out (no budget)",
+             "multi_node": "fit one node only, predict multi-node (no budget)"}
     for grouping, data in report["cross_validation"].items():
         table.add_row(names.get(grouping, grouping), *(_cell(data["classes"].get(c)) for c in CLASSES))
     return table
@@ -75,6 +79,8 @@ def print_measured_report(report: dict[str, Any], console: Console | None = None
     console.print(groups_table(report))
     console.print(attribution_table(report))
     for grouping, data in report["cross_validation"].items():
+        if grouping not in ("shape", "processors"):
+            continue
         console.print(f"worst held-out rows ({grouping}):")
         for row in data["worst_rows"][:5]:
             console.print(f"  {row['error_pct']:+7.1f} %  {row['configuration']}  measured {row['measured_s']:.3f} s")

@@ -20,6 +20,7 @@ from typing import Any
 
 from harness.digest import source_tree_sha256
 from harness.errors import HarnessError
+from harness.inputs import real_path
 
 CALCULON_VERSION = "0.1.0"
 DIGEST_RULE = 'sha256 of lines "<sha256(file)>  <relpath>\\n" over calculon/**/*.py sorted by path'
@@ -29,7 +30,7 @@ class CalculonRunner:
     """A Calculon checkout, imported on first use."""
 
     def __init__(self, source: Path | str, expected_digest: str | None = None) -> None:
-        self.source = Path(source).resolve()
+        self.source = real_path(source)
         if not (self.source / "calculon" / "llm" / "llm.py").is_file():
             raise HarnessError(f"{self.source}: not a Calculon source checkout (no calculon/llm/llm.py)")
         self.source_digest = source_tree_sha256(self.source)

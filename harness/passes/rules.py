@@ -53,6 +53,14 @@ from harness.ir.distributed import (
 from harness.ir.portable import Capacity, Engine, Work
 
 POINTWISE_OPERATIONS = {"softmax": (5, 8), "gelu": (8, 13), "dropout": (1, 1)}
+#: Memory-tier-1 bytes the loss moves per logit, forward and backward: Megatron's vocabulary-parallel softmax
+#: cross-entropy on fp16 logits, counted from its source (megatron/core/tensor_parallel/cross_entropy.py and the
+#: GPT pipeline model's fp32 cast). Forward: the logits cast to fp32 (read 2, write 4), the max over the
+#: vocabulary (read 4), the max subtracted (read 4, write 4), exp in place (read 4, write 4), the sum (read 4),
+#: the division by it in place (read 4, write 4): 38. Backward: the stored softmax scaled by the loss gradient in
+#: place (read 4, write 4), the fp32 gradient cast back to fp16 (read 4, write 2): 14. The target gathers and the
+#: TP all-reduces of one value per token are left out (tokens, not logits).
+LOSS_BYTES_PER_LOGIT = {"forward": (22, 16), "backward": (8, 6)}  # (read, written)
 ADAM_OPERATIONS_PER_ELEMENT = 11
 LAYER_NORM_OPERATIONS = (9, 14, 7)
 

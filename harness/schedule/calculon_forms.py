@@ -213,11 +213,12 @@ def iteration(s, k, *, fw_pp: Value, bw_pp: Value, fw_off_s: Value, bw_off_s: Va
     return Iteration(components, compat.iteration_total(components), b, windows)
 
 
-def with_output_layer(components_s: dict[str, Value], total_s: Value, microbatches: int, forward_s: Value,
-                      backward_s: Value) -> tuple[dict[str, Value], Value]:
-    """(components, total) of a projected iteration with the output layer's work of family ``output_layer``
-    (:mod:`harness.cost.output_layer`): once per microbatch, outside the projected blocks; ``forward`` and
-    ``backward`` grow by ``microbatches x`` its pass times and the total by their sum (not summed again)."""
+def with_per_microbatch(components_s: dict[str, Value], total_s: Value, microbatches: int, forward_s: Value,
+                        backward_s: Value) -> tuple[dict[str, Value], Value]:
+    """(components, total) of a projected iteration with the work it gets once per microbatch outside the
+    projected blocks (:func:`harness.cost.output_layer.per_microbatch_s`: the output layer, the host's microbatch
+    time): ``forward`` and ``backward`` grow by ``microbatches x`` the pass times and the total by their sum
+    (added, not summed again)."""
     mb = microbatches
     components = {**components_s, "forward": components_s["forward"] + mb * forward_s,
                   "backward": components_s["backward"] + mb * backward_s}

@@ -32,7 +32,7 @@ import dataclasses
 
 import numpy as np
 
-from harness.cost.output_layer import output_layer_applies, output_layer_s
+from harness.cost.output_layer import per_microbatch_s
 from harness.cost.views import Pricer, TaskCost
 from harness.ir.concrete import tier_total_bytes
 from harness.ir.model import ModelIR, Offload
@@ -161,8 +161,8 @@ def project(plan: PortablePlanIR, block: BlockMemory, pricer: Pricer, sums: list
     n = len(tn)
     it = forms.iteration(s, k, fw_pp=fw_pp, bw_pp=bw_pp, fw_off_s=fw_off_s, bw_off_s=bw_off_s, dp=dp, ops=ARRAYS,
                          finish=lambda v: np.broadcast_to(np.asarray(v, dtype=float), (n,)))
-    if not output_layer_applies(pricer.profile, pricer.view):
+    extra = per_microbatch_s(pricer, model, s.training)
+    if extra is None:
         return it.total_s, it.components_s
-    components, total = forms.with_output_layer(it.components_s, it.total_s, s.microbatches,
-                                                *output_layer_s(pricer, model))
+    components, total = forms.with_per_microbatch(it.components_s, it.total_s, s.microbatches, *extra)
     return total, components

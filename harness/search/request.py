@@ -17,6 +17,7 @@ Rules:
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from harness import inputs
@@ -29,6 +30,23 @@ from harness.search.space import SpaceOptions, groups
 
 
 MAX_TOP = 10**6  # executions reported (each is a JSON entry)
+#: Worker processes one command may start (search --workers, oracle record --cpus), per core of the machine:
+#: more only compete for the cores, and 100 000 would fork 100 000 processes and exhaust the machine.
+MAX_WORKERS_PER_CORE = 4
+
+
+def check_workers(value: int | None, flag: str) -> int | None:
+    """A worker-process count from the command line: None (the default), or 1 to
+    :data:`MAX_WORKERS_PER_CORE` x the cores; checked before anything starts."""
+    if value is None:
+        return None
+    if value < 1:
+        raise InputError("<command line>", flag, f"must be a positive integer, not {value}")
+    bound = MAX_WORKERS_PER_CORE * (os.cpu_count() or 1)
+    if value > bound:
+        raise InputError("<command line>", flag, f"must be at most {bound} ({MAX_WORKERS_PER_CORE} per core of this "
+                                                 f"machine: more processes only compete for the cores), not {value}")
+    return value
 
 
 def load_model(path: Path | str) -> TransformerShape:
