@@ -169,10 +169,11 @@ def cost_view(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView, *,
               model: ModelIR | None = None, pricer: Pricer | None = None) -> tuple[BlockTimes, Composition]:
     """Block critical paths and the composed iteration under one view.
 
-    ``model`` (the plan's ModelIR) is needed only by a profile that defines the
-    ``output_layer`` family (:mod:`harness.cost.output_layer`): its work (and
-    the host's microbatch time of family ``launch``) is added to the forward
-    and backward components, once per microbatch.
+    The plan's output tasks (a model that states its vocabulary), or those of
+    the profile's default vocabulary (family ``output_layer``; then ``model``,
+    the plan's ModelIR, is needed), and the host's microbatch time of family
+    ``launch`` are added to the forward and backward components, once per
+    microbatch (:mod:`harness.cost.output_layer`).
     ``pricer`` replaces the view's shared pricer: anything with ``task``,
     ``message_s`` and ``work`` (the search passes one that prices every tier
     placement at once, as arrays; the arithmetic here is elementwise, so each
@@ -183,7 +184,7 @@ def cost_view(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView, *,
     block = block_times(plan, costs, pricer)
     p = plan.pipeline
     comp = compose(plan.schedule, block, p.forward_transfers_per_microbatch, p.backward_transfers_per_microbatch)
-    extra = per_microbatch_s(pricer, model, plan.schedule.training)
+    extra = per_microbatch_s(pricer, model, plan.schedule.training, plan.output_tasks)
     if extra is not None:
         comp = with_output_layer(comp, plan.schedule.microbatches, *extra)
     return block, comp

@@ -5,8 +5,10 @@ in the block critical paths, and the block critical paths
 (:func:`~harness.schedule.block.block_times`) are sums over tasks. So one
 task's contribution to every component is the closed form applied to that
 task's own block times; the pipeline boundary messages and the data-parallel
-messages are contributors of their own, and so is the output layer's work
-where the profile's ``output_layer`` family applies. Rule: the contributions
+messages are contributors of their own, and so are the output tasks (phase
+``output``: the plan's, or those of the profile's default vocabulary where
+its ``output_layer`` family applies) and the host's microbatch time
+(``host.microbatch``, family ``launch``), once per microbatch. Rule: the contributions
 to a component add up to the component (up to rounding); nothing is
 re-derived.
 
@@ -37,7 +39,7 @@ from pathlib import Path
 from pydantic import Field
 
 from harness.cases import EstimateInput
-from harness.cost.output_layer import host_microbatch_s, output_layer_work
+from harness.cost.output_layer import host_microbatch_s, output_tasks, task_seconds
 from harness.cost.views import CostView, Pricer, pricer_for, profile_families
 from harness.errors import InputError
 from harness.estimate import check_tiers, concrete_iteration, cost_view
@@ -100,7 +102,7 @@ class TaskShare(Frozen):
 
     task: str = Field(description="PortablePlanIR task, or pipeline.<direction> / data_parallel.<collective>.")
     primitive: str = Field(description="Task primitive, or the message's collective.")
-    phase: str = Field(description="Task phase, or pipeline / data_parallel.")
+    phase: str = Field(description="Task phase, or pipeline / data_parallel / output (once per microbatch) / host.")
     operations: float = Field(description="Operations of the passes feeding the component, one block and microbatch "
                                           "(one block for the optimizer).")
     memory_bytes: float = Field(description="Tier-1 bytes read and written by those passes, same unit.")
@@ -132,8 +134,8 @@ def _share(c: Contributor, component: str, time_s: float) -> TaskShare:
 
 
 def _output_layer_shares(plan: PortablePlanIR, pricer: Pricer, model: ModelIR | None) -> dict[str, list[TaskShare]]:
-    """The per-microbatch contributions outside the blocks to forward and backward: the output layer's work
-    (family ``output_layer``), by pass, and the host's microbatch time (family ``launch``)."""
+    """The per-microbatch contributions outside the blocks to forward and backward: each output task (the plan's,
+    or those of the profile's default vocabulary), and the host's microbatch time (family ``launch``)."""
     if not plan.schedule.training:
         return {}
     mb = plan.schedule.microbatches
@@ -142,16 +144,15 @@ def _output_layer_shares(plan: PortablePlanIR, pricer: Pricer, model: ModelIR | 
     if host:
         out["forward"] = [TaskShare(task="host.microbatch", primitive="host", phase="host", operations=0.0,
                                     memory_bytes=0.0, message_bytes=0.0, time_s=mb * host)]
-    layer = pricer.profile.output_layer
-    if layer is None or "output_layer" not in pricer.view.curves or model is None:
-        return out
-    work = output_layer_work(layer, model)
-    for component, works in (("forward", work.forward), ("backward", work.backward)):
-        time_s = sum(pricer.work(w).processing_s for w in works)
-        out.setdefault(component, []).append(TaskShare(
-            task=f"output_layer.{component}", primitive="output_layer", phase="output_layer",
-            operations=sum(w.operations for w in works), memory_bytes=sum(w.bytes_accessed for w in works),
-            message_bytes=0.0, time_s=mb * time_s))
+    for task in output_tasks(pricer, model, True, plan.output_tasks):
+        forward, backward = task_seconds(pricer, task)
+        for component, seconds, works in (("forward", forward, (task.forward,)),
+                                           ("backward", backward, (task.activation_grad, task.weight_grad))):
+            if seconds:
+                out.setdefault(component, []).append(TaskShare(
+                    task=task.name, primitive=task.primitive, phase="output",
+                    operations=sum(w.operations for w in works), memory_bytes=sum(w.bytes_accessed for w in works),
+                    message_bytes=0.0, time_s=mb * seconds))
     return out
 
 

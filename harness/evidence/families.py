@@ -34,9 +34,10 @@ Rules:
   that time outside its operations (loading and broadcasting the batch, which
   synchronizes the host with the device, and the training engine's
   bookkeeping): once per microbatch, in the ``forward`` component.
-- ``OutputLayer``: the output (logit) layer and loss that the portable plan
-  leaves out, priced as work once per microbatch (the vocabulary; the work's
-  rules are in :mod:`harness.cost.output_layer`).
+- ``OutputLayer``: the target's default vocabulary: a model that does not
+  state one gets the output (logit) layer and loss of that vocabulary, once
+  per microbatch (the tasks and their rules: :mod:`harness.passes.output_layer`,
+  their pricing: :mod:`harness.cost.output_layer`).
 - ``HierarchicalCollectives``: a collective whose group is larger than its
   tier's island (``size_processors``) runs hierarchically: the collective
   inside one island on that tier, plus the collective across islands on the
@@ -166,17 +167,11 @@ class LaunchOverhead(_Strict):
 
 
 class OutputLayer(_Strict):
-    """The output layer and loss the portable plan leaves out: the target's vocabulary (the work follows the rules
-    of :mod:`harness.cost.output_layer`)."""
+    """The target's default vocabulary, for models that state none: the output layer and loss the plan then
+    lacks are priced as the tasks of that vocabulary (:mod:`harness.cost.output_layer`)."""
 
     vocabulary: int = Field(gt=0, le=2**24, description="Token vocabulary of the target's training software "
-                                                        "(entries).")
-    vocabulary_multiple: int = Field(gt=0, le=2**16, description="The vocabulary is padded to a multiple of this "
-                                                                 "x TP (Megatron's make-vocab-size-divisible-by).")
-
-    def padded_vocabulary(self, tensor_parallel: int) -> int:
-        multiple = self.vocabulary_multiple * tensor_parallel
-        return -(-self.vocabulary // multiple) * multiple
+                                                        "(entries, before padding), for models without one.")
 
 
 class HierarchicalCollectives(_Strict):

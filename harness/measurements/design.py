@@ -13,8 +13,9 @@ depends on as arrays:
   field has one coefficient per record, found by composing unit block times;
 - every distinct message with its coefficients (priced by the real
   :class:`~harness.cost.views.Pricer`: few, and they carry the network rules);
-- the output layer's passes (family ``output_layer``), once per microbatch,
-  whose loss bytes scale with the fitted bytes per logit;
+- the output tasks once per microbatch (the plan's, or those of the
+  template's default vocabulary, family ``output_layer``), and the host's
+  time per microbatch (family ``launch``);
 - microbenchmarks: a ``gemm`` record is one matrix pass (``2mnk``
   operations, its operands and result as traffic), a ``memory_transfer``
   record one vector pass moving its bytes; neither waits for the host (a
@@ -34,7 +35,7 @@ from typing import Sequence
 
 import numpy as np
 
-from harness.cost.output_layer import output_layer_work
+from harness.passes.output_layer import model_plan_tasks
 from harness.cost.views import COST_VIEWS, CostView, Pricer
 from harness.errors import HarnessError
 from harness.estimate import check_tiers, cost_view
@@ -145,8 +146,7 @@ class Design:
                 self._add_plan(plan, index, coef, t, items, messages, m_target, m_index, m_coef)
                 if what == "iteration" and plan.schedule.training:
                     microbatches[t] = plan.schedule.microbatches
-                    if template.output_layer is not None:
-                        self._add_output_layer(lowering.model, plan.schedule.microbatches, t, items)
+                    self._add_output_tasks(plan, lowering.model, t, items)
         self.targets = tuple(targets)
         self.messages = tuple(messages)
         self._item_target = np.array(items.target, dtype=np.intp)
@@ -197,10 +197,19 @@ class Design:
         for msg in plan.data_parallel.messages if plan.data_parallel else ():
             message(msg, c["dp_s"])
 
-    def _add_output_layer(self, model, microbatches: int, t: int, items: _Builder) -> None:
-        work = output_layer_work(self.template.output_layer, model)
-        for w in work.forward + work.backward:
-            items.add(t, float(microbatches), w, output_layer=True)
+    def _add_output_tasks(self, plan, model, t: int, items: _Builder) -> None:
+        """The output tasks once per microbatch (as :func:`harness.cost.output_layer.per_microbatch_s`): the
+        plan's, always priced; else those of the template's default vocabulary, priced where the candidate
+        applies family ``output_layer``."""
+        tasks, default = plan.output_tasks, False
+        if not tasks and self.template.output_layer is not None:
+            tasks, default = model_plan_tasks(model.shape, model.execution, self.template.output_layer.vocabulary), True
+        mb = float(plan.schedule.microbatches)
+        for task in tasks or ():
+            items.add(t, mb, task.forward, output_layer=default)
+        for task in reversed(tasks or ()):
+            items.add(t, mb, task.activation_grad, output_layer=default)
+            items.add(t, mb, task.weight_grad, output_layer=default)
 
     def per_target(self, values: dict[int, tuple[float, ...]]) -> np.ndarray:
         """Per-target array of per-record values (``{record index: values}``; NaN where a record has none)."""
@@ -209,8 +218,9 @@ class Design:
     def predict(self, profile: EvidenceProfile, view: CostView = SYSTEM_EVIDENCE_VIEW) -> np.ndarray:
         """Every target's seconds under ``profile`` and ``view``.
 
-        ``profile`` may differ from the template in any number, curve or family, but the output layer's
-        work is the template's (its vocabulary); without the family (or in a view without it) it is left out.
+        ``profile`` may differ from the template in any number, curve or family, but the default output
+        tasks are the template's (its vocabulary); without the family (or in a view without it) they are left
+        out (a plan's own output tasks are always priced).
         """
         pricer = Pricer(profile, view, self.datatype)
         matrix, vector = pricer.matrix, pricer.vector

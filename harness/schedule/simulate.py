@@ -96,8 +96,9 @@ class Simulation:
     data_parallel_s: float  # first stage's exposed DP sync after the pipeline (closed form)
     optimizer_s: float  # first stage's optimizer step after the pipeline (closed form)
     total_s: float  # simulated iteration: makespan + DP + optimizer
-    closed_form_busy_s: float  # forward+backward+recompute+TP+PP+recommunication components
-    closed_form_bubble_s: float  # closed-form pipeline_bubble component
+    closed_form_busy_s: float  # first stage: forward+backward+recompute+TP+PP+recommunication (PP > 1: without
+    #                            the per-microbatch work of the last stage)
+    closed_form_bubble_s: float  # first stage's closed-form idle: pipeline_bubble (PP > 1: + that work)
     closed_form_total_s: float  # closed-form total
     bubble_difference_s: float  # simulated idle - closed-form bubble
     exact: bool  # |difference| within 1e-6 of the closed-form total
@@ -252,17 +253,29 @@ def _note(s: Schedule, exact: bool) -> str:
     return "closed form and simulation disagree although the closed form should be exact here"
 
 
-def simulate(s: Schedule, block: BlockTimes, composition: Composition) -> Simulation:
+def simulate(s: Schedule, block: BlockTimes, composition: Composition,
+             per_microbatch: tuple[float, float] = (0.0, 0.0)) -> Simulation:
     """Simulate one iteration from the block critical paths of one cost view.
 
     ``composition`` is the closed form of the same ``block`` (``cost_view``
     returns both); the simulation reads its chunk times and components.
+    ``per_microbatch``: the (forward, backward) seconds the closed form adds
+    once per microbatch outside the blocks (the output tasks, the host's
+    microbatch time: :func:`harness.cost.output_layer.per_microbatch_s`); they
+    run on the last stage, after its last chunk's forward and before its
+    backward. With PP > 1 the first stage does not run them: its closed-form
+    busy time leaves them out and its closed-form idle time is the bubble
+    plus them (the last stage's work it waits for).
     """
     c = chunk_times(s, block)
     blocks = chunk_blocks(s)
     full = (s.base_blocks_per_chunk, s.edge_blocks_per_chunk)
     fw = [[_durations(b, full, c)[0] for b in row] for row in blocks]
     bw = [[_durations(b, full, c)[1] for b in row] for row in blocks]
+    extra_fw, extra_bw = per_microbatch
+    fw[-1][-1] += extra_fw
+    if s.training:
+        bw[-1][-1] += extra_bw
     orders = [stage_order(st, s.pipeline_parallel, s.chunks_per_stage, s.microbatches, s.training)
               for st in range(s.pipeline_parallel)]
     ops = _run(s, orders, fw, bw, blocks)
@@ -273,12 +286,14 @@ def simulate(s: Schedule, block: BlockTimes, composition: Composition) -> Simula
     comps = composition.components_s
     idle = makespan - busy
     total = makespan + comps["data_parallel"] + comps["optimizer"]
-    difference = idle - comps["pipeline_bubble"]
+    elsewhere = 0.0 if s.pipeline_parallel == 1 else s.microbatches * (extra_fw + (extra_bw if s.training else 0.0))
+    closed_bubble = comps["pipeline_bubble"] + elsewhere
+    difference = idle - closed_bubble
     exact = abs(difference) <= RELATIVE_TOLERANCE * composition.total_s
     return Simulation(
         pipeline_parallel=s.pipeline_parallel, chunks_per_stage=s.chunks_per_stage, microbatches=s.microbatches,
         training=s.training, ops=ops, makespan_s=makespan, first_stage_busy_s=busy, first_stage_idle_s=idle,
         data_parallel_s=comps["data_parallel"], optimizer_s=comps["optimizer"], total_s=total,
-        closed_form_busy_s=sum(comps[n] for n in BUSY_COMPONENTS), closed_form_bubble_s=comps["pipeline_bubble"],
+        closed_form_busy_s=sum(comps[n] for n in BUSY_COMPONENTS) - elsewhere, closed_form_bubble_s=closed_bubble,
         closed_form_total_s=composition.total_s, bubble_difference_s=difference, exact=exact, note=_note(s, exact),
     )
