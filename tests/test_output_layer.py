@@ -110,6 +110,19 @@ def test_calculon_has_no_vocabulary_so_such_a_configuration_is_not_translated():
         calculon_from_input(stated("gpt3-175B_full", system="a100_80g"))
 
 
+def test_recording_calculon_on_a_case_with_a_vocabulary_is_one_line_before_calculon_runs(tmp_path, capsys):
+    cases = tmp_path / "cases"
+    cases.mkdir()
+    (cases / "case.yaml").write_text(open(write_case(tmp_path, 50257)).read())
+    vendor = tmp_path / "vendor"
+    assert main(["oracle", "record", "--calculon-src", str(tmp_path / "no-checkout"), "--cases", str(cases),
+                 "--output", "out.json", "--vendor", str(vendor)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{cases / 'case.yaml'}: model.vocabulary: Calculon's model has no vocabulary" \
+        in err, err  # refused before the (missing) checkout is even looked at
+    assert not vendor.exists()
+
+
 def test_a_small_shape_gets_the_hand_computed_facts():
     data = load_case(CASES_DIR / "megatron-22B_full.yaml").estimate_input()
     shape = data.model.model_copy(update={"hidden": 64, "sequence_length": 16})
