@@ -260,7 +260,10 @@ def classify(attempt, result, work, before, out_before, inputs, outputs) -> tupl
         bad.append(f"valid input refused (exit {result.status}): {err_lines[-1] if err_lines else ''}")
     if attempt.expect == "batch" and result.status is not None:
         bad.extend(batch_problems(attempt, result, work))
-    if result.status is not None and result.status != 0 and attempt.expect in ("error", "any"):
+    refused = any(l.startswith("error: ") for l in err_lines)
+    if result.status is not None and result.status != 0 and attempt.expect == "any" and not refused:
+        pass  # a result with a non-zero exit (a batch with invalid lines, a search with no feasible execution)
+    elif result.status is not None and result.status != 0 and attempt.expect in ("error", "any"):
         if len(err_lines) != 1 or not err_lines[0].startswith("error: "):
             weak.append(f"error is not one 'error:' line: {err_lines[:3]}")
         else:
@@ -717,7 +720,14 @@ def _vendor_unchanged(work: Path, result: Run) -> list[str]:
 
 # evidence profiles: (class, name, content) -- tried via a case on estimate/--json, explain, trace
 def _profile(old: str, new: str, base: str = PROFILE) -> str:
-    return sub(base, old, new)
+    """``base`` with the first ``key: value`` line of ``old``'s key set to ``new`` (whatever the shipped value:
+    the measured profile is refitted now and then)."""
+    key = old.split(":")[0]
+    text, count = re.subn(rf"(?m)^(\s*){re.escape(key)}: .*$",
+                          lambda m: (m.group(1) + new) if not new.startswith(" ") else new, base, count=1)
+    if count != 1:
+        raise SystemExit(f"hostile_sweep: no {key!r} line in the base profile")
+    return text
 
 
 NET0 = "  efficiency: 0.65\n  size_processors: 8\n  latency_s: 1.0e-05"
@@ -830,17 +840,28 @@ HOSTILE_PROFILES = [
     ("measured", "vocab-zero", _profile("vocabulary: 50257", "vocabulary: 0", MEASURED), "error"),
     ("measured", "vocab-multiple-max", _profile("vocabulary_multiple: 128", f"vocabulary_multiple: {2**16}",
                                                 MEASURED), "any"),
-    ("measured", "loss-bytes-max", _profile("loss_bytes_per_logit: 109.11", "loss_bytes_per_logit: 256",
-                                            MEASURED), "error"),
-    ("measured", "loss-bytes-max-float", _profile("loss_bytes_per_logit: 109.11", "loss_bytes_per_logit: 256.0",
-                                                  MEASURED), "any"),
+    ("measured", "vocab-multiple-bool", _profile("vocabulary_multiple: 128", "vocabulary_multiple: true",
+                                                 MEASURED), "error"),
+    ("measured", "issue-matrix-max", _profile("issue_s_per_operation: x", "  issue_s_per_operation: 0.001\n"
+                                              "  issue_s_per_matrix_operation: 0.001\n  issue_s_per_microbatch: 1.0\n"
+                                              "  x_s: 0", MEASURED).replace("  x_s: 0\n", "").replace(
+        "  issue_s_per_matrix_operation: 6.5226e-05\n", "").replace("  issue_s_per_microbatch: 0.0030651\n", ""),
+     "any"),
+    ("measured", "issue-microbatch-beyond", _profile("issue_s_per_microbatch: x", "  issue_s_per_microbatch: 1.5",
+                                                     MEASURED), "error"),
+    ("measured", "issue-matrix-nan", _profile("issue_s_per_matrix_operation: x",
+                                              "  issue_s_per_matrix_operation: .nan", MEASURED), "error"),
+    ("measured", "issue-matrix-bool", _profile("issue_s_per_matrix_operation: x",
+                                               "  issue_s_per_matrix_operation: true", MEASURED), "error"),
+    ("measured", "output-unknown-field", MEASURED.replace("  vocabulary_multiple:", "  loss_bytes: 1\n"
+                                                          "  vocabulary_multiple:", 1), "error"),
     ("measured", "hier-unknown", _profile("kind: island_then_next_tier", "kind: flat", MEASURED), "error"),
     ("measured", "partitioned-unknown", _profile("kind: slice_then_all_gather", "kind: other", MEASURED), "error"),
     ("measured", "fit-param-nan", _profile("value: 0.78535", "value: .nan", MEASURED), "error"),
     ("measured", "fit-records-negative", _profile("records: 793", "records: -1", MEASURED), "error"),
-    ("measured", "fit-unknown-field", _profile("objective:", "oops: 1\n  objective:", MEASURED), "error"),
-    ("measured", "fit-corpora-mapping", _profile("  corpora:\n  - name: vtrain-a100", "  corpora:\n    x:\n      name: "
-                                                 "vtrain-a100", MEASURED), "error"),
+    ("measured", "fit-unknown-field", sub(MEASURED, "\n  objective:", "\n  oops: 1\n  objective:"), "error"),
+    ("measured", "fit-corpora-mapping", re.sub(r"\n  corpora:\n  - name:", "\n  corpora:\n    x:\n      name:", MEASURED,
+                                               count=1), "error"),
     ("measured", "measured-on-one-tier-network-1", MEASURED.replace(
         "  processor_usage: 0.02\n", "  processor_usage: 0.02\n  measured_collectives:\n    all_reduce:\n    - "
         "participants: 2\n      points:\n      - size_bytes: 1.0e300\n        efficiency: 0.0001\n      source: x\n",
@@ -861,21 +882,20 @@ def profile_attempts() -> list[Attempt]:
         offload = sub(OFFLOAD_CASE, "system: a100_80g", f"system: {system}")
         files = {"proj/evidence/hostile.yaml": text, "c.yaml": case, "o.yaml": overlap, "f.yaml": offload,
                  "b.jsonl": "\n".join([line(id="first"), line(id="h", system=system), line(id="last")]) + "\n"}
-        needles = ("hostile.yaml",) if expect == "error" else ()
+        needles = ("hostile.yaml",) if expect == "error" and name != "datatype-missing" else ("datatype",)
         for command, argv in {
             "estimate-json": ["estimate", "--json", "--output", "out.json", "c.yaml", "o.yaml", "f.yaml"],
             "explain": ["explain", "--json", "c.yaml"],
             "explain-overlap": ["explain", "--json", "o.yaml"],
             "trace-offload": ["trace", "f.yaml", "--output", "t.json"],
-            "lower-concrete": ["lower", "--stage", "concrete", "o.yaml"],
             "batch": ["estimate", "--calculon-batch", "b.jsonl", "--output", "out.json"],
-        }.items():
-            if command in ("trace-offload", "lower-concrete", "explain-overlap") and cls == "shape":
+        }.items():  # (lower reads no profile: it only names the system)
+            if command in ("trace-offload", "explain-overlap") and cls == "shape":
                 continue
             if command == "batch":
-                a.append(Attempt(f"profile:{cls}", f"{name} / batch", argv, "batch" if expect == "error" else "any",
+                a.append(Attempt(f"profile:{cls}", f"{name} / batch", argv, "batch" if expect == "error" else "driver",
                                  dict(files), batch_invalid=("h",) if expect == "error" else (),
-                                 outputs=("out.json",)))
+                                 outputs=("out.json",), check=None if expect == "error" else _batch_file_ok))
                 continue
             a.append(Attempt(f"profile:{cls}", f"{name} / {command}", argv, expect, dict(files), needles,
                              outputs=("out.json", "t.json"), timeout=120))

@@ -169,3 +169,17 @@ def test_request_sizes_at_1e18_give_finite_figures(tmp_path, capsys):
     peak = 312e12
     efficiency = float(re.search(r"max_efficiency: ([0-9.]+)", MEASURED).group(1))
     assert view["components_s"]["forward"] > 1e18 / (peak * efficiency)
+
+
+@pytest.mark.parametrize("version", ["false", "0.0", "'0'", "1"])
+def test_a_profile_version_is_the_integer_0_not_something_equal_to_it(version):
+    """``False == 0 == 0.0`` in Python: a header compared by equality took ``schema_version: false``."""
+    from harness.errors import EvidenceError
+    from harness.evidence.profile import parse_profile
+
+    text = (EVIDENCE / "a100_80g.yaml").read_text()
+    assert "\nschema_version: 0\n" in text
+    parse_profile(text.encode(), "x.yaml")  # the shipped header is accepted
+    with pytest.raises(EvidenceError) as info:
+        parse_profile(text.replace("\nschema_version: 0\n", f"\nschema_version: {version}\n").encode(), "x.yaml")
+    assert str(info.value).startswith("x.yaml: schema_name: ") and "\n" not in str(info.value), str(info.value)

@@ -57,7 +57,9 @@ def test_a_corpus_round_trips(tmp_path):
     ([HEADER, {**RECORD, "colour": "red"}], "colour", 2, "unknown field"),
     ([HEADER, {**RECORD, "kind": "guess"}], "kind", 2, "is not a record kind"),
     ([HEADER, RECORD, RECORD], "id", 3, "duplicate id 'r1' (also on line 2)"),
-    ([{**HEADER, "schema_version": 7}], "schema_version", 1, "Input should be 0"),
+    ([{**HEADER, "schema_version": 7}], "schema_version", 1, "less than or equal to 0"),
+    ([{**HEADER, "schema_version": False}], "schema_version", 1, "valid integer"),  # False == 0 in Python
+    ([{**HEADER, "schema_version": 0.0}], "schema_version", 1, "valid integer"),
 ])
 def test_bad_corpus_lines_are_one_error_naming_file_line_and_field(tmp_path, lines, field, line, message):
     path = write_lines(tmp_path / "c.jsonl", *lines)

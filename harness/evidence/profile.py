@@ -318,7 +318,9 @@ def parse_profile(data: bytes, source: str, name: str | None = None) -> Evidence
     if not isinstance(content, dict):
         raise EvidenceError(source, "<root>", "a profile must be a mapping")
     header = {k: content.get(k) for k in ("schema_name", "schema_version")}
-    if header != {"schema_name": EvidenceProfile.SCHEMA_NAME, "schema_version": EvidenceProfile.SCHEMA_VERSION}:
+    # the version is an integer: `false` and `0.0` equal 0 in Python, and are refused like any lax type
+    if header != {"schema_name": EvidenceProfile.SCHEMA_NAME, "schema_version": EvidenceProfile.SCHEMA_VERSION} \
+            or type(header["schema_version"]) is not int:
         raise EvidenceError(source, "schema_name", f"schema_name/schema_version must be {EvidenceProfile.SCHEMA_NAME} "
                                                    f"v{EvidenceProfile.SCHEMA_VERSION}")
     body = {k: v for k, v in content.items() if k not in header}

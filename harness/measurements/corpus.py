@@ -86,7 +86,8 @@ class CorpusHeader(_Strict):
 
     kind: Literal["corpus"] = Field(description="Marks the header line.")
     schema_name: Literal["blueprinting.measurement-corpus"] = Field(description="Format name.")
-    schema_version: Literal[0] = Field(description="Format version.")
+    schema_version: int = Field(ge=SCHEMA_VERSION, le=SCHEMA_VERSION, strict=True,  # Literal[0] takes false, 0.0
+                                description="Format version.")
     name: Text = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="Corpus name.")
     description: Text = Field(description="What the corpus holds.")
     source: Source = Field(description="Where the numbers come from.")
