@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -47,9 +48,31 @@ def _project_copy(tmp_path: Path) -> Path:
     return root
 
 
+#: A test module that holds gate tests marks them at module level (``pytestmark``) or decorates them.
+GATE_MARK = re.compile(r"^(pytestmark = .*|@)pytest\.mark\.baseline_regression\b", re.MULTILINE)
+
+
+def gate_modules(root: Path) -> list[str]:
+    """The test modules that hold gate tests (``-m baseline_regression``): the gate run collects these only,
+    not the whole suite (collecting every module costs ten times the gate itself)."""
+    return sorted(str(p.relative_to(root)) for p in (root / "tests").glob("test_*.py")
+                  if GATE_MARK.search(p.read_text()))
+
+
+def test_the_gate_modules_are_the_ones_that_hold_gate_tests(request):
+    """The list the gate runs below collect is the set of modules whose tests carry the marker (when this
+    session collected the whole suite)."""
+    marked = {str(Path(item.path).relative_to(ROOT)) for item in request.session.items
+              if item.get_closest_marker("baseline_regression")}
+    if len({Path(item.path) for item in request.session.items}) < 10:
+        pytest.skip("this session did not collect the suite")
+    assert set(gate_modules(ROOT)) == marked
+    assert {"tests/test_goldens.py", "tests/test_baseline_contract.py"} <= marked
+
+
 def _gate(root: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "baseline_regression", "-p", "no:cacheprovider",
-                           "-p", "no:randomly", "-x", "--no-header", "-o", "addopts="], cwd=root,
+                           "-p", "no:randomly", "-x", "--no-header", "-o", "addopts=", *gate_modules(root)], cwd=root,
                           capture_output=True, text=True, env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"})
 
 
