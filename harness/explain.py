@@ -8,7 +8,9 @@ task's own block times; the pipeline boundary messages and the data-parallel
 messages are contributors of their own, and so are the output tasks (phase
 ``output``: the plan's, or those of the profile's default vocabulary where
 its ``output_layer`` family applies) and the host's microbatch time
-(``host.microbatch``, family ``launch``), once per microbatch. Rule: the contributions
+(``host.microbatch``, family ``launch``), once per microbatch, and each
+weight's unfused gradient accumulation (``accumulate/<task>``, phase
+``accumulate``, family ``gradient_accumulation``). Rule: the contributions
 to a component add up to the component (up to rounding); nothing is
 re-derived.
 
@@ -16,7 +18,7 @@ Gap. ``attribute`` prices the same PortablePlanIR under every subset of the
 curve families the profile defines (``CostView.with_curves``): the four
 Calculon families ``matrix``, ``vector``, ``memory`` and ``network`` (16
 subsets), plus each measured family the profile has (``launch``,
-``output_layer``, ``collective_curves``, ``hierarchical``), and splits
+``output_layer``, ``collective_curves``, ``hierarchical``, ...), and splits
 ``system_evidence - peak_only`` over them with exact Shapley values, for the
 total and for every component. Rule (efficiency): the parts add up to the gap.
 A layout with TP/DP overlap or offload is priced as its estimate is: the
@@ -39,6 +41,7 @@ from pathlib import Path
 from pydantic import Field
 
 from harness.cases import EstimateInput
+from harness.cost.accumulation import accumulate_works, accumulation_s, block_multiples
 from harness.cost.output_layer import host_microbatch_s, output_tasks, task_seconds
 from harness.cost.views import CostView, Pricer, pricer_for, profile_families
 from harness.errors import InputError
@@ -102,7 +105,8 @@ class TaskShare(Frozen):
 
     task: str = Field(description="PortablePlanIR task, or pipeline.<direction> / data_parallel.<collective>.")
     primitive: str = Field(description="Task primitive, or the message's collective.")
-    phase: str = Field(description="Task phase, or pipeline / data_parallel / output (once per microbatch) / host.")
+    phase: str = Field(description="Task phase, or pipeline / data_parallel / output (once per microbatch) / host / "
+                                   "accumulate (a weight's gradient accumulation, per microbatch after the first).")
     operations: float = Field(description="Operations of the passes feeding the component, one block and microbatch "
                                           "(one block for the optimizer).")
     memory_bytes: float = Field(description="Tier-1 bytes read and written by those passes, same unit.")
@@ -156,6 +160,25 @@ def _output_layer_shares(plan: PortablePlanIR, pricer: Pricer, model: ModelIR | 
     return out
 
 
+def _accumulation_shares(plan: PortablePlanIR, pricer: Pricer) -> dict[str, list[TaskShare]]:
+    """The unfused gradient accumulation (family ``gradient_accumulation``) of each weight-holding task, in
+    backward and the bubble (``accumulate/<task>``, phase ``accumulate``), as
+    :func:`harness.cost.accumulation.accumulation_s` adds them."""
+    if accumulation_s(pricer, plan.tasks, plan.schedule, plan.bytes_per_element) is None:
+        return {}
+    out: dict[str, list[TaskShare]] = {}
+    multiples = dict(zip(("backward", "pipeline_bubble"), block_multiples(plan.schedule)))
+    for task, work in accumulate_works(plan.tasks, plan.bytes_per_element):
+        seconds = pricer.work(work).processing_s
+        for component, multiple in multiples.items():
+            if multiple and seconds:
+                out.setdefault(component, []).append(TaskShare(
+                    task=f"accumulate/{task.name}", primitive="accumulate", phase="accumulate",
+                    operations=work.operations, memory_bytes=work.bytes_accessed,
+                    message_bytes=0.0, time_s=multiple * seconds))
+    return out
+
+
 def by_task(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView, *,
             model: ModelIR | None = None) -> ViewTasks:
     """Every component of ``view`` split over the plan's contributors (and the
@@ -166,9 +189,11 @@ def by_task(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView, *,
     parts = [(c, compose(plan.schedule, c.block, p.forward_transfers_per_microbatch,
                          p.backward_transfers_per_microbatch).components_s) for c in contributors(plan, pricer)]
     edges = _output_layer_shares(plan, pricer, model)
+    accumulation = _accumulation_shares(plan, pricer)
     components = []
     for name in COMPONENTS:
-        shares = [_share(c, name, comps[name]) for c, comps in parts if comps[name] != 0.0] + edges.get(name, [])
+        shares = [_share(c, name, comps[name]) for c, comps in parts if comps[name] != 0.0] + edges.get(name, []) \
+            + accumulation.get(name, [])
         components.append(ComponentTasks(component=name, time_s=whole.components_s[name],
                                          tasks=tuple(sorted(shares, key=lambda s: -abs(s.time_s)))))
     return ViewTasks(view=view.name, total_s=whole.total_s, components=tuple(components))

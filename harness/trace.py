@@ -30,6 +30,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from harness.cost.accumulation import accumulate_works, accumulation_applies, block_accumulation_s
 from harness.cost.output_layer import host_microbatch_s, output_tasks, per_microbatch_s, task_seconds
 from harness.cost.views import CostView, Pricer
 from harness.errors import InputError
@@ -101,6 +102,9 @@ class TaskSpans:
     #: (the output tasks, then the host's microbatch time), before its backward blocks (the output tasks reversed)
     output_forward: tuple[tuple[str, str, float], ...] = ()
     output_backward: tuple[tuple[str, str, float], ...] = ()
+    #: in every block's backward of each microbatch after the first, after its tasks, (name, primitive, seconds):
+    #: the unfused gradient accumulation of each weight (:mod:`harness.cost.accumulation`)
+    accumulate: tuple[tuple[str, str, float], ...] = ()
 
 
 def task_spans(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView,
@@ -123,9 +127,14 @@ def task_spans(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView,
     output_forward = tuple((t.name, t.primitive, f) for t, f, _ in heads if f) + (
         (("host.microbatch", "host", host),) if host else ())
     output_backward = tuple((t.name, t.primitive, b) for t, _, b in reversed(heads) if b)
+    accumulate = ()
+    if training and accumulation_applies(profile, view):
+        accumulate = tuple((f"accumulate/{t.name}", "accumulate", seconds)
+                           for t, w in accumulate_works(plan.tasks, plan.bytes_per_element)
+                           if (seconds := pricer.work(w).processing_s))
     return TaskSpans(spans(forward_order, "base_forward_s"), spans(forward_order, "edge_forward_s"),
                      spans(backward_order, "base_backward_s"), spans(backward_order, "edge_backward_s"),
-                     output_forward, output_backward)
+                     output_forward, output_backward, accumulate)
 
 
 def _outputs(op: StageOp, start_ns: int, end_ns: int, spans: tuple[tuple[str, str, float], ...],
@@ -157,10 +166,12 @@ def _nested(op: StageOp, start_ns: int, end_ns: int, spans: TaskSpans, args: dic
         else:
             events += _outputs(op, max(start_ns, end_ns - head), end_ns, outputs, args)
             end_ns = max(start_ns, end_ns - head)
+    later = op.phase == "backward" and op.microbatch > 0
     for index in range(base + edge):
         kind = "base" if index < base else "edge"
         tasks = getattr(spans, f"{op.phase}_{kind}")
-        block_end = min(end_ns, cursor + _ns(sum(t for _, t in tasks)))
+        accumulate = spans.accumulate if later else ()
+        block_end = min(end_ns, cursor + _ns(sum(t for _, t in tasks) + sum(s for _, _, s in accumulate)))
         if index == base + edge - 1:
             block_end = end_ns
         events.append(_event(f"block {index} ({kind})", "block", op.stage, OPS_TID, cursor, block_end,
@@ -171,6 +182,11 @@ def _nested(op: StageOp, start_ns: int, end_ns: int, spans: TaskSpans, args: dic
             events.append(_event(contributor.name, "task", op.stage, OPS_TID, t_cursor, t_end,
                                  {**args, "block": index, "task": contributor.name,
                                   "primitive": contributor.primitive, "time_s": seconds}))
+            t_cursor = t_end
+        for name, primitive, seconds in accumulate:
+            t_end = min(block_end, t_cursor + _ns(seconds))
+            events.append(_event(name, "accumulate", op.stage, OPS_TID, t_cursor, t_end,
+                                 {**args, "block": index, "task": name, "primitive": primitive, "time_s": seconds}))
             t_cursor = t_end
         cursor = block_end
     return events
@@ -227,8 +243,10 @@ def build_trace(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView, 
     """
     check_trace_size(plan, source, task_microbatches=task_microbatches, max_operations=max_operations)
     block, comp = cost_view(plan, profile, view, model=model)
-    extra = per_microbatch_s(Pricer(profile, view, plan.datatype), model, plan.schedule.training, plan.output_tasks)
-    sim = simulate(plan.schedule, block, comp, extra or (0.0, 0.0))
+    pricer = Pricer(profile, view, plan.datatype)
+    extra = per_microbatch_s(pricer, model, plan.schedule.training, plan.output_tasks)
+    accumulate = block_accumulation_s(pricer, plan.tasks, plan.bytes_per_element) if plan.schedule.training else 0.0
+    sim = simulate(plan.schedule, block, comp, extra or (0.0, 0.0), accumulate)
     spans = task_spans(plan, profile, view, model) if task_microbatches > 0 else None
     summary = {name: getattr(sim, name) for name in (
         "makespan_s", "total_s", "first_stage_busy_s", "first_stage_idle_s", "closed_form_bubble_s",

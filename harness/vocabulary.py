@@ -131,6 +131,8 @@ CURVE_FAMILIES = Vocabulary(
                          "the next tier.", "measured"),
     Term("partitioned_p2p", "Pipeline boundary transfers split over the tensor-parallel group: each rank sends 1/TP, "
                             "the receiving stage all-gathers it.", "measured"),
+    Term("gradient_accumulation", "Weight gradients accumulated by an unfused in-place add for every microbatch "
+                                  "after the first (read two gradients, write one, per weight).", "measured"),
 )
 
 # --- timing components ---------------------------------------------------------------------------------------

@@ -29,7 +29,7 @@ def test_the_vocabularies_name_what_the_documentation_names():
     # Written out here, independently of the module, so that a rename or a reordering is a visible decision.
     assert VIEWS == ("peak_only", "system_evidence")
     assert CURVE_FAMILIES == ("matrix", "vector", "memory", "network", "launch", "output_layer",
-                              "collective_curves", "hierarchical", "partitioned_p2p")
+                              "collective_curves", "hierarchical", "partitioned_p2p", "gradient_accumulation")
     assert CURVE_FAMILIES.of_kind("calculon") == ("matrix", "vector", "memory", "network")
     assert COMPONENTS == ("forward", "backward", "optimizer", "recompute", "tensor_parallel", "pipeline_parallel",
                           "data_parallel", "recommunication", "pipeline_bubble", "forward_offload", "backward_offload")

@@ -49,6 +49,13 @@ Rules:
   partitions its send buffers over the model-parallel group). A transfer
   costs the p2p of ``bytes / TP`` plus an all-gather of ``bytes`` over the TP
   group on the tensor tier.
+- ``GradientAccumulation``: the training software accumulates the weight
+  gradients of a multi-microbatch iteration without a fused kernel (Megatron-
+  DeepSpeed comments out its fused gradient accumulation, so autograd adds
+  each new weight gradient in place into ``.grad``): for every microbatch
+  after the first, each weight costs one memory-bound vector operation that
+  reads two weight-gradient tensors and writes one (the rules:
+  :mod:`harness.cost.accumulation`). Counted from the code, nothing fitted.
 """
 
 from __future__ import annotations
@@ -186,6 +193,15 @@ class PartitionedP2P(_Strict):
 
     kind: Literal["slice_then_all_gather"] = Field(description="The one rule: p2p of 1/TP of the boundary, then an "
                                                                "all-gather over the TP group.")
+
+
+class GradientAccumulation(_Strict):
+    """Weight gradients accumulated by an unfused in-place add per microbatch after the first (see the module
+    rules)."""
+
+    kind: Literal["unfused_in_place_add"] = Field(description="The one rule: per weight and microbatch after the "
+                                                              "first, read the stored and the new gradient, write "
+                                                              "their sum (harness.cost.accumulation).")
 
 
 class FittedParameter(_Strict):

@@ -16,6 +16,9 @@ depends on as arrays:
 - the output tasks once per microbatch (the plan's, or those of the
   template's default vocabulary, family ``output_layer``), and the host's
   time per microbatch (family ``launch``);
+- the unfused gradient accumulation of every weight-holding block task
+  (family ``gradient_accumulation``), with the iteration's multiple of a
+  block's accumulation (:func:`harness.cost.accumulation.block_multiples`);
 - microbenchmarks: a ``gemm`` record is one matrix pass (``2mnk``
   operations, its operands and result as traffic), a ``memory_transfer``
   record one vector pass moving its bytes; neither waits for the host (a
@@ -35,6 +38,7 @@ from typing import Sequence
 
 import numpy as np
 
+from harness.cost.accumulation import accumulate_works, accumulation_applies, block_multiples
 from harness.passes.output_layer import model_plan_tasks
 from harness.cost.views import COST_VIEWS, CostView, Pricer
 from harness.errors import HarnessError
@@ -77,10 +81,11 @@ class _Builder:
     matrix: list[bool] = dataclasses.field(default_factory=list)
     optimizer: list[bool] = dataclasses.field(default_factory=list)
     output_layer: list[bool] = dataclasses.field(default_factory=list)
+    accumulation: list[bool] = dataclasses.field(default_factory=list)
     device_only: list[bool] = dataclasses.field(default_factory=list)
 
     def add(self, target: int, coefficient: float, work, *, optimizer: bool = False, output_layer: bool = False,
-            device_only: bool = False) -> None:
+            accumulation: bool = False, device_only: bool = False) -> None:
         """One pass of ``work`` with its coefficient in the target."""
         size = work.bytes_read + work.bytes_written
         if coefficient == 0 or (work.operations == 0 and size == 0):
@@ -92,6 +97,7 @@ class _Builder:
         self.matrix.append(work.engine == "matrix" and not optimizer)
         self.optimizer.append(optimizer)
         self.output_layer.append(output_layer)
+        self.accumulation.append(accumulation)
         self.device_only.append(device_only)
 
 
@@ -147,6 +153,9 @@ class Design:
                 if what == "iteration" and plan.schedule.training:
                     microbatches[t] = plan.schedule.microbatches
                     self._add_output_tasks(plan, lowering.model, t, items)
+                    multiple = sum(block_multiples(plan.schedule))
+                    for _, work in accumulate_works(plan.tasks, plan.bytes_per_element):
+                        items.add(t, float(multiple), work, accumulation=True)
         self.targets = tuple(targets)
         self.messages = tuple(messages)
         self._item_target = np.array(items.target, dtype=np.intp)
@@ -157,6 +166,7 @@ class Design:
         self._matrix = np.array(items.matrix, dtype=bool)
         self._optimizer = np.array(items.optimizer, dtype=bool)
         self._output_layer = np.array(items.output_layer, dtype=bool)
+        self._accumulation = np.array(items.accumulation, dtype=bool)
         self._device_only = np.array(items.device_only, dtype=bool)
         self._message_target = np.array(m_target, dtype=np.intp)
         self._message_index = np.array(m_index, dtype=np.intp)
@@ -228,6 +238,8 @@ class Design:
         coefficient = self._item_coefficient
         if self._output_layer.any() and (profile.output_layer is None or "output_layer" not in view.curves):
             coefficient = np.where(self._output_layer, 0.0, coefficient)
+        if self._accumulation.any() and not accumulation_applies(profile, view):
+            coefficient = np.where(self._accumulation, 0.0, coefficient)
         m_eff = _efficiency(matrix.operation_size_efficiency, ops, "matrix" in view.curves)
         v_eff = _efficiency(vector.operation_size_efficiency, ops, "vector" in view.curves)
         with np.errstate(divide="ignore", invalid="ignore"):

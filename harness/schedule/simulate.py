@@ -183,7 +183,9 @@ def dependency(phase: Phase, stage: int, chunk: int, pp: int, chunks: int) -> tu
 
 
 def _run(s: Schedule, orders: list[list[tuple[Phase, int, int]]], fw: list[list[float]], bw: list[list[float]],
-         blocks: list[list[tuple[int, int]]]) -> tuple[tuple[StageOp, ...], ...]:
+         blocks: list[list[tuple[int, int]]], bw_later: list[list[float]] | None = None
+         ) -> tuple[tuple[StageOp, ...], ...]:
+    """``bw_later``: the backward durations of the microbatches after the first (default: ``bw``)."""
     pp, chunks, mb = s.pipeline_parallel, s.chunks_per_stage, s.microbatches
     size = pp * chunks * mb
 
@@ -191,9 +193,10 @@ def _run(s: Schedule, orders: list[list[tuple[Phase, int, int]]], fw: list[list[
         """Index of (phase, stage, chunk, microbatch 0) in ``end``; add the microbatch."""
         return (size if phase == "backward" else 0) + (stage * chunks + chunk) * mb
 
-    # per stage and chunk: (own key, awaited key or -1, duration) for each phase
+    later = bw if bw_later is None else bw_later
+    # per stage and chunk: (own key, awaited key or -1, first microbatch's duration, later ones') for each phase
     plan = {(ph, st, c): (key(ph, st, c), key(*dep) if (dep := dependency(ph, st, c, pp, chunks)) else -1,
-                          (fw if ph == "forward" else bw)[st][c])
+                          *((fw[st][c], fw[st][c]) if ph == "forward" else (bw[st][c], later[st][c])))
             for ph in ("forward", "backward") for st in range(pp) for c in range(chunks)}
     end = [-1.0] * (2 * size)
     waiting: dict[int, int] = {}  # awaited operation key -> stage waiting for it
@@ -205,7 +208,8 @@ def _run(s: Schedule, orders: list[list[tuple[Phase, int, int]]], fw: list[list[
         order, ops, i, now = orders[stage], done[stage], pointer[stage], free[stage]
         while i < len(order):
             phase, chunk, m = order[i]
-            own, awaited, duration = plan[phase, stage, chunk]
+            own, awaited, first, after = plan[phase, stage, chunk]
+            duration = after if m else first
             if awaited >= 0:
                 dep_end = end[awaited + m]
                 if dep_end < 0:
@@ -254,7 +258,7 @@ def _note(s: Schedule, exact: bool) -> str:
 
 
 def simulate(s: Schedule, block: BlockTimes, composition: Composition,
-             per_microbatch: tuple[float, float] = (0.0, 0.0)) -> Simulation:
+             per_microbatch: tuple[float, float] = (0.0, 0.0), accumulate_block_s: float = 0.0) -> Simulation:
     """Simulate one iteration from the block critical paths of one cost view.
 
     ``composition`` is the closed form of the same ``block`` (``cost_view``
@@ -266,6 +270,9 @@ def simulate(s: Schedule, block: BlockTimes, composition: Composition,
     backward. With PP > 1 the first stage does not run them: its closed-form
     busy time leaves them out and its closed-form idle time is the bubble
     plus them (the last stage's work it waits for).
+    ``accumulate_block_s``: one block's unfused gradient accumulation
+    (:mod:`harness.cost.accumulation`), added to every chunk's backward, per
+    block, for every microbatch after the first.
     """
     c = chunk_times(s, block)
     blocks = chunk_blocks(s)
@@ -276,9 +283,11 @@ def simulate(s: Schedule, block: BlockTimes, composition: Composition,
     fw[-1][-1] += extra_fw
     if s.training:
         bw[-1][-1] += extra_bw
+    bw_later = [[d + (sum(b) * accumulate_block_s if s.training else 0.0) for d, b in zip(row, brow)]
+                for row, brow in zip(bw, blocks)] if accumulate_block_s else None
     orders = [stage_order(st, s.pipeline_parallel, s.chunks_per_stage, s.microbatches, s.training)
               for st in range(s.pipeline_parallel)]
-    ops = _run(s, orders, fw, bw, blocks)
+    ops = _run(s, orders, fw, bw, blocks, bw_later)
     makespan = max(op.end_s for stage in ops for op in stage)
     busy = 0.0
     for op in ops[0]:
