@@ -80,3 +80,98 @@ def test_search_reaches_a_profile_elsewhere_with_project(search_dir, capsys):
     status, _, err = run(capsys, "--project", search_dir, *search_argv(search_dir, "mine"))
     assert status == 0, err
     assert json.loads((search_dir / "top.json").read_text())[0]["evidence"]["profile"] == "mine"
+
+
+# --- 2. oracle import-reference checks every record before writing anything -----------------------------------------
+
+SHARED_TAB5 = ROOT.parent / "shared" / "reference" / "oracle-records" / "tab5.json"
+
+
+@pytest.fixture
+def reference_setup(tmp_path):
+    """A two-record reference file (the first two records of the shared tab5.json) and a vendor directory with
+    the project's manifest."""
+    from conftest import shared_reference
+
+    data = json.loads(shared_reference("oracle-records/tab5.json").read_text())
+    data["records"] = data["records"][:2]
+    vendor = tmp_path / "vendor"
+    vendor.mkdir()
+    shutil.copy(ROOT / "vendor" / "calculon-0.1.0" / "MANIFEST.json", vendor / "MANIFEST.json")
+    return data, vendor
+
+
+def import_reference(capsys, tmp_path, vendor, data) -> tuple[int, str, str]:
+    reference = tmp_path / "ref.json"
+    reference.write_text(json.dumps(data))
+    return run(capsys, "oracle", "import-reference", reference, "--output", "records/x.json", "--vendor", vendor)
+
+
+def test_import_reference_of_a_well_formed_file_writes_it(reference_setup, tmp_path, capsys):
+    data, vendor = reference_setup
+    status, out, err = import_reference(capsys, tmp_path, vendor, data)
+    assert status == 0, err
+    written = json.loads((vendor / "records" / "x.json").read_text())["records"]
+    assert [r["id"] for r in written] == [r["case"] for r in data["records"]]
+    assert "records/x.json" in json.loads((vendor / "MANIFEST.json").read_text())["files"]
+
+
+def _set(path: str, value):
+    def edit(data):
+        *parents, last = path.split("/")
+        target = data
+        for key in parents:
+            target = target[int(key) if isinstance(target, list) else key]
+        target[int(last) if isinstance(target, list) else last] = value
+    return edit
+
+
+def _delete(path: str):
+    def edit(data):
+        *parents, last = path.split("/")
+        target = data
+        for key in parents:
+            target = target[int(key) if isinstance(target, list) else key]
+        del target[last]
+    return edit
+
+
+def _duplicate(data):
+    data["records"][1]["case"] = data["records"][0]["case"]
+
+
+HOSTILE_REFERENCES = [
+    ("string-time", _set("records/0/system_evidence/total_time", "0.1"), "records[0].system_evidence.total_time"),
+    ("negative-time", _set("records/0/system_evidence/fw_time", -1.0), "records[0].system_evidence.fw_time"),
+    ("bool-figure", _set("records/1/peak_only/bw_time", True), "records[1].peak_only.bw_time"),
+    ("negative-layer", _set("records/0/system_evidence/layers/2/fw_flops", -5),
+     "records[0].system_evidence.layers[2].fw_flops"),
+    ("layers-not-list", _set("records/0/system_evidence/layers", {"a": 1}), "records[0].system_evidence.layers"),
+    ("missing-tensor-par", _delete("records/0/execution/tensor_par"), "records[0].execution.tensor_par"),
+    ("string-tensor-par", _set("records/0/execution/tensor_par", "8"), "records[0].execution.tensor_par"),
+    ("path-system", _set("records/1/system", "../../etc/x"), "records[1].system"),
+    ("unknown-key", _set("records/0/surprise", 1), "records[0].surprise"),
+    ("missing-view", _delete("records/0/system_evidence"), "records[0].system_evidence"),
+    ("error-not-string", _set("records/0/peak_only", {"error": 3}), "records[0].peak_only.error"),
+    ("duplicate-id", _duplicate, "records[1].case"),
+    ("records-not-list", _set("records", {"a": 1}), "records"),
+    ("no-digest", _delete("meta/source_tree_sha256"), "meta.source_tree_sha256"),
+]
+
+
+@pytest.mark.parametrize("edit, field", [h[1:] for h in HOSTILE_REFERENCES], ids=[h[0] for h in HOSTILE_REFERENCES])
+def test_import_reference_refuses_a_bad_record_writing_nothing(reference_setup, tmp_path, capsys, edit, field):
+    data, vendor = reference_setup
+    edit(data)
+    manifest = (vendor / "MANIFEST.json").read_bytes()
+    one_error_line(*import_reference(capsys, tmp_path, vendor, data)[::2], f"{tmp_path / 'ref.json'}: {field}: ")
+    assert (vendor / "MANIFEST.json").read_bytes() == manifest
+    assert files_under(vendor) == {Path("MANIFEST.json")}
+
+
+@pytest.mark.parametrize("root", [[], "records", 3, None])
+def test_import_reference_of_a_non_mapping_root_names_the_root(reference_setup, tmp_path, capsys, root):
+    _, vendor = reference_setup
+    one_error_line(*import_reference(capsys, tmp_path, vendor, root)[::2], f"{tmp_path / 'ref.json'}: <root>: ",
+                   "must be a mapping")
+    assert files_under(vendor) == {Path("MANIFEST.json")}
