@@ -175,3 +175,63 @@ def test_import_reference_of_a_non_mapping_root_names_the_root(reference_setup, 
     one_error_line(*import_reference(capsys, tmp_path, vendor, root)[::2], f"{tmp_path / 'ref.json'}: <root>: ",
                    "must be a mapping")
     assert files_under(vendor) == {Path("MANIFEST.json")}
+
+
+# --- 3. evidence import nccl-tests: unique ids, and a corpus is checked by the reader's rules before it is written --
+
+def _nccl_tables(tmp_path) -> tuple[Path, Path]:
+    from test_measurements import nccl_text
+
+    sizes = [2**20 * k for k in (1, 2, 4, 8)]
+    for directory, bus in (("d1", [20.0, 40.0, 75.0, 110.0]), ("d2", [10.0, 30.0, 60.0, 90.0])):
+        (tmp_path / directory).mkdir()
+        (tmp_path / directory / "ar.txt").write_text(nccl_text(8, sizes, bus, csv=False))
+    return tmp_path / "d1" / "ar.txt", tmp_path / "d2" / "ar.txt"
+
+
+def test_nccl_import_of_two_files_with_one_name_gives_unique_ids_the_reader_accepts(tmp_path, capsys):
+    from harness.measurements.corpus import read_corpus
+
+    first, second = _nccl_tables(tmp_path)
+    corpus = tmp_path / "c.jsonl"
+    status, _, err = run(capsys, "evidence", "import", "nccl-tests", first, second, "--tier", "0", "--output", corpus)
+    assert status == 0, err
+    records = read_corpus(corpus).records
+    assert [r.id for r in records] == ["d1/ar.txt", "d2/ar.txt"]
+    assert records[0].measured_s != records[1].measured_s  # each table under its own id
+
+
+def test_nccl_import_of_one_name_keeps_the_file_name_as_id(tmp_path, capsys):
+    from harness.measurements.corpus import read_corpus
+
+    first, _ = _nccl_tables(tmp_path)
+    corpus = tmp_path / "c.jsonl"
+    assert run(capsys, "evidence", "import", "nccl-tests", first, "--tier", "0", "--output", corpus)[0] == 0
+    assert [r.id for r in read_corpus(corpus).records] == ["ar.txt"]
+
+
+def test_nccl_import_of_the_same_file_twice_is_refused_naming_both(tmp_path, capsys, monkeypatch):
+    first, _ = _nccl_tables(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    corpus = tmp_path / "c.jsonl"
+    before = files_under(tmp_path)
+    one_error_line(*run(capsys, "evidence", "import", "nccl-tests", first, "d1/../d1/ar.txt", "--tier", "0",
+                        "--output", corpus)[::2], "d1/../d1/ar.txt", str(first))
+    assert files_under(tmp_path) == before
+
+
+def test_write_corpus_refuses_what_the_reader_would_refuse_writing_nothing(tmp_path):
+    from harness.errors import InputError
+    from harness.measurements.corpus import write_corpus
+    from harness.measurements.nccl_tests import parse_nccl_tests
+
+    first, second = _nccl_tables(tmp_path)
+    sweeps = [parse_nccl_tests(path, "all_reduce", 0) for path in (first, second)]  # both "ar.txt"
+    header = {"kind": "corpus", "schema_name": "blueprinting.measurement-corpus", "schema_version": 0, "name": "x",
+              "description": "x", "source": {"citation": "x", "licence": "x"},
+              "environment": {"hardware": "x", "software": "x"}, "placement": "x"}
+    from harness.measurements.corpus import CorpusHeader
+
+    with pytest.raises(InputError, match=r"c\.jsonl: --output: .*duplicate id 'ar\.txt'"):
+        write_corpus(tmp_path / "c.jsonl", CorpusHeader.model_validate(header), sweeps)
+    assert not (tmp_path / "c.jsonl").exists()
