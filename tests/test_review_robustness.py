@@ -235,3 +235,50 @@ def test_write_corpus_refuses_what_the_reader_would_refuse_writing_nothing(tmp_p
     with pytest.raises(InputError, match=r"c\.jsonl: --output: .*duplicate id 'ar\.txt'"):
         write_corpus(tmp_path / "c.jsonl", CorpusHeader.model_validate(header), sweeps)
     assert not (tmp_path / "c.jsonl").exists()
+
+
+# --- 4. SIGTERM unwinds like Ctrl-C: no temporary file beside the output, the target untouched -----------------------
+
+def _batch_file(path: Path, lines: int) -> None:
+    from harness.cases import load_case
+    from harness.interop.calculon_format import calculon_from_input
+
+    from conftest import CASES_DIR
+
+    model, execution = calculon_from_input(load_case(CASES_DIR / "megatron-22B_full.yaml").estimate_input())
+    with path.open("w") as handle:
+        for index in range(lines):  # distinct batches: no line is a repeat of another
+            e = dict(execution, batch_size=4 * (1 + index % 512), microbatch_size=4)
+            handle.write(json.dumps({"id": f"l{index}", "model": model, "execution": e, "system": "a100_80g"}) + "\n")
+
+
+def test_sigterm_mid_batch_leaves_no_temporary_file_and_the_old_output(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    batch, output = tmp_path / "in.jsonl", tmp_path / "out.json"
+    _batch_file(batch, 5_000)  # seconds of work (about 5 ms a line): it is still running when the signal comes
+    output.write_text("old\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen([sys.executable, "-m", "harness", "estimate", "--calculon-batch", str(batch),
+                                "--output", str(output)], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not list(tmp_path.glob(".out.json.*.tmp")):  # the batch is being written
+            assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+            time.sleep(0.01)
+        time.sleep(0.2)
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 143, err
+    assert "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl", "out.json"]
+    assert output.read_text() == "old\n"
