@@ -251,7 +251,7 @@ def test_explain_splits_a_measured_profile_over_every_family_it_defines():
     lowering = lower(load_case(CASES_DIR / "gpt3-175B_full.yaml").estimate_input().model_copy(
         update={"system": "a100_measured"}))
     a = attribute(lowering, profile)
-    assert tuple(a.attribution_s) == tuple(f for f in CURVE_FAMILIES if f != "gradient_accumulation")  # revision 2
+    assert tuple(a.attribution_s) == tuple(CURVE_FAMILIES)
     assert sum(a.attribution_s.values()) == pytest.approx(a.gap_s, rel=1e-9)
     est = estimate_lowering(lowering, profile)
     assert a.system_evidence_total_s == est.views["system_evidence"].total_s

@@ -52,6 +52,7 @@ from harness.evidence.families import (
     CorpusDigest,
     FitProvenance,
     FittedParameter,
+    GradientAccumulation,
     HierarchicalCollectives,
     LaunchOverhead,
     OutputLayer,
@@ -144,6 +145,7 @@ def template(base: EvidenceProfile, sweeps: Sequence, name: str, datatype: str =
         "output_layer": OutputLayer(vocabulary=VOCABULARY),
         "hierarchical_collectives": HierarchicalCollectives(kind="island_then_next_tier"),
         "partitioned_p2p": PartitionedP2P(kind="slice_then_all_gather"),
+        "gradient_accumulation": GradientAccumulation(kind="unfused_in_place_add"),
         "fit": None,
     })
     return with_values(profile, {p.name: p.start for p in PARAMETERS}, datatype)
@@ -299,6 +301,8 @@ def provenance(result: FitResult, base: EvidenceProfile, corpora: Sequence[Corpu
                "at the base profile's efficiency",
                "pipeline boundary transfers partitioned over the TP group (DeepSpeed's pipeline engine)",
                "hierarchical collectives for groups larger than a tier's island",
+               "weight gradients accumulated by an unfused in-place add per microbatch after the first "
+               "(Megatron-DeepSpeed comments out the fused accumulation; harness.cost.accumulation)",
                f"default vocabulary {VOCABULARY} (GPT-2 BPE) for models that state none (the workload pads it to "
                f"a multiple of {VOCABULARY_MULTIPLE} x TP as Megatron does)",
                "loss traffic per logit counted from Megatron's vocabulary-parallel cross-entropy: 38 bytes forward, "
