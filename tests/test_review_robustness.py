@@ -346,10 +346,11 @@ def test_command_line_errors_name_their_option_once(tmp_path, capsys, fit_corpus
         ([*nccl, "--tier", "3", "--apply", "a100_80g", "--profile-output", tmp_path / "p.yaml"], "--tier"),
         ([*nccl, "--tier", "0", "--apply", "../x", "--profile-output", tmp_path / "p.yaml"], "--apply"),
         ([*nccl, "--tier", "0", "--name", "a b"], "--name"),
+        (["calibrate", "--compare", "../x", "--output", tmp_path / "r.json"], "--compare"),
     ]:
         err = one_error_line(*run(capsys, *argv)[::2], f": {option}: ")
         assert err.count(option) == 1, err
-        assert not (tmp_path / "nc.jsonl").exists() and not (tmp_path / "p.yaml").exists(), argv
+        assert not any((tmp_path / name).exists() for name in ("nc.jsonl", "p.yaml", "r.json")), argv
 
 
 def test_fit_without_iteration_records_names_the_corpora(tmp_path, capsys, fit_corpus):
