@@ -14,15 +14,23 @@ Errors are one line on stderr, never a traceback:
 - out of memory: ``error: out of memory ...``, exit 3;
 - anything else is a bug: ``error: internal error ...``, exit 3 (set
   ``HARNESS_DEBUG=1`` to see the traceback);
-- an interrupt (Ctrl-C): exit 130.
+- an interrupt (Ctrl-C): exit 130; a termination (SIGTERM, as sent by ``kill``,
+  ``timeout``, a batch scheduler): exit 143. Both unwind like an error, so every
+  output being written (:func:`harness.outputs.atomic_output`) removes its
+  temporary file and leaves the target as it was. :func:`main` installs its
+  SIGTERM handler for the duration of the command only (in the main thread) and
+  restores the previous one.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
+import signal
 import sys
+import threading
 
 from harness import locations
 from harness.errors import HarnessError, one_line
@@ -68,6 +76,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(SystemExit):
+    """Raised by the SIGTERM handler of :func:`main`: a SystemExit (exit 143) that unwinds the command, so that
+    ``finally`` blocks and context managers (atomic outputs) run; never caught by ``except Exception``."""
+
+
+def _terminate(signum, frame) -> None:
+    raise Terminated(128 + signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def _sigterm_unwinds():
+    """SIGTERM raises :class:`Terminated` while the block runs (main thread only: elsewhere Python cannot install
+    a handler); the previous handler is restored afterwards."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def _error(text: str, status: int) -> int:
     print(f"error: {one_line(text)}", file=sys.stderr)
     return status
@@ -76,8 +107,12 @@ def _error(text: str, status: int) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        locations.configure(args.project)
-        return int(args.func(args) or 0)
+        with _sigterm_unwinds():
+            locations.configure(args.project)
+            return int(args.func(args) or 0)
+    except Terminated:
+        print("terminated", file=sys.stderr)
+        return 143
     except HarnessError as error:
         return _error(str(error), 2)
     except BrokenPipeError:

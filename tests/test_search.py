@@ -398,13 +398,14 @@ def test_command_writes_top_k_results_frontier_and_plot(tmp_path, small_model, c
     assert revision in err and "20,064 executions" in err
 
 
-def test_command_accepts_a_case_yaml_and_a_profile_file(tmp_path, tight_profile, capsys):
+def test_command_accepts_a_case_yaml_and_a_project_profile(tmp_path, tight_profile, capsys):
     case = tmp_path / "case.yaml"
     case.write_text(yaml.safe_dump({"model": SMALL.model_dump()}))
-    profile = tmp_path / "tight.yaml"
-    profile.write_text(dump_profile(tight_profile))
+    (tmp_path / "evidence").mkdir()
+    (tmp_path / "evidence" / "tight.yaml").write_text(dump_profile(tight_profile))
     out = tmp_path / "top.json"
-    assert main(["search", "--model", str(case), "--system", str(profile), "--procs", "2", "--max-batch", "2",
+    assert main(["--project", str(tmp_path), "search", "--model", str(case), "--system", "tight", "--procs", "2",
+                 "--max-batch", "2",
                  "--datatype", "float16", "--workers", "1", "--output", str(out), "--no-progress"]) == 0
     assert json.loads(out.read_text())[0]["evidence"] == {"profile": "tight", "revision": tight_profile.revision()}
 
@@ -436,11 +437,12 @@ def test_output_that_cannot_be_written_is_refused_before_the_search(small_model,
 
 
 def test_no_feasible_execution_exits_1_with_an_empty_list(tmp_path, small_model, tight_profile, capsys):
-    profile = tmp_path / "tiny.yaml"
-    profile.write_text(dump_profile(tight_profile.model_copy(update={
+    (tmp_path / "evidence").mkdir()
+    (tmp_path / "evidence" / "tiny.yaml").write_text(dump_profile(tight_profile.model_copy(update={
         "name": "tiny", "memory_tier1": tight_profile.memory_tier1.model_copy(update={"capacity_bytes": 1024})})))
     out = tmp_path / "top.json"
-    assert main(["search", "--model", str(small_model), "--system", str(profile), "--procs", "2", "--max-batch", "2",
+    assert main(["--project", str(tmp_path), "search", "--model", str(small_model), "--system", "tiny", "--procs", "2",
+                 "--max-batch", "2",
                  "--datatype", "float16", "--workers", "1", "--output", str(out), "--no-progress"]) == 1
     assert json.loads(out.read_text()) == []
     assert "no feasible execution" in capsys.readouterr().err

@@ -125,7 +125,7 @@ def run_import_korthikanti(args) -> int:
 def run_import_nccl(args) -> int:
     from harness.evidence.profile import dump_profile, load_profile
     from harness.measurements.corpus import CorpusHeader, Environment, Source, write_corpus
-    from harness.measurements.nccl_tests import parse_nccl_tests, sweep_curve, with_sweeps
+    from harness.measurements.nccl_tests import parse_nccl_tests, sweep_curve, sweep_ids, with_sweeps
     from harness.ir.model import MAX_TIER
     from harness.outputs import check_output, data_files, write_text
 
@@ -142,7 +142,9 @@ def run_import_nccl(args) -> int:
                  others=[args.profile_output] if args.profile_output else [])
     if args.profile_output:
         check_output(args.profile_output, option="--profile-output", inputs=protected, others=[args.output])
-    sweeps = [parse_nccl_tests(path, args.collective, args.tier, args.participants) for path in args.files]
+    ids = sweep_ids(args.files)  # unique, or the same file twice is refused, before any table is read
+    sweeps = [parse_nccl_tests(path, args.collective, args.tier, args.participants, record_id)
+              for path, record_id in zip(args.files, ids)]
     header = CorpusHeader(kind="corpus", schema_name="blueprinting.measurement-corpus", schema_version=0,
                           name=_name(args.name, "--name"), description="nccl-tests collective sweeps",
                           source=Source(citation=args.citation, licence=args.licence),

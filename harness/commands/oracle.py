@@ -64,7 +64,7 @@ def register(sub) -> None:
                    help="drop per-layer figures (explicit recompute sums are kept)")
     g = r.add_argument_group("search options (with --search)")
     g.add_argument("--model", type=Path, help="Calculon model JSON or case YAML")
-    g.add_argument("--system", help="evidence profile name or YAML path")
+    g.add_argument("--system", help="evidence profile name (never a path; see --project)")
     g.add_argument("--procs", type=int, help="processors")
     g.add_argument("--max-batch", type=int, help="maximum global batch")
     g.add_argument("--datatype", default="float16", help="datatype (default: float16)")

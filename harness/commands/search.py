@@ -28,7 +28,8 @@ from harness.search.space import FUSED_CHOICES, SpaceOptions
 def register(sub) -> None:
     p = sub.add_parser("search", help="find the layouts with the best sample rate (Calculon's search space)")
     p.add_argument("--model", required=True, type=Path, metavar="MODEL", help="Calculon model JSON or case YAML")
-    p.add_argument("--system", required=True, metavar="PROFILE", help="evidence profile name or YAML path")
+    p.add_argument("--system", required=True, metavar="PROFILE", help="evidence profile name (evidence/NAME.yaml; never a path: "
+                   "a profile elsewhere is reached with --project DIR)")
     p.add_argument("--procs", required=True, type=int, metavar="N", help="processors")
     p.add_argument("--max-batch", required=True, type=int, metavar="B",
                    help="maximum global batch (the batch is the largest multiple of DP not above it)")
@@ -72,8 +73,6 @@ def run(args) -> int:
     check_workers(args.workers, "--workers")  # MAX_WORKERS_PER_CORE per core, before any process starts
     named = [(args.output, "--output"), (args.results, "--results"), (args.pareto, "--pareto"), (args.plot, "--plot")]
     protected = [args.model, *data_files()]
-    if Path(args.system).suffix in (".yaml", ".yml"):
-        protected.append(Path(args.system))
     for path, flag in named:
         if path is not None:
             check_output(path, option=flag, inputs=protected,

@@ -277,13 +277,15 @@ _CACHE: dict[Path, _Cached] = {}
 PROFILES_LIMIT = 256  # bound of _CACHE: cleared when full
 
 
-def load_profile(name: str, directory: Path | None = None, *, referrer: str | None = None) -> EvidenceProfile:
+def load_profile(name: str, directory: Path | None = None, *, referrer: str | None = None,
+                 field: str = "system") -> EvidenceProfile:
     """Load ``evidence/<name>.yaml``; errors name the file and field (see the module rules on caching).
 
-    ``referrer`` is the input that names the profile (a case file, a batch line): a profile that does not
-    exist is that input's error (its ``system`` field); a malformed profile is the profile file's.
+    ``referrer`` is the input that names the profile (a case file, a batch line, ``<command line>``): a bad
+    name or a profile that does not exist is that input's error (its ``field``, ``system`` unless told, e.g.
+    ``--system``); a malformed profile is the profile file's.
     """
-    check_profile_name(name, *((referrer, "system") if referrer else ()))
+    check_profile_name(name, *((referrer, field) if referrer else ()))
     path = profile_path(name, directory)
     try:
         status = os.stat(path)  # one system call per estimate when the profile is cached
@@ -291,7 +293,7 @@ def load_profile(name: str, directory: Path | None = None, *, referrer: str | No
         status = None
     if status is None or not stat.S_ISREG(status.st_mode):
         if referrer is not None:
-            raise EvidenceError(referrer, "system", f"no evidence profile named {name!r} (no {path})")
+            raise EvidenceError(referrer, field, f"no evidence profile named {name!r} (no {path})")
         raise EvidenceError(str(path), "system", f"no evidence profile named {name!r}")
     identity = (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
     cached = _CACHE.get(path)

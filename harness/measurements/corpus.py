@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 from pathlib import Path
 from typing import Annotated, Iterable, Literal
 
@@ -43,7 +44,7 @@ from pydantic import ConfigDict, Field, ValidationError, model_validator
 from harness.cases import validate_input, EstimateInput
 from harness.digest import canonical_json
 from harness.errors import InputError
-from harness.inputs import read_bytes, read_jsonl, validation_error
+from harness.inputs import JsonLine, read_bytes, read_jsonl, validation_error
 from harness.ir.base import Frozen
 from harness.ir.distributed import CollectiveOp
 from harness.ir.model import Datatype, ExecutionLayout, TransformerShape
@@ -200,15 +201,14 @@ def _validated(model, data, source: str, line: int):
         raise InputError(source, found.field, found.message, line=line) from None
 
 
-def read_corpus(path: Path | str) -> Corpus:
-    """Read and validate a corpus file (see the module rules); every problem is one InputError."""
-    path = Path(path)
-    source = str(path)
-    sha256 = hashlib.sha256(read_bytes(path)).hexdigest()
+def _corpus_lines(source: str, items: Iterable[JsonLine]) -> tuple[CorpusHeader, tuple]:
+    """The corpus rules over parsed lines (header first, known record kinds, valid records and layouts, unique
+    ids): the header and the records, else one InputError naming ``source``, the line and the field. Both
+    :func:`read_corpus` and :func:`write_corpus` apply them: what is written can be read back."""
     header = None
     records = []
     ids: dict[str, int] = {}
-    for item in read_jsonl(path):
+    for item in items:
         if item.error is not None:
             raise item.error
         if header is None:
@@ -231,7 +231,16 @@ def read_corpus(path: Path | str) -> Corpus:
         records.append(record)
     if header is None:
         raise InputError(source, "<file>", "an empty corpus (no header line)")
-    return Corpus(source, sha256, header, tuple(records))
+    return header, tuple(records)
+
+
+def read_corpus(path: Path | str) -> Corpus:
+    """Read and validate a corpus file (see the module rules); every problem is one InputError."""
+    path = Path(path)
+    source = str(path)
+    sha256 = hashlib.sha256(read_bytes(path)).hexdigest()
+    header, records = _corpus_lines(source, read_jsonl(path))
+    return Corpus(source, sha256, header, records)
 
 
 def corpus_text(header: CorpusHeader, records: Iterable) -> str:
@@ -242,5 +251,14 @@ def corpus_text(header: CorpusHeader, records: Iterable) -> str:
 
 
 def write_corpus(path: Path | str, header: CorpusHeader, records: Iterable, *, option: str = "--output") -> Path:
-    """Write a corpus atomically (validated: what is written can be read back)."""
-    return write_text(path, corpus_text(header, records), option=option)
+    """Write a corpus atomically, after checking its text under the reader's rules (:func:`_corpus_lines`): a
+    corpus the reader would refuse (a repeated id, ...) is an InputError naming ``path``, ``option`` and the
+    record, and nothing is written."""
+    text = corpus_text(header, records)
+    lines = (JsonLine(number, json.loads(line)) for number, line in enumerate(text.splitlines(), 1))
+    try:
+        _corpus_lines(str(path), lines)
+    except InputError as error:
+        raise InputError(str(path), option, f"refused to write a corpus the reader would refuse: {error.field}: "
+                                            f"{error.message} (line {error.line})") from None
+    return write_text(path, text, option=option)

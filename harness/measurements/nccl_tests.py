@@ -34,6 +34,7 @@ bandwidth), capped at 1, then thinned to points a quarter octave apart
 from __future__ import annotations
 
 import math
+import os
 import re
 from pathlib import Path
 
@@ -59,9 +60,28 @@ def _participants(collective: str, size: float, time_s: float, busbw_gb_s: float
     return 1 / (1 - ratio) if ratio < 1 else math.inf
 
 
+def sweep_ids(paths: list[Path]) -> list[str]:
+    """The record ids of the sweeps of ``paths``, unique: each file's name, or, when two names are the same,
+    each file's path relative to the files' common parent directory (``d1/ar.txt``, ``d2/ar.txt``). The same
+    file given twice is an InputError naming both arguments."""
+    resolved = [Path(os.path.realpath(p)) for p in paths]
+    seen: dict[Path, Path] = {}
+    for given, real in zip(paths, resolved):
+        if real in seen:
+            raise InputError(str(given), "FILE", f"the same file as {seen[real]} (given twice: each table is one "
+                                                 "sweep with a unique id)")
+        seen[real] = given
+    names = [p.name for p in resolved]
+    if len(set(names)) == len(names):
+        return names
+    common = Path(os.path.commonpath([p.parent for p in resolved]))
+    return [p.relative_to(common).as_posix() for p in resolved]
+
+
 def parse_nccl_tests(path: Path | str, collective: str, network_tier: int,
-                     participants: int | None = None) -> CollectiveSweepRecord:
-    """One file's table as a collective sweep record (see the module rules)."""
+                     participants: int | None = None, record_id: str | None = None) -> CollectiveSweepRecord:
+    """One file's table as a collective sweep record (see the module rules); its id is ``record_id``, else the
+    file's name (:func:`sweep_ids` makes the ids of several files unique)."""
     if collective not in FACTORS:
         raise InputError(str(path), "collective", f"{collective!r}: nccl-tests tables are read for "
                                                   f"{', '.join(FACTORS)}")
@@ -126,7 +146,7 @@ def parse_nccl_tests(path: Path | str, collective: str, network_tier: int,
         raise InputError(source, "busbw", f"the table implies {found} participants (at least 2)")
     if participants is not None and participants != found:
         raise InputError(source, "--participants", f"{participants} given, the table's bus bandwidths imply {found}")
-    return CollectiveSweepRecord(kind="collective_sweep", id=f"{Path(source).name}", collective=collective,
+    return CollectiveSweepRecord(kind="collective_sweep", id=record_id or Path(source).name, collective=collective,
                                  participants=found, network_tier=network_tier, sizes_bytes=tuple(sizes),
                                  measured_s=tuple(times), note="nccl-tests; the faster of out-of-place and in-place")
 

@@ -16,6 +16,7 @@ that differs from the manifest's, or a requested record that is missing is an
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any, Literal
 
@@ -45,6 +46,57 @@ class ViewRecord(Frozen):
 
     stats: dict[str, Any] | None = Field(None, description="Calculon get_stats_json output (layers carry flags).")
     error: str | None = Field(None, description="Calculon's Llm.Error message when it refused the configuration.")
+
+
+#: Calculon's stats: every figure is a finite non-negative number (``None`` where Calculon has no figure);
+#: ``layers`` a list of per-layer mappings (figures, a ``name`` and ``flags`` of booleans and a ``class``
+#: name), ``explicit_recompute`` a mapping of figures.
+LAYER_TEXT = ("name",)
+
+
+def _check_figure(value: object, source: str, field: str, *, none: bool = False) -> None:
+    if value is None and none:
+        return
+    if type(value) not in (int, float):
+        raise InputError(source, field, f"must be a number, got {inputs.describe(value)}")
+    if not math.isfinite(value) or value < 0:
+        raise InputError(source, field, f"must be a finite non-negative number, not {value!r}")
+
+
+def _check_mapping(value: object, source: str, field: str) -> dict:
+    if not isinstance(value, dict):
+        raise InputError(source, field, f"must be a mapping, got {inputs.describe(value)}")
+    return value
+
+
+def check_stats(stats: object, source: str, field: str) -> dict[str, Any]:
+    """``stats`` if it is Calculon's stats JSON under the rules above, else an InputError naming ``source`` and
+    the figure (``field.layers[3].fw_flops``)."""
+    for key, value in _check_mapping(stats, source, field).items():
+        where = f"{field}.{key}"
+        if key == "layers":
+            if not isinstance(value, list):
+                raise InputError(source, where, f"must be a list of layers, got {inputs.describe(value)}")
+            for i, layer in enumerate(value):
+                for name, figure in _check_mapping(layer, source, f"{where}[{i}]").items():
+                    at = f"{where}[{i}].{name}"
+                    if name in LAYER_TEXT:
+                        if not isinstance(figure, str):
+                            raise InputError(source, at, f"must be a string, got {inputs.describe(figure)}")
+                    elif name == "flags":
+                        for flag, flag_value in _check_mapping(figure, source, at).items():
+                            kind = (str, "a string") if flag == "class" else (bool, "a boolean")
+                            if not isinstance(flag_value, kind[0]):
+                                raise InputError(source, f"{at}.{flag}",
+                                                 f"must be {kind[1]}, got {inputs.describe(flag_value)}")
+                    else:
+                        _check_figure(figure, source, at)
+        elif key == "explicit_recompute":
+            for name, figure in _check_mapping(value, source, where).items():
+                _check_figure(figure, source, f"{where}.{name}")
+        else:
+            _check_figure(value, source, where, none=True)
+    return stats
 
 
 class OracleRecord(Frozen):

@@ -5,9 +5,11 @@ Rules:
 - the model is a Calculon-format model JSON (``hidden``, ``feedforward``,
   ``seq_size``, ``attn_heads``, ``attn_size``, ``num_blocks``) or a case YAML
   (its ``model`` section); errors name the file and the field;
-- the system is an evidence profile name (``evidence/NAME.yaml``) or the path
-  of a profile YAML (a fitted profile anywhere); the result names the
-  profile and its revision;
+- the system is an evidence profile NAME (``evidence/NAME.yaml`` of the
+  project, else the packaged one), never a path, as everywhere else
+  (:func:`harness.evidence.profile.check_profile_name`): a profile elsewhere
+  is reached with ``--project DIR`` (``DIR/evidence/NAME.yaml``); the result
+  names the profile and its revision;
 - the datatype must have matrix and vector engines in the profile; the
   processor count and maximum batch must be positive and within the input
   bounds of :mod:`harness.ir.model` (2^24 each), ``--top`` at most 10^6; a space without any
@@ -21,7 +23,7 @@ import os
 from pathlib import Path
 
 from harness import inputs
-from harness.errors import EvidenceError, InputError
+from harness.errors import InputError
 from harness.evidence.profile import EvidenceProfile, load_profile
 from harness.interop.calculon_format import MODEL_FIELDS
 from harness.ir.model import BYTES_PER_ELEMENT, MAX_BATCH, MAX_DEGREE, TransformerShape
@@ -76,13 +78,8 @@ def load_model(path: Path | str) -> TransformerShape:
 
 
 def resolve_profile(system: str) -> EvidenceProfile:
-    """An evidence profile by name, or by the path of its YAML file."""
-    path = Path(system)
-    if path.suffix in (".yaml", ".yml") or path.parent != Path("."):
-        if not path.is_file():
-            raise EvidenceError(str(path), "--system", "no such evidence profile file")
-        return load_profile(path.stem, path.parent)
-    return load_profile(system)
+    """The evidence profile named ``system`` (``--system``): a name, never a path."""
+    return load_profile(system, referrer="<command line>", field="--system")
 
 
 def search_problem(model: Path | str, system: str, processors: int, max_batch: int, datatype: str, *, top: int = 1,
