@@ -33,6 +33,19 @@ PIPELINE_SPEC = "transformer-distribute,transformer-plan-work"
 PIPELINE = parse_pipeline(PIPELINE_SPEC, PASSES)
 
 
+def pipeline_pass(name: str) -> ModulePass:
+    """The pass of :data:`PIPELINE` named ``name`` (with the options the spec gives it); exactly one."""
+    found = [p for p in PIPELINE if p.name == name]
+    if len(found) != 1:
+        raise KeyError(f"{PIPELINE_SPEC!r} runs {len(found)} passes named {name!r} (expected one)")
+    return found[0]
+
+
+#: The two passes :func:`lower_distributed` and :func:`plan_work` run on their own (looked up at import).
+_DISTRIBUTE = pipeline_pass(TransformerDistribute.name)
+_PLAN_WORK = pipeline_pass(TransformerPlanWork.name)
+
+
 @dataclasses.dataclass(frozen=True)
 class Lowering:
     """Every IR of one input and the checkpoints between them."""
@@ -141,12 +154,12 @@ def lower_distributed(data: EstimateInput, source: str = "<input>") -> tuple[Mod
     requires and ensures checked, without the checkpoint (its IR digests) and without the lowering cache.
     For callers that lower many distinct inputs once each and read only the IRs (the execution search)."""
     model = import_model(data, source)
-    return model, _checked(PIPELINE[0], model)
+    return model, _checked(_DISTRIBUTE, model)
 
 
 def plan_work(distributed: DistributedTaskIR) -> PortablePlanIR:
     """The second pass of :func:`lower` (requires and ensures checked, no checkpoint)."""
-    return _checked(PIPELINE[1], distributed)
+    return _checked(_PLAN_WORK, distributed)
 
 
 def _checked(step: ModulePass, ir: Artifact) -> Artifact:

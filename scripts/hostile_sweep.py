@@ -663,9 +663,9 @@ def output_attempts() -> list[Attempt]:
             ("onto-input-via-symlink", "lnk", None, "error"),  # a link to the command's own input (below)
             ("onto-directory", "d", _mkdir("d"), "error" if not is_dir_option else "ok"),
             ("onto-shipped-evidence", "{p}/evidence/a100_80g.yaml", None, "error"),
-            # evidence fit writes evidence/NAME.yaml by design (how a100_measured is refitted), not its base
-            ("onto-shipped-measured", "{p}/evidence/a100_measured.yaml", None,
-             "ok" if command == "evidence-fit" else "error"),
+            # evidence fit writes evidence/NAME.yaml by design (how a100_measured is refitted), but replaces an
+            # existing profile only with --replace
+            ("onto-shipped-measured", "{p}/evidence/a100_measured.yaml", None, "error"),
             ("onto-contract", "{p}/goldens/baseline_regression_contract.json", None,
              "error" if command != "contract-write" else "ok"),
             ("onto-vendor-manifest", "{p}/vendor/calculon-0.1.0/MANIFEST.json", None, "error"),

@@ -6,8 +6,11 @@ least one of TP overlap, DP overlap and the three offloads on, each where
 Calculon accepts it). Properties:
 
 - every draw estimates (ok, or infeasible with its reason); figures finite
-  and non-negative; components add up to the total (summed here); an option
-  where Calculon refuses it is a one-line input error naming the field;
+  and non-negative; an option where Calculon refuses it is a one-line input
+  error naming the field (the total is not checked against the components
+  here: the projection computes it as their sum; it is checked against
+  Calculon's own recorded total_time, and every component against Calculon's,
+  on 360 overlap/offload records in test_concrete_parity.py);
 - TP overlap never makes the exposed TP time larger than the same layout
   without it, in the physical projection (overlapped tiles send at most the
   untiled messages, and waiting for them is part of their busy time); in the
@@ -93,7 +96,6 @@ def test_every_overlap_or_offload_configuration_estimates(data):
         figures = [view.total_s, *parts.values(), *view.memory_bytes.model_dump().values(),
                    *view.requirements.model_dump().values()]
         assert all(math.isfinite(x) and x >= 0 for x in figures)
-        assert math.isclose(math.fsum(parts.values()), view.total_s, rel_tol=1e-12)
         if not offloading:
             assert parts["forward_offload"] == parts["backward_offload"] == view.memory_bytes.tier2_total == 0
 

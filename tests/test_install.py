@@ -8,7 +8,10 @@ runtime dependencies already installed here are made importable through a
 ``.pth`` file (only their directories: the checkout's editable install is not
 among them). Commands then run from a directory outside any project, so they
 can only use the packaged data (``harness/_data``), and with ``--project``,
-``HARNESS_PROJECT`` and discovery from the working directory.
+``HARNESS_PROJECT`` and discovery from the working directory. Every command
+runs at least once on a tiny input (search, the evidence and oracle
+commands through one interpreter: :meth:`Installed.run_many`), and its
+outputs equal the checkout's.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 import yaml
 
@@ -34,8 +38,10 @@ from conftest import CASES_DIR, ROOT
 
 BUILD_INPUTS = ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "harness", "evidence", "cases",
                 "vendor/calculon-0.1.0", "goldens/baseline_regression_contract.json")
+#: Modules of the runtime dependencies (pyproject ``dependencies``; a test checks it names every one) and of
+#: pydantic's own.
 RUNTIME_DEPENDENCIES = ("pydantic", "pydantic_core", "annotated_types", "typing_extensions", "numpy", "yaml", "rich",
-                        "matplotlib")
+                        "matplotlib", "scipy", "dask", "distributed", "pyarrow")
 CASE = "gpt3-175B_seqsel"
 
 
@@ -46,6 +52,20 @@ class Installed:
         self.root = root
         self.python = root / "venv" / "bin" / "python"
         self.work = root / "elsewhere" / "deep"
+
+    def run_many(self, commands: list[list[str]], cwd: Path) -> tuple[list[int], str]:
+        """Exit codes of ``commands`` and their standard error, each run through the installed
+        ``harness.cli.main`` (what ``python -m harness`` runs) in ONE interpreter of the venv: one start-up
+        for many commands."""
+        codes = self.root / "codes.json"
+        driver = ("import json, sys\nfrom harness.cli import main\n"
+                  "codes = [main(argv) for argv in json.loads(sys.argv[1])]\n"
+                  "open(sys.argv[2], 'w').write(json.dumps(codes))\n")
+        environment = {"PATH": f"{self.python.parent}:/usr/bin:/bin", "HOME": str(self.root), "MPLBACKEND": "Agg"}
+        run = subprocess.run([str(self.python), "-c", driver, json.dumps([[str(a) for a in c] for c in commands]),
+                              str(codes)], cwd=cwd, env=environment, capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, f"{run.stdout[-2000:]}\n{run.stderr[-2000:]}"
+        return json.loads(codes.read_text()), run.stderr
 
     def run(self, *args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
             expect: int = 0) -> subprocess.CompletedProcess:
@@ -143,6 +163,99 @@ def test_every_command_runs_from_another_directory(installed, tmp_path):
     assert json.loads((tmp_path / "out.json").read_text()) == json.loads((tmp_path / "checkout.json").read_text())
 
 
+def _command_inputs(directory: Path) -> dict[str, Path]:
+    """Tiny inputs of search, the evidence importers, fit and report, and oracle import-reference."""
+    from test_measurements import HEADER, RECORD, nccl_text, write_lines
+
+    directory.mkdir(parents=True)
+    paths = {name: directory / name for name in ("small.json", "vtrain.csv", "table4.json", "nccl.txt", "c.jsonl",
+                                                 "sweeps.jsonl", "reference.json")}
+    paths["small.json"].write_text(json.dumps(SMALL_MODEL))
+    paths["vtrain.csv"].write_text(
+        "# GPUs,global batch,micro batch,hidden size,attention heads,# layers,sequence length,"
+        "tensor parallelism,data parallelism,pipeline parallelism,iteration time (ms)\n8,16,2,2048,16,24,1024,2,1,4,512.5\n")
+    paths["table4.json"].write_text(json.dumps({
+        "model": SMALL_MODEL, "execution": {"tensor_par": 2, "pipeline_par": 1, "data_par": 1, "batch_size": 4,
+                                            "microbatch_size": 4},
+        "rows": [{"sequence_parallel": True, "recompute": "attn_only", "forward_ms": 1.5, "backward_ms": 3.25}]}))
+    paths["nccl.txt"].write_text(nccl_text(8, [2**20, 2**24, 2**28], [20.0, 120.0, 220.0], csv=False))
+    write_lines(paths["c.jsonl"], HEADER, *[
+        {**RECORD, "id": f"r{i}", "measured_iteration_s": 0.3 + 0.01 * i,
+         "execution": {**RECORD["execution"], "global_batch": 2 * (i + 1)}} for i in range(8)])
+    shutil.copy(ROOT / "measurements" / "vtrain" / "vtrain-allreduce-a100.jsonl", paths["sweeps.jsonl"])
+    vendored = json.loads((ROOT / "vendor" / "calculon-0.1.0" / "records" / "cases.json").read_text())
+    first = vendored["records"][0]
+    paths["reference.json"].write_text(json.dumps({
+        "meta": {"source_tree_sha256": vendored["oracle"]["source_tree_sha256"]},
+        "records": [{"case": first["id"], "system": first["system"], "model": first["calculon_model"],
+                     "execution": first["calculon_execution"],
+                     **{view: body["stats"] for view, body in first["views"].items()}}]}))
+    return paths
+
+
+def _commands(inputs: dict[str, Path], out: Path, project: Path, cases: Path, workers: int) -> list[list]:
+    """Every command family on the tiny inputs, writing into ``out`` (and the project's evidence/)."""
+    i = inputs
+    corpora = ["--measurements", i["c.jsonl"], i["sweeps.jsonl"]]
+    return [
+        ["search", "--model", i["small.json"], "--system", "a100_80g", "--procs", "2", "--max-batch", "2",
+         "--datatype", "float16", "--top", "3", "--workers", str(workers), "--no-progress", "--output",
+         out / "top.json", "--results", out / "all.parquet"],
+        ["evidence", "import", "vtrain", i["vtrain.csv"], "--output", out / "vtrain.jsonl"],
+        ["evidence", "import", "korthikanti", "--table4", i["table4.json"], "--cases", cases, "--output",
+         out / "korthikanti.jsonl"],
+        ["evidence", "import", "nccl-tests", i["nccl.txt"], "--tier", "0", "--output", out / "nccl.jsonl"],
+        ["--project", project, "evidence", "fit", "--base", "a100_80g", *corpora, "--output",
+         project / "evidence" / "tiny.yaml"],
+        ["--project", project, "evidence", "report", "--profile", "tiny", "--base", "a100_80g", *corpora,
+         "--output", out / "report.json"],
+        ["oracle", "import-reference", i["reference.json"], "--output", "records/one.json", "--vendor",
+         out / "vendor"],
+        ["oracle", "record", "--calculon-src", out / "no-calculon", "--cases", cases, "--output", "records/x.json",
+         "--vendor", out / "vendor"],
+    ]
+
+
+#: Exit codes: report breaks its budgets on eight records of one shape (1); record has no Calculon (2).
+EXPECTED_EXITS = [0, 0, 0, 0, 0, 1, 0, 2]
+SMALL_MODEL = {"hidden": 1024, "feedforward": 4096, "seq_size": 512, "attn_heads": 16, "attn_size": 64,
+               "num_blocks": 4}
+
+
+def test_search_evidence_and_oracle_commands_give_the_checkouts_results(installed, tmp_path):
+    """search (on a 2-worker LocalCluster: dask, distributed and pyarrow from the venv), the three evidence
+    importers, evidence fit (scipy) and report, oracle import-reference and oracle record, from another
+    directory; each output equals the checkout's own (in-process, search in one worker)."""
+    from harness.cli import main
+
+    inputs = _command_inputs(tmp_path / "inputs")
+    cases = tmp_path / "cases"
+    cases.mkdir()
+    shutil.copy(CASES_DIR / f"{CASE}.yaml", cases)
+    results = {}
+    for where in ("wheel", "checkout"):
+        out, project = tmp_path / where, tmp_path / f"{where}-project"
+        (project / "evidence").mkdir(parents=True)
+        (out / "vendor").mkdir(parents=True)
+        shutil.copy(ROOT / "vendor" / "calculon-0.1.0" / "MANIFEST.json", out / "vendor")
+        if where == "wheel":
+            codes, errors = installed.run_many(_commands(inputs, out, project, cases, workers=2), cwd=installed.work)
+        else:
+            codes, errors = [main([str(a) for a in argv]) for argv in _commands(inputs, out, project, cases, 1)], ""
+        assert codes == EXPECTED_EXITS, f"{where}: {errors}"
+        results[where] = {name: (out / name).read_text() for name in (
+            "top.json", "vtrain.jsonl", "korthikanti.jsonl", "nccl.jsonl", "vendor/records/one.json")}
+        results[where]["tiny.yaml"] = (project / "evidence" / "tiny.yaml").read_text()
+        results[where]["report"] = json.loads((out / "report.json").read_text())
+        results[where]["rows"] = pq.read_table(out / "all.parquet").num_rows
+    assert results["wheel"] == results["checkout"]
+    assert results["wheel"]["rows"] == 2128  # the space of 1024-wide, 4-block on 2 processors, batch 2
+    assert [t["execution"]["tensor_par"] for t in json.loads(results["wheel"]["top.json"])] != []
+    vendored = json.loads((ROOT / "vendor" / "calculon-0.1.0" / "records" / "cases.json").read_text())["records"][0]
+    assert json.loads(results["wheel"]["vendor/records/one.json"])["records"] == [vendored]
+    assert "name: tiny" in results["wheel"]["tiny.yaml"]
+
+
 def test_outputs_need_a_project_and_never_go_into_the_package(installed):
     run = installed.run("contract", "write", expect=2)
     assert run.stderr.startswith("error: the baseline contract is written into a project directory")
@@ -172,6 +285,25 @@ def test_project_directory_by_option_environment_and_discovery(installed, tmp_pa
     assert views["peak_only"]["memory_bytes"] == packaged["peak_only"]["memory_bytes"]
     missing = installed.run("--project", str(tmp_path / "nope"), "estimate", "case.yaml", expect=2)
     assert missing.stderr == f"error: {tmp_path / 'nope'}: --project: not a directory\n"
+
+
+def test_the_runtime_dependencies_name_every_dependency_of_the_project():
+    """Each ``dependencies`` entry of pyproject.toml (and each extra it asks for: ``dask[distributed]``) is
+    the distribution of a module in RUNTIME_DEPENDENCIES, so the installed wheel imports what it declares."""
+    import re
+    import tomllib
+    from importlib.metadata import packages_distributions
+
+    def normal(name: str) -> str:
+        return re.sub(r"[-_.]+", "-", name).lower()
+
+    distributions = packages_distributions()
+    covered = {normal(d) for module in RUNTIME_DEPENDENCIES for d in distributions.get(module, ())}
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    for requirement in declared:
+        name, extras = re.match(r"\s*([A-Za-z0-9_.-]+)\s*(?:\[([^\]]*)\])?", requirement).groups()
+        for needed in [name, *(extras.split(",") if extras else [])]:
+            assert normal(needed.strip()) in covered, requirement
 
 
 def test_the_test_environment_builds_without_the_network():

@@ -14,7 +14,7 @@ from harness.passes.base import parse_pipeline
 from harness.passes.distribute import TransformerDistribute
 from harness.passes.importer import import_model
 from harness.passes.plan_work import TransformerPlanWork
-from harness.pipeline import PASSES, PIPELINE, PIPELINE_SPEC, Lowering, lower, run_pipeline
+from harness.pipeline import PASSES, PIPELINE, PIPELINE_SPEC, Lowering, lower, pipeline_pass, run_pipeline
 
 from conftest import CASES_DIR
 
@@ -28,6 +28,9 @@ def test_the_lowering_pipeline_is_named_in_text():
     assert PIPELINE_SPEC == "transformer-distribute,transformer-plan-work"
     assert PIPELINE == (TransformerDistribute(), TransformerPlanWork())
     assert ",".join(p.spec() for p in PIPELINE) == PIPELINE_SPEC
+    assert pipeline_pass("transformer-plan-work") == TransformerPlanWork()
+    with pytest.raises(KeyError, match="runs 0 passes named 'transformer-concretize'"):
+        pipeline_pass("transformer-concretize")  # a pass of the layout, not of the pipeline
 
 
 def test_options_are_typed_and_round_trip_through_the_spec():

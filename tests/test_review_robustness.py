@@ -282,3 +282,80 @@ def test_sigterm_mid_batch_leaves_no_temporary_file_and_the_old_output(tmp_path)
     assert "Traceback" not in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl", "out.json"]
     assert output.read_text() == "old\n"
+
+
+# --- 5. evidence fit replaces an existing profile only with --replace ----------------------------------------------
+
+@pytest.fixture
+def fit_corpus(tmp_path):
+    """An iteration corpus the fit accepts (the tests of the fit's corpus, tests/test_measurements.py)."""
+    from test_measurements import HEADER, RECORD, SWEEPS, write_lines
+
+    corpus = write_lines(tmp_path / "c.jsonl", HEADER, *[
+        {**RECORD, "id": f"r{i}", "measured_iteration_s": 0.3 + 0.01 * i,
+         "execution": {**RECORD["execution"], "global_batch": 2 * (i + 1)}} for i in range(8)])
+    return [corpus, SWEEPS]
+
+
+def test_evidence_fit_refuses_to_replace_an_existing_profile_without_replace(tmp_path, capsys, fit_corpus):
+    other = tmp_path / "proj" / "evidence" / "other.yaml"
+    other.parent.mkdir(parents=True)
+    other.write_text("name: other\n# somebody's profile\n")
+    argv = ["evidence", "fit", "--base", "a100_80g", "--measurements", *fit_corpus, "--output", other]
+    one_error_line(*run(capsys, *argv)[::2], f"{other}: --output: ", "--replace")
+    assert other.read_text() == "name: other\n# somebody's profile\n"
+    assert sorted(p.name for p in other.parent.iterdir()) == ["other.yaml"]
+    status, out, err = run(capsys, *argv, "--replace")
+    assert status == 0, err
+    assert other.read_text().startswith("name: other\n") and "issue_s_per_operation" in other.read_text()
+
+
+def test_nccl_profile_output_refuses_to_replace_an_existing_profile_without_replace(tmp_path, capsys):
+    first, _ = _nccl_tables(tmp_path)
+    target = tmp_path / "mine.yaml"
+    target.write_text("keep\n")
+    argv = ["evidence", "import", "nccl-tests", first, "--tier", "0", "--output", tmp_path / "c.jsonl", "--apply",
+            "a100_80g", "--profile-output", target]
+    one_error_line(*run(capsys, *argv)[::2], f"{target}: --profile-output: ", "--replace")
+    assert target.read_text() == "keep\n" and not (tmp_path / "c.jsonl").exists()
+    assert run(capsys, *argv, "--replace")[0] == 0
+    assert target.read_text().startswith("name: mine\n")
+
+
+def test_the_documented_refit_of_the_shipped_profile_uses_replace():
+    text = (ROOT / "docs" / "measured-evidence.md").read_text()
+    command = text[text.index("python -m harness evidence fit"):]
+    command = command[:command.index("#")]
+    assert "--output evidence/a100_measured.yaml" in command and "--replace" in command
+
+
+# --- 6. an error names its option once, and the no-iteration error names the corpora --------------------------------
+
+def test_command_line_errors_name_their_option_once(tmp_path, capsys, fit_corpus):
+    first, _ = _nccl_tables(tmp_path)
+    fit = ["evidence", "fit", "--base", "a100_80g", "--measurements", *fit_corpus]
+    nccl = ["evidence", "import", "nccl-tests", first, "--output", tmp_path / "nc.jsonl"]
+    for argv, option in [
+        ([*fit, "--output", tmp_path / "x.yaml", "--name", "y"], "--output"),
+        ([*fit, "--output", tmp_path / "x.yaml", "--name", "a/b"], "--name"),
+        (["evidence", "fit", "--base", "/etc/x", "--measurements", *fit_corpus, "--output", tmp_path / "x.yaml"],
+         "--base"),
+        ([*fit, "--output", tmp_path / "x.yaml", "--layer-weight", "-1"], "--layer-weight"),
+        ([*nccl, "--tier", "2000"], "--tier"),
+        ([*nccl, "--tier", "0", "--participants", "1"], "--participants"),
+        ([*nccl, "--tier", "3", "--apply", "a100_80g", "--profile-output", tmp_path / "p.yaml"], "--tier"),
+        ([*nccl, "--tier", "0", "--apply", "../x", "--profile-output", tmp_path / "p.yaml"], "--apply"),
+        ([*nccl, "--tier", "0", "--name", "a b"], "--name"),
+        (["calibrate", "--compare", "../x", "--output", tmp_path / "r.json"], "--compare"),
+    ]:
+        err = one_error_line(*run(capsys, *argv)[::2], f": {option}: ")
+        assert err.count(option) == 1, err
+        assert not any((tmp_path / name).exists() for name in ("nc.jsonl", "p.yaml", "r.json")), argv
+
+
+def test_fit_without_iteration_records_names_the_corpora(tmp_path, capsys, fit_corpus):
+    from test_measurements import SWEEPS
+
+    one_error_line(*run(capsys, "evidence", "fit", "--base", "a100_80g", "--measurements", SWEEPS, "--output",
+                        tmp_path / "x.yaml")[::2], f"{SWEEPS}: kind: ", "no iteration record")
+    assert not (tmp_path / "x.yaml").exists()

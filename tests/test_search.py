@@ -13,6 +13,8 @@ from __future__ import annotations
 import itertools
 import json
 import random
+import sys
+import threading
 
 import numpy as np
 import pyarrow as pa
@@ -253,6 +255,37 @@ def test_top_k_is_the_first_k_in_search_order_for_any_split(items, k, rnd):
     assert merged.entries() == expected
 
 
+def test_top_k_keeps_the_first_k_when_threads_offer_at_once():
+    """A Dask worker runs tasks in threads that share one running top K: eight threads offer (as
+    evaluate_group does: accepts, then offer) 2000 candidates each, at rising rates so nearly every offer
+    changes the top K, with the interpreter switching threads every microsecond; the top K is exactly the
+    first K of the sorted union. (Without TopK's lock this fails in most rounds.)"""
+    threads, per, k = 8, 2000, 16
+    for seed in range(5):
+        rnd = random.Random(seed)
+        parts = [[_candidate(1.0 + p + rnd.random(), t, p) for p in range(per)] for t in range(threads)]
+        best = TopK(k)
+        start = threading.Barrier(threads)
+
+        def offer_all(part):
+            start.wait()
+            for c in part:
+                if best.accepts(c.rate, c.group, c.position):
+                    best.offer(c)
+
+        interval = sys.getswitchinterval()
+        sys.setswitchinterval(1e-6)
+        try:
+            running = [threading.Thread(target=offer_all, args=(part,)) for part in parts]
+            for thread in running:
+                thread.start()
+            for thread in running:
+                thread.join()
+        finally:
+            sys.setswitchinterval(interval)
+        assert best.entries() == sorted((c for part in parts for c in part), key=lambda c: c.order)[:k], seed
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from([1.0, 2.0, 3.0, 4.0]), st.sampled_from([1.0, 2.0, 3.0])),
                 max_size=30))
@@ -272,6 +305,41 @@ def test_pareto_frontier_is_the_undominated_set(points):
 
 # --- workers --------------------------------------------------------------------------------------------
 
+def _same_search(run, reference, run_pruned, reference_pruned, rows, reference_rows):
+    assert [c.to_json() for c in run.best] == [c.to_json() for c in reference.best]
+    assert run.counts == reference.counts
+    assert rows.equals(reference_rows)
+    assert [c.position for c in run.frontier] == [c.position for c in reference.frontier]
+    assert np.array_equal(np.sort(run.points[0]), np.sort(reference.points[0]))
+    assert [c.to_json() for c in run_pruned.best] == [c.to_json() for c in reference_pruned.best]
+    assert [(c.group, c.position) for c in run_pruned.best] == [(c.group, c.position) for c in reference_pruned.best]
+
+
+def test_result_is_the_same_for_any_number_of_workers_and_threads():
+    """A tiny space (2 processors; the larger one is the slow test below): in this process, a 2-process
+    LocalCluster, and an existing cluster by address whose one worker runs 3 threads (tasks sharing its
+    running top K): the same top K with pruning, and with --results and --pareto the same rows, frontier
+    and points."""
+    from distributed import LocalCluster
+
+    profile = load_profile("a100_80g")
+    pruned = small_problem(profile, 2, top=3)
+    collected = small_problem(profile, 2, top=4, rows=True, points=True)
+    local, local_rows = _rows(collected, workers=1)
+    local_pruned = run_search(pruned, workers=1)
+    assert local_pruned.counts.pruned > 0
+    two, two_rows = _rows(collected, workers=2)
+    assert two.where == "LocalCluster of 2 workers"
+    _same_search(two, local, run_search(pruned, workers=2), local_pruned, two_rows, local_rows)
+    with LocalCluster(n_workers=1, threads_per_worker=3, processes=False, dashboard_address=None) as cluster:
+        tables = []
+        threaded = run_search(collected, scheduler=cluster.scheduler_address, on_rows=tables.append)
+        threaded_pruned = run_search(pruned, scheduler=cluster.scheduler_address)
+    assert threaded.workers == 1
+    _same_search(threaded, local, threaded_pruned, local_pruned, pa.concat_tables(tables), local_rows)
+
+
+@pytest.mark.slow
 def test_result_is_the_same_for_any_number_of_workers(tmp_path):
     """In this process, a 2-worker LocalCluster and an existing 3-worker cluster by address: the same top K
     (with pruning, whose bounds differ per worker), and with --results and --pareto the same rows, frontier
@@ -293,14 +361,7 @@ def test_result_is_the_same_for_any_number_of_workers(tmp_path):
     assert (runs[0][1].where, runs[1][1].workers) == ("LocalCluster of 2 workers", 3)
     assert local_pruned.counts.pruned > 0
     for (other, rows), other_pruned in runs:
-        assert [c.to_json() for c in other.best] == [c.to_json() for c in local.best]
-        assert other.counts == local.counts
-        assert rows.equals(local_rows)
-        assert [c.position for c in other.frontier] == [c.position for c in local.frontier]
-        assert np.array_equal(np.sort(other.points[0]), np.sort(local.points[0]))
-        assert [c.to_json() for c in other_pruned.best] == [c.to_json() for c in local_pruned.best]
-        assert [(c.group, c.position) for c in other_pruned.best] == [(c.group, c.position)
-                                                                       for c in local_pruned.best]
+        _same_search(other, local, other_pruned, local_pruned, rows, local_rows)
 
 
 # --- the command ----------------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pickle
 import subprocess
 import sys
@@ -88,6 +89,27 @@ def test_a_new_component_without_its_calculon_field_fails_at_import():
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert run.returncode == 1
     assert "must name exactly the timing components" in run.stderr and "missing ['host_transfer']" in run.stderr
+
+
+def test_a_new_component_and_a_tenth_curve_family_reach_the_concrete_plan_and_the_plots():
+    """The ConcretePlanIR's command components and the plot palettes derive from the vocabulary: a new pipeline
+    component is a command component (the bubble never is), and a new family (the tenth, one more than
+    Set1 has colours) gets a colour of its own."""
+    code = ("import importlib, typing, harness.vocabulary as v, harness.ir.concrete as c\n"
+            "original = v.COMPONENTS\n"
+            "v.COMPONENTS = v.Vocabulary(original.title, *original.terms, v.Term('host_transfer', 'Host.', 'pipeline'))\n"
+            "print(' '.join(typing.get_args(importlib.reload(c).Component)))  # the package imported it\n"
+            "v.COMPONENTS = original  # the rest of the harness would (rightly) ask for the new component's rules\n"
+            "v.CURVE_FAMILIES = v.Vocabulary(v.CURVE_FAMILIES.title, *v.CURVE_FAMILIES.terms, "
+            "v.Term('host_memory', 'Host memory.', 'measured'))\n"
+            "from harness.report.plots import FAMILY_COLORS\n"
+            "print(list(FAMILY_COLORS)[-1], len(set(FAMILY_COLORS.values())))\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                         env={**os.environ, "MPLBACKEND": "Agg"})
+    assert run.returncode == 0, run.stderr
+    components, colours = run.stdout.splitlines()
+    assert components.split() == [*(n for n in COMPONENTS if n != "pipeline_bubble"), "host_transfer"]
+    assert colours == f"host_memory {len(CURVE_FAMILIES) + 1}" == "host_memory 10"
 
 
 def test_the_package_does_not_shadow_the_estimate_module():

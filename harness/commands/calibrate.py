@@ -54,7 +54,7 @@ def run(args) -> int:
         oracle = LiveCalculon(args.calculon_src)
     else:
         oracle = RecordedCalculon()
-    compare = tuple(check_profile_name(name, "--compare", "--compare") for name in args.compare)
+    compare = tuple(check_profile_name(name, "<command line>", "--compare") for name in args.compare)
     for name in compare:
         load_profile(name)  # a missing or bad profile fails here, before the experiment
     report = run_experiment(cases, oracle, compare=compare)

@@ -9,14 +9,17 @@
   CORPUS.jsonl [--apply BASE --profile-output evidence/NAME.yaml]``: nccl-tests
   tables as collective sweeps, and optionally a profile with their curves;
 - ``evidence fit --base NAME --measurements CORPUS... --output
-  evidence/NAME.yaml``: fit a revision (robust least squares, bounded,
-  deterministic), with a progress display;
+  evidence/NAME.yaml [--replace]``: fit a revision (robust least squares,
+  bounded, deterministic), with a progress display;
 - ``evidence report --profile NAME --base NAME --measurements CORPUS...
   [--output JSON] [--plots DIR]``: the measured-evidence report (refit,
   cross-validation, attribution); exit 1 when a budget is broken.
 
 Every output is checked before the work and written atomically; a bad input
-is one line naming its file, line and field.
+is one line naming its file, line and field. A profile output
+(``fit --output``, ``nccl-tests --profile-output``) that already exists is
+refused unless ``--replace`` is given (refitting a shipped revision, e.g.
+``evidence/a100_measured.yaml``, is a deliberate replacement).
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ def register(sub) -> None:
     n.add_argument("--hardware", default="as measured", help="what they were measured on")
     n.add_argument("--apply", metavar="BASE", help="also write BASE with these curves (family collective_curves)")
     n.add_argument("--profile-output", type=Path, metavar="evidence/NAME.yaml", help="where --apply writes")
+    n.add_argument("--replace", action="store_true", help="replace an existing --profile-output profile")
     n.set_defaults(func=run_import_nccl)
 
     f = verbs.add_parser("fit", help="fit an evidence revision to measurement corpora")
@@ -65,6 +69,8 @@ def register(sub) -> None:
     f.add_argument("--measurements", nargs="+", type=Path, required=True, metavar="CORPUS.jsonl")
     f.add_argument("--output", type=Path, required=True, metavar="evidence/NAME.yaml")
     f.add_argument("--name", help="profile name (default: the output file's stem)")
+    f.add_argument("--replace", action="store_true",
+                   help="replace an existing --output profile (without it an existing file is refused)")
     f.add_argument("--layer-weight", type=float, default=0.0,
                    help="weight of layer_pass records relative to one node class (default 0: a check, not fitted)")
     f.add_argument("--benchmark-weight", type=float, default=1.0,
@@ -87,7 +93,7 @@ def _name(value: str, option: str) -> str:
     from harness.evidence.profile import PROFILE_NAME
 
     if not PROFILE_NAME.fullmatch(value):
-        raise InputError(option, option, f"{value!r} is not a name (letters, digits, '_', '.', '-')")
+        raise InputError("<command line>", option, f"{value!r} is not a name (letters, digits, '_', '.', '-')")
     return value
 
 
@@ -95,7 +101,14 @@ def _profile_input(name: str, option: str) -> Path:
     """The file of the profile ``name`` (an input: no output may replace it); ``name`` is a name, never a path."""
     from harness.evidence.profile import check_profile_name, profile_path
 
-    return profile_path(check_profile_name(name, option, option))
+    return profile_path(check_profile_name(name, "<command line>", option))
+
+
+def _check_new_profile(path: Path, option: str, replace: bool) -> None:
+    """An evidence profile output may replace an existing file only with ``--replace``: a fit or an import
+    must not silently overwrite another profile."""
+    if not replace and (path.exists() or path.is_symlink()):
+        raise InputError(str(path), option, "exists: give --replace to replace this evidence profile")
 
 
 def run_import_vtrain(args) -> int:
@@ -130,9 +143,10 @@ def run_import_nccl(args) -> int:
     from harness.outputs import check_output, data_files, write_text
 
     if not 0 <= args.tier <= MAX_TIER:
-        raise InputError("--tier", "--tier", f"must be a network tier index in [0, {MAX_TIER}], got {args.tier}")
+        raise InputError("<command line>", "--tier", f"must be a network tier index in [0, {MAX_TIER}], got "
+                                                     f"{args.tier}")
     if args.participants is not None and not 2 <= args.participants <= 2**30:
-        raise InputError("--participants", "--participants", f"must be in [2, 2^30], got {args.participants}")
+        raise InputError("<command line>", "--participants", f"must be in [2, 2^30], got {args.participants}")
     if (args.apply is None) != (args.profile_output is None):
         raise HarnessError("--apply BASE and --profile-output PATH go together")
     protected = [*args.files, *data_files(evidence=False)]
@@ -142,6 +156,11 @@ def run_import_nccl(args) -> int:
                  others=[args.profile_output] if args.profile_output else [])
     if args.profile_output:
         check_output(args.profile_output, option="--profile-output", inputs=protected, others=[args.output])
+        _check_new_profile(args.profile_output, "--profile-output", args.replace)
+    base = load_profile(args.apply) if args.apply else None
+    if base is not None and args.tier >= len(base.networks):  # before anything is written
+        raise InputError("<command line>", "--tier", f"tier {args.tier} does not exist in evidence profile "
+                                                     f"{base.name}")
     ids = sweep_ids(args.files)  # unique, or the same file twice is refused, before any table is read
     sweeps = [parse_nccl_tests(path, args.collective, args.tier, args.participants, record_id)
               for path, record_id in zip(args.files, ids)]
@@ -152,10 +171,7 @@ def run_import_nccl(args) -> int:
                           placement=f"the processors of each table share network tier {args.tier}")
     write_corpus(args.output, header, sweeps)
     print(f"{len(sweeps)} collective sweeps -> {args.output}")
-    if args.apply:
-        base = load_profile(args.apply)
-        if args.tier >= len(base.networks):
-            raise InputError("--tier", "--tier", f"tier {args.tier} does not exist in evidence profile {base.name}")
+    if base is not None:
         for sweep in sweeps:
             curve = sweep_curve(sweep, base.networks[args.tier], sweep.id)
             effs = [p.efficiency for p in curve.points]
@@ -189,12 +205,13 @@ def run_fit(args) -> int:
 
     name = _name(args.name or args.output.stem, "--name")
     if args.output.stem != name:
-        raise InputError("--output", "--output", f"a profile file is named after its profile: {name}.yaml")
+        raise InputError(str(args.output), "--output", f"a profile file is named after its profile: {name}.yaml")
     for option, weight in (("--layer-weight", args.layer_weight), ("--benchmark-weight", args.benchmark_weight)):
         if not (0 <= weight < math.inf):
-            raise InputError(option, option, f"weights must be finite and >= 0, got {weight}")
+            raise InputError("<command line>", option, f"weights must be finite and >= 0, got {weight}")
     check_output(args.output, inputs=[*args.measurements, _profile_input(args.base, "--base"),
                                       *data_files(evidence=False)])
+    _check_new_profile(args.output, "--output", args.replace)
     base = load_profile(args.base)
     inputs = load_inputs(args.measurements)
     progress, update = _progress(MAX_EVALUATIONS, "fitting (model evaluations)")

@@ -44,13 +44,14 @@ from pydantic import Field
 from harness.ir.base import Artifact, Frozen
 from harness.ir.model import Datatype, Offload
 from harness.ir.portable import DataParallelTraffic, Message, PipelineTraffic, PlanTask, Schedule, Work
+from harness.vocabulary import COMPONENTS
 
 QueueKind = Literal["compute", "network", "memory_tier2"]
 CommandKind = Literal["compute", "collective", "p2p", "transfer"]
 PassName = Literal["forward", "activation_grad", "weight_grad", "optimizer"]
-#: Timing components a command's busy time belongs to (the nine plus the two offload ones).
-Component = Literal["forward", "backward", "optimizer", "recompute", "tensor_parallel", "pipeline_parallel",
-                    "data_parallel", "recommunication", "forward_offload", "backward_offload"]
+#: Timing components a command's busy time belongs to: every one of harness.vocabulary but the bubble (idle
+#: time, no command's).
+Component = Literal[tuple(name for name in COMPONENTS if COMPONENTS.kind(name) != "bubble")]
 ProgramKind = Literal["forward", "backward", "optimizer", "data_parallel", "forward_offload", "backward_offload"]
 
 

@@ -27,7 +27,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from harness.cost.views import COST_VIEWS
-from harness.errors import HarnessError
+from harness.errors import HarnessError, InputError
 from harness.estimate import estimate_lowering
 from harness.inputs import real_path
 from harness.evidence.profile import EvidenceProfile
@@ -80,7 +80,8 @@ def load_inputs(paths: Sequence[Path | str], *, fitting: bool = True) -> FitInpu
                 raise HarnessError(f"{c.path}: record id {r.id!r} also appears in {ids[r.id]}")
             ids[r.id] = c.path
     if fitting and not any(r.kind == "iteration" for r in records):
-        raise HarnessError("the corpora hold no iteration record to fit")
+        raise InputError(", ".join(c.path for c in corpora), "kind",
+                         "no iteration record to fit (the corpora hold only other kinds of record)")
     return FitInputs(tuple(corpora), records, tuple(r for c in corpora for r in c.records
                                                    if r.kind == "collective_sweep"))
 

@@ -19,7 +19,7 @@ Every figure names its cases, units and views; it reads without the report.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,11 +39,17 @@ from harness.vocabulary import COMPONENTS, CURVE_FAMILIES, PEAK_ONLY, SYSTEM_EVI
 PLOT_FILES = ("totals.png", "components.png", "gap_waterfall.png")
 SERIES = (("peak_only_total_s", PEAK_ONLY, "#9ecae1"), ("system_evidence_total_s", SYSTEM_EVIDENCE, "#3182bd"),
           ("calculon_total_s", "Calculon 0.1.0", "#fd8d3c"), ("paper_s", "paper", "#31a354"))
-# One colour per vocabulary entry, from qualitative palettes long enough for new entries.
-FAMILY_COLORS = dict(zip(CURVE_FAMILIES, colormaps["Set1"].colors))
-COMPONENT_COLORS = dict(zip(COMPONENTS, colormaps["tab20"].colors[::2] + colormaps["tab20"].colors[1::2]))
-CURVE_FAMILIES.require(FAMILY_COLORS, "harness.report.plots.FAMILY_COLORS (palette too short)")
-COMPONENTS.require(COMPONENT_COLORS, "harness.report.plots.COMPONENT_COLORS (palette too short)")
+
+
+def palette(names: Sequence[str], colours: Sequence[Any]) -> dict[str, Any]:
+    """One colour per name, in order; past the end of ``colours`` they repeat (a new vocabulary entry gets a
+    colour, never an import error; distinct while there are at most ``len(colours)`` names)."""
+    return {name: colours[i % len(colours)] for i, name in enumerate(names)}
+
+
+# Qualitative palettes: 17 family colours (Set1 then Dark2), 20 component colours.
+FAMILY_COLORS = palette(CURVE_FAMILIES, colormaps["Set1"].colors + colormaps["Dark2"].colors)
+COMPONENT_COLORS = palette(COMPONENTS, colormaps["tab20"].colors[::2] + colormaps["tab20"].colors[1::2])
 
 
 class PlotRow(Frozen):

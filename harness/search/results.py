@@ -21,6 +21,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import math
+import threading
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -74,48 +75,75 @@ class Candidate:
 
 
 class TopK:
-    """The best ``k`` candidates in the search order (see the module rules)."""
+    """The best ``k`` candidates in the search order (see the module rules).
+
+    Thread-safe: a Dask worker runs several tasks at once in threads (``dask worker`` starts one per core by
+    default) and they share one running top K per search (:data:`harness.search.run._RUNNING`); every read
+    and update holds the instance's lock, so concurrent offers keep exactly the first ``k``.
+    """
 
     def __init__(self, k: int, floor: float = -math.inf) -> None:
         self.k = k
+        self._lock = threading.Lock()
         #: A sample rate below which nothing can be in the whole search's top K: the K-th best rate of
-        #: executions found elsewhere (another worker); -inf when none is known.
+        #: executions found elsewhere (another worker); -inf when none is known. Raised by :meth:`raise_floor`.
         self.floor = floor
         self._orders: list[tuple[float, int, int]] = []
         self._entries: list[Candidate] = []
 
+    def __getstate__(self) -> dict[str, Any]:
+        with self._lock:
+            state = dict(self.__dict__)
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     @property
     def full(self) -> bool:
-        return len(self._entries) >= self.k
+        with self._lock:
+            return len(self._entries) >= self.k
 
     @property
     def worst_rate(self) -> float:
         """The K-th best sample rate (only meaningful when full)."""
-        return self._entries[-1].rate
+        with self._lock:
+            return self._entries[-1].rate
 
     @property
     def threshold(self) -> float:
         """Executions with a lower sample rate cannot be in the top K (-inf: any can)."""
-        return max(self.floor, self._entries[-1].rate) if self.full else self.floor
+        with self._lock:
+            return max(self.floor, self._entries[-1].rate) if len(self._entries) >= self.k else self.floor
+
+    def raise_floor(self, floor: float) -> None:
+        """Raise :attr:`floor` to ``floor`` (never lowers it)."""
+        with self._lock:
+            self.floor = max(self.floor, floor)
 
     def accepts(self, rate: float, group: int, position: int) -> bool:
-        if rate < self.floor:
-            return False
-        return not self.full or (-rate, group, position) < self._orders[-1]
+        with self._lock:
+            if rate < self.floor:
+                return False
+            return len(self._entries) < self.k or (-rate, group, position) < self._orders[-1]
 
     def offer(self, candidate: Candidate) -> None:
         order = candidate.order
-        if self.full and not order < self._orders[-1]:
-            return
-        at = bisect.bisect_left(self._orders, order)
-        if at < len(self._orders) and self._orders[at] == order:
-            return  # the same execution offered twice
-        self._orders.insert(at, order)
-        self._entries.insert(at, candidate)
-        del self._orders[self.k:], self._entries[self.k:]
+        with self._lock:
+            if len(self._entries) >= self.k and not order < self._orders[-1]:
+                return
+            at = bisect.bisect_left(self._orders, order)
+            if at < len(self._orders) and self._orders[at] == order:
+                return  # the same execution offered twice
+            self._orders.insert(at, order)
+            self._entries.insert(at, candidate)
+            del self._orders[self.k:], self._entries[self.k:]
 
     def entries(self) -> list[Candidate]:
-        return list(self._entries)
+        with self._lock:
+            return list(self._entries)
 
 
 @dataclasses.dataclass

@@ -6,7 +6,8 @@ Rules:
   in pipeline interleaving, which share their lowerings), in order of first
   appearance (about eight tasks per worker, balanced by execution count); a
   worker keeps one running top K per search (its pruning bound) across the
-  tasks it runs; tasks are submitted two per worker at a time, each with the
+  tasks it runs, shared by its threads (``dask worker`` runs several; the
+  top K is thread-safe); tasks are submitted two per worker at a time, each with the
   K-th best sample rate the driver has merged so far (a floor: exact, since
   it is the rate of executions already found), so every worker prunes with
   what all have found;
@@ -26,6 +27,7 @@ import dataclasses
 import math
 import multiprocessing
 import os
+import threading
 import time
 import uuid
 from typing import Callable, Iterable
@@ -40,8 +42,22 @@ TASKS_PER_WORKER = 8
 IN_FLIGHT_PER_WORKER = 2  # tasks queued per worker; the others wait, to carry the floor known when they start
 CONNECT_TIMEOUT_S = 10  # an existing scheduler must answer within this
 
-# Per worker process: search token -> running top K (the pruning bound).
+# Per worker process: search token -> running top K (the pruning bound), shared by the worker's threads (a
+# TopK is thread-safe; _RUNNING_LOCK makes finding or creating one atomic).
 _RUNNING: dict[str, TopK] = {}
+_RUNNING_LOCK = threading.Lock()
+RUNNING_LIMIT = 16  # searches remembered per worker process (more: forget them all; a bound only prunes less)
+
+
+def running_top_k(token: str, k: int) -> TopK:
+    """The worker's running top K of the search ``token`` (created on first use; every thread gets the same)."""
+    with _RUNNING_LOCK:
+        best = _RUNNING.get(token)
+        if best is None:
+            if len(_RUNNING) > RUNNING_LIMIT:
+                _RUNNING.clear()
+            best = _RUNNING[token] = TopK(k)
+        return best
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,12 +85,8 @@ def evaluate_chunk(problem: SearchProblem, chunk: list[list[GroupLayout]], token
     """Evaluate families of groups in a worker (its running top K kept under ``token``); a family's
     groups share their lowerings (:class:`harness.search.evaluate.Context`). ``floor``: the K-th best
     sample rate the driver knows of (from every worker's finished tasks), a pruning bound."""
-    best = _RUNNING.get(token)
-    if best is None:
-        if len(_RUNNING) > 16:
-            _RUNNING.clear()
-        best = _RUNNING[token] = TopK(problem.top)
-    best.floor = max(best.floor, floor)
+    best = running_top_k(token, problem.top)
+    best.raise_floor(floor)
     context = Context(problem)
     out = []
     for family in chunk:
@@ -163,7 +175,8 @@ def run_search(problem: SearchProblem, *, workers: int | None = None, scheduler:
         token = uuid.uuid4().hex
         for family in families(items):
             merger.add(evaluate_chunk(problem, [family], token), order)
-        _RUNNING.pop(token, None)
+        with _RUNNING_LOCK:
+            _RUNNING.pop(token, None)
         used, where = 1, "in-process"
     else:
         used, where = _run_dask(problem, items, order, merger, workers, scheduler, started)
