@@ -4,8 +4,8 @@ A profile without any of them prices exactly as before (and keeps its
 revision: an absent family is not written into the canonical content). Each
 family is target-wide: it describes the processor, its software stack or its
 network, never a model or a case. Names are in ``harness.vocabulary``
-(``MEASURED_FAMILIES``); the pricing rules are in :mod:`harness.cost.views`
-and :mod:`harness.cost.output_layer`.
+(``MEASURED_FAMILIES``); the pricing rules are in :mod:`harness.cost.views`,
+:mod:`harness.cost.output_layer` and :mod:`harness.cost.accumulation`.
 
 Rules:
 
