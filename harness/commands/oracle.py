@@ -28,7 +28,8 @@ from harness.cases import case_paths, load_case_files
 from harness.errors import InputError
 from harness.interop.calculon_batch import require_valid
 from harness.interop.calculon_format import calculon_from_input
-from harness.oracles.record import RECORD_VIEWS, record_inputs, runner_identity, write_record_file
+from harness.oracles.records import load_manifest
+from harness.oracles.record import RECORD_VIEWS, check_record_name, record_inputs, runner_identity, write_record_file
 from harness import locations
 from harness.oracles.runner import CalculonRunner
 from harness.oracles.search_record import record_search
@@ -84,12 +85,13 @@ def register(sub) -> None:
     i.set_defaults(func=run_import_reference)
 
 
-def _inside_vendor(output: str) -> Path:
-    """``--output`` as a path inside the vendor directory: relative, without ``..``."""
-    relative = Path(output)
-    if relative.is_absolute() or ".." in relative.parts or not relative.parts:
-        raise InputError(output, "--output", "must be a path inside the vendor directory (relative, no '..')")
-    return relative
+def _check_vendor_outputs(vendor: Path, output: str, protected: list) -> None:
+    """Before Calculon runs: the record file and the manifest are writable outputs that replace no input, and
+    an existing manifest is a valid one (else it would refuse the write only after the work)."""
+    check_output(vendor / output, option="--output", inputs=protected)
+    check_output(vendor / "MANIFEST.json", option="--vendor", inputs=protected)
+    if (vendor / "MANIFEST.json").is_file():
+        load_manifest(vendor)
 
 
 def run_search_record(args, vendor: Path) -> int:
@@ -100,9 +102,7 @@ def run_search_record(args, vendor: Path) -> int:
     check_workers(args.cpus, "--cpus")
     if args.output == "records/cases.json":
         raise InputError("<command line>", "--output", "give the search record's path, e.g. search/NAME.json")
-    protected = [args.model, *data_files(vendor=False)]
-    check_output(vendor / args.output, option="--output", inputs=protected)
-    check_output(vendor / "MANIFEST.json", option="--vendor", inputs=protected)
+    _check_vendor_outputs(vendor, args.output, [args.model, *data_files(vendor=False)])
     options = SpaceOptions(fused_activation=FUSED_CHOICES[args.fused_activation], tp_overlap=not args.no_tp_overlap,
                            dp_overlap=not args.no_dp_overlap, mbs_break=args.mbs_break)
     problem = search_problem(args.model, args.system, args.procs, args.max_batch, args.datatype, top=args.top,
@@ -118,15 +118,13 @@ def run_search_record(args, vendor: Path) -> int:
 
 
 def run_record(args) -> int:
-    _inside_vendor(args.output)
+    check_record_name(args.output)
     vendor = args.vendor or locations.current().writable(locations.VENDOR_SUBDIR, "vendored Calculon records")
     if args.search:
         return run_search_record(args, vendor)
     cases = args.cases or locations.current().cases_dir()
     sources = [args.batch] if args.batch is not None else case_paths(cases)
-    protected = [*sources, *data_files(vendor=False)]
-    check_output(vendor / args.output, option="--output", inputs=protected)
-    check_output(vendor / "MANIFEST.json", option="--vendor", inputs=protected)
+    _check_vendor_outputs(vendor, args.output, [*sources, *data_files(vendor=False)])
     if args.batch is not None:  # every input is validated before Calculon is loaded
         inputs = require_valid(args.batch)
     else:
@@ -145,10 +143,9 @@ def run_record(args) -> int:
 
 def run_import_reference(args) -> int:
     from harness.errors import OracleRecordError
-    from harness.oracles.records import load_manifest
     from harness.oracles.reference import read_reference, record_dicts
 
-    _inside_vendor(args.output)
+    check_record_name(args.output)
     vendor = args.vendor or locations.current().writable(locations.VENDOR_SUBDIR, "vendored Calculon records")
     check_output(vendor / args.output, option="--output", inputs=[args.reference])
     reference = read_reference(args.reference)

@@ -23,8 +23,8 @@ from pydantic import Field
 from harness.evidence.calculon_export import calculon_system
 from harness.interop.calculon_format import MODEL_FIELDS
 from harness.ir.base import Frozen
-from harness.oracles.record import runner_identity, update_manifest
-from harness.oracles.records import OracleIdentity, load_checked, write_json
+from harness.oracles.record import runner_identity, write_vendored
+from harness.oracles.records import OracleIdentity, load_checked
 from harness.oracles.runner import CalculonRunner
 from harness.search.evaluate import SearchProblem
 
@@ -88,10 +88,7 @@ def record_search(runner: CalculonRunner, problem: SearchProblem, relative: str,
             "evidence_revisions": {problem.profile.name: problem.profile.revision()},
             "request": request.model_dump(mode="json"), "counts": result["counts"],
             "elapsed_s": round(result["elapsed_s"], 3), "cpus": cpus, "top": result["top"]}
-    path = vendor / relative
-    write_json(path, data)
-    update_manifest(identity, relative, path, vendor)
-    return path, data
+    return write_vendored(identity, relative, data, vendor), data
 
 
 def load_search_record(relative: str, vendor: Path | None = None) -> SearchRecordFile:
