@@ -1141,6 +1141,16 @@ def _gate_broken(work: Path, result: Run) -> list[str]:
     return [] if result.status == 1 and "BROKEN" in result.out else [f"gate exit {result.status}: {result.out[-200:]}"]
 
 
+def _private_vendor(work: Path) -> Path:
+    """Replace the attempt's link to the sweep's shared vendor copy by a private copy (for an attempt that
+    edits it, or writes the project's vendor directory legitimately: otherwise every attempt running at the
+    same time, or later, would see its writes)."""
+    vendor = work / "proj" / "vendor"
+    vendor.unlink()
+    shutil.copytree(TREE / "vendor", vendor)
+    return vendor
+
+
 def vendor_attempts() -> list[Attempt]:
     """Tampered vendored records and MANIFEST (in a private copy of vendor/)."""
     a = []
@@ -1149,10 +1159,7 @@ def vendor_attempts() -> list[Attempt]:
 
     def private(edit):
         def make(work: Path) -> None:
-            proj = work / "proj"
-            (proj / "vendor").unlink()
-            shutil.copytree(TREE / "vendor", proj / "vendor")
-            edit(proj / "vendor" / "calculon-0.1.0")
+            edit(_private_vendor(work) / "calculon-0.1.0")
         return make
 
     first_file = next(p for p in sorted((vendor / "records").rglob("*")) if p.is_file())
@@ -1530,8 +1537,22 @@ def oracle_attempts() -> list[Attempt]:
          {"r.json": ref_text}, "error"),
     ]:
         a.append(Attempt("oracle", name, argv, expect, files, (), outputs=("v/x.json",) if expect == "error" else (),
-                         timeout=300, check=_no_escape))
+                         timeout=300, check=_no_escape, setup=_oracle_setup(name, argv)))
     return a
+
+
+def _oracle_setup(name: str, argv: list[str]) -> Callable[[Path], None] | None:
+    """Without ``--vendor`` the command writes the project's vendor directory: a private copy (see
+    ``_private_vendor``). ``import-reference-ok`` needs a manifest in ``v`` (the reference's Calculon is checked
+    against the manifest's; a fresh directory has none, and its refusal is right)."""
+    if "--vendor" not in argv:
+        return lambda work: _private_vendor(work) and None
+    if name == "import-reference-ok":
+        def manifest(work: Path) -> None:
+            (work / "v").mkdir()
+            shutil.copy(TREE / "vendor" / "calculon-0.1.0" / "MANIFEST.json", work / "v" / "MANIFEST.json")
+        return manifest
+    return None
 
 
 def _no_escape(work: Path, result: Run) -> list[str]:
