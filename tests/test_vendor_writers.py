@@ -20,9 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import main
-
 from conftest import ROOT, shared_reference
+from test_review_robustness import one_error_line, run  # one error line, exit 2, no traceback
 
 VENDOR = ROOT / "vendor" / "calculon-0.1.0"
 
@@ -37,21 +36,6 @@ record.sha256_file = lambda path: (time.sleep(1.0), digest(path))[1]
 from harness.cli import main
 sys.exit(main(sys.argv[1:]))
 """
-
-
-def run(capsys, *argv) -> tuple[int, str, str]:
-    status = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return status, out, err
-
-
-def one_error_line(status: int, err: str, *needles) -> str:
-    assert status == 2, err
-    assert err.startswith("error: ") and err.count("\n") == 1, err
-    assert "Traceback" not in err and "internal error" not in err, err
-    for needle in needles:
-        assert str(needle) in err, (needle, err)
-    return err
 
 
 def digests(directory: Path) -> dict[str, str]:
