@@ -173,7 +173,8 @@ def _command_inputs(directory: Path) -> dict[str, Path]:
     paths["small.json"].write_text(json.dumps(SMALL_MODEL))
     paths["vtrain.csv"].write_text(
         "# GPUs,global batch,micro batch,hidden size,attention heads,# layers,sequence length,"
-        "tensor parallelism,data parallelism,pipeline parallelism,iteration time (ms)\n8,16,2,2048,16,24,1024,2,1,4,512.5\n")
+        "tensor parallelism,data parallelism,pipeline parallelism,iteration time (ms)\n"
+        "8,16,2,2048,16,24,1024,2,1,4,512.5\n")
     paths["table4.json"].write_text(json.dumps({
         "model": SMALL_MODEL, "execution": {"tensor_par": 2, "pipeline_par": 1, "data_par": 1, "batch_size": 4,
                                             "microbatch_size": 4},
