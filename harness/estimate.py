@@ -22,6 +22,7 @@ from typing import Any
 from pydantic import Field, create_model
 
 from harness.cases import EstimateInput
+from harness.cost.accumulation import accumulation_s
 from harness.cost.output_layer import per_microbatch_s
 from harness.cost.views import COST_VIEWS, CostView, Pricer, clear_pricers, pricer_for
 from harness.errors import InputError
@@ -169,10 +170,13 @@ def cost_view(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView, *,
               model: ModelIR | None = None, pricer: Pricer | None = None) -> tuple[BlockTimes, Composition]:
     """Block critical paths and the composed iteration under one view.
 
-    ``model`` (the plan's ModelIR) is needed only by a profile that defines the
-    ``output_layer`` family (:mod:`harness.cost.output_layer`): its work (and
-    the host's microbatch time of family ``launch``) is added to the forward
-    and backward components, once per microbatch.
+    The plan's output tasks (a model that states its vocabulary), or those of
+    the profile's default vocabulary (family ``output_layer``; then ``model``,
+    the plan's ModelIR, is needed), and the host's microbatch time of family
+    ``launch`` are added to the forward and backward components, once per
+    microbatch (:mod:`harness.cost.output_layer`); the unfused gradient
+    accumulation (family ``gradient_accumulation``) to backward and the
+    bubble (:mod:`harness.cost.accumulation`).
     ``pricer`` replaces the view's shared pricer: anything with ``task``,
     ``message_s`` and ``work`` (the search passes one that prices every tier
     placement at once, as arrays; the arithmetic here is elementwise, so each
@@ -183,9 +187,13 @@ def cost_view(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView, *,
     block = block_times(plan, costs, pricer)
     p = plan.pipeline
     comp = compose(plan.schedule, block, p.forward_transfers_per_microbatch, p.backward_transfers_per_microbatch)
-    extra = per_microbatch_s(pricer, model, plan.schedule.training)
+    extra = per_microbatch_s(pricer, model, plan.schedule.training, plan.output_tasks)
     if extra is not None:
         comp = with_output_layer(comp, plan.schedule.microbatches, *extra)
+    accumulation = accumulation_s(pricer, plan.tasks, plan.schedule, plan.bytes_per_element)
+    if accumulation is not None:
+        comp = Composition(*calculon_forms.with_accumulation(comp.components_s, comp.total_s, *accumulation),
+                           comp.chunks)
     return block, comp
 
 
@@ -211,14 +219,19 @@ def concrete_iteration(concrete: ConcretePlanIR, pricer, model: ModelIR | None =
     """The estimate's iteration of a ConcretePlanIR under ``pricer``'s view: its ``calculon-0.1.0`` projection
     (memoized, :func:`projected`) with the per-microbatch work of the measured families added where the profile
     defines them and the view applies them (:func:`~harness.cost.output_layer.per_microbatch_s`: once per
-    microbatch, outside the projected blocks, as in :func:`cost_view`)."""
+    microbatch, outside the projected blocks, as in :func:`cost_view`), and the unfused gradient accumulation
+    (:func:`~harness.cost.accumulation.accumulation_s`)."""
     projection = projected(concrete, pricer)
     s = concrete.schedule
     extra = per_microbatch_s(pricer, model, s.training)
-    if extra is None:
+    accumulation = accumulation_s(pricer, concrete.tasks, s, concrete.bytes_per_element)
+    if extra is None and accumulation is None:
         return projection
-    c, total = calculon_forms.with_per_microbatch(projection.components_s, projection.total_s, s.microbatches,
-                                                  *extra)
+    c, total = projection.components_s, projection.total_s
+    if extra is not None:
+        c, total = calculon_forms.with_per_microbatch(c, total, s.microbatches, *extra)
+    if accumulation is not None:
+        c, total = calculon_forms.with_accumulation(c, total, *accumulation)
     return dataclasses.replace(projection, components_s=c, total_s=total)
 
 

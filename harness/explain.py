@@ -5,8 +5,12 @@ in the block critical paths, and the block critical paths
 (:func:`~harness.schedule.block.block_times`) are sums over tasks. So one
 task's contribution to every component is the closed form applied to that
 task's own block times; the pipeline boundary messages and the data-parallel
-messages are contributors of their own, and so is the output layer's work
-where the profile's ``output_layer`` family applies. Rule: the contributions
+messages are contributors of their own, and so are the output tasks (phase
+``output``: the plan's, or those of the profile's default vocabulary where
+its ``output_layer`` family applies) and the host's microbatch time
+(``host.microbatch``, family ``launch``), once per microbatch, and each
+weight's unfused gradient accumulation (``accumulate/<task>``, phase
+``accumulate``, family ``gradient_accumulation``). Rule: the contributions
 to a component add up to the component (up to rounding); nothing is
 re-derived.
 
@@ -14,7 +18,7 @@ Gap. ``attribute`` prices the same PortablePlanIR under every subset of the
 curve families the profile defines (``CostView.with_curves``): the four
 Calculon families ``matrix``, ``vector``, ``memory`` and ``network`` (16
 subsets), plus each measured family the profile has (``launch``,
-``output_layer``, ``collective_curves``, ``hierarchical``), and splits
+``output_layer``, ``collective_curves``, ``hierarchical``, ...), and splits
 ``system_evidence - peak_only`` over them with exact Shapley values, for the
 total and for every component. Rule (efficiency): the parts add up to the gap.
 A layout with TP/DP overlap or offload is priced as its estimate is: the
@@ -37,7 +41,8 @@ from pathlib import Path
 from pydantic import Field
 
 from harness.cases import EstimateInput
-from harness.cost.output_layer import host_microbatch_s, output_layer_work
+from harness.cost.accumulation import accumulate_works, accumulation_s, block_multiples
+from harness.cost.output_layer import host_microbatch_s, output_tasks, task_seconds
 from harness.cost.views import CostView, Pricer, pricer_for, profile_families
 from harness.errors import InputError
 from harness.estimate import check_tiers, concrete_iteration, cost_view
@@ -100,7 +105,8 @@ class TaskShare(Frozen):
 
     task: str = Field(description="PortablePlanIR task, or pipeline.<direction> / data_parallel.<collective>.")
     primitive: str = Field(description="Task primitive, or the message's collective.")
-    phase: str = Field(description="Task phase, or pipeline / data_parallel.")
+    phase: str = Field(description="Task phase, or pipeline / data_parallel / output (once per microbatch) / host / "
+                                   "accumulate (a weight's gradient accumulation, per microbatch after the first).")
     operations: float = Field(description="Operations of the passes feeding the component, one block and microbatch "
                                           "(one block for the optimizer).")
     memory_bytes: float = Field(description="Tier-1 bytes read and written by those passes, same unit.")
@@ -132,8 +138,8 @@ def _share(c: Contributor, component: str, time_s: float) -> TaskShare:
 
 
 def _output_layer_shares(plan: PortablePlanIR, pricer: Pricer, model: ModelIR | None) -> dict[str, list[TaskShare]]:
-    """The per-microbatch contributions outside the blocks to forward and backward: the output layer's work
-    (family ``output_layer``), by pass, and the host's microbatch time (family ``launch``)."""
+    """The per-microbatch contributions outside the blocks to forward and backward: each output task (the plan's,
+    or those of the profile's default vocabulary), and the host's microbatch time (family ``launch``)."""
     if not plan.schedule.training:
         return {}
     mb = plan.schedule.microbatches
@@ -142,16 +148,34 @@ def _output_layer_shares(plan: PortablePlanIR, pricer: Pricer, model: ModelIR | 
     if host:
         out["forward"] = [TaskShare(task="host.microbatch", primitive="host", phase="host", operations=0.0,
                                     memory_bytes=0.0, message_bytes=0.0, time_s=mb * host)]
-    layer = pricer.profile.output_layer
-    if layer is None or "output_layer" not in pricer.view.curves or model is None:
-        return out
-    work = output_layer_work(layer, model)
-    for component, works in (("forward", work.forward), ("backward", work.backward)):
-        time_s = sum(pricer.work(w).processing_s for w in works)
-        out.setdefault(component, []).append(TaskShare(
-            task=f"output_layer.{component}", primitive="output_layer", phase="output_layer",
-            operations=sum(w.operations for w in works), memory_bytes=sum(w.bytes_accessed for w in works),
-            message_bytes=0.0, time_s=mb * time_s))
+    for task in output_tasks(pricer, model, True, plan.output_tasks):
+        forward, backward = task_seconds(pricer, task)
+        for component, seconds, works in (("forward", forward, (task.forward,)),
+                                           ("backward", backward, (task.activation_grad, task.weight_grad))):
+            if seconds:
+                out.setdefault(component, []).append(TaskShare(
+                    task=task.name, primitive=task.primitive, phase="output",
+                    operations=sum(w.operations for w in works), memory_bytes=sum(w.bytes_accessed for w in works),
+                    message_bytes=0.0, time_s=mb * seconds))
+    return out
+
+
+def _accumulation_shares(plan: PortablePlanIR, pricer: Pricer) -> dict[str, list[TaskShare]]:
+    """The unfused gradient accumulation (family ``gradient_accumulation``) of each weight-holding task, in
+    backward and the bubble (``accumulate/<task>``, phase ``accumulate``), as
+    :func:`harness.cost.accumulation.accumulation_s` adds them."""
+    if accumulation_s(pricer, plan.tasks, plan.schedule, plan.bytes_per_element) is None:
+        return {}
+    out: dict[str, list[TaskShare]] = {}
+    multiples = dict(zip(("backward", "pipeline_bubble"), block_multiples(plan.schedule)))
+    for task, work in accumulate_works(plan.tasks, plan.bytes_per_element):
+        seconds = pricer.work(work).processing_s
+        for component, multiple in multiples.items():
+            if multiple and seconds:
+                out.setdefault(component, []).append(TaskShare(
+                    task=f"accumulate/{task.name}", primitive="accumulate", phase="accumulate",
+                    operations=work.operations, memory_bytes=work.bytes_accessed,
+                    message_bytes=0.0, time_s=multiple * seconds))
     return out
 
 
@@ -165,9 +189,11 @@ def by_task(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView, *,
     parts = [(c, compose(plan.schedule, c.block, p.forward_transfers_per_microbatch,
                          p.backward_transfers_per_microbatch).components_s) for c in contributors(plan, pricer)]
     edges = _output_layer_shares(plan, pricer, model)
+    accumulation = _accumulation_shares(plan, pricer)
     components = []
     for name in COMPONENTS:
-        shares = [_share(c, name, comps[name]) for c, comps in parts if comps[name] != 0.0] + edges.get(name, [])
+        shares = [_share(c, name, comps[name]) for c, comps in parts if comps[name] != 0.0] + edges.get(name, []) \
+            + accumulation.get(name, [])
         components.append(ComponentTasks(component=name, time_s=whole.components_s[name],
                                          tasks=tuple(sorted(shares, key=lambda s: -abs(s.time_s)))))
     return ViewTasks(view=view.name, total_s=whole.total_s, components=tuple(components))

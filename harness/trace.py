@@ -16,7 +16,10 @@ time applied to that task alone (:func:`harness.explain.contributors` with
 :func:`~harness.schedule.compose.chunk_times`), so the children add up to
 their parent. Forward: the plan's forward tasks in order, then the boundary
 send of the edge block. Backward: recompute clones, recommunication, the
-forward tasks in reverse, then the boundary send.
+forward tasks in reverse, then the boundary send. The last stage's last
+chunk also runs the per-microbatch work outside the blocks (category
+``output``): the output tasks and the host's microbatch time after its
+forward blocks, the output tasks' backward before its backward blocks.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from harness.cost.accumulation import accumulate_works, accumulation_applies, block_accumulation_s
+from harness.cost.output_layer import host_microbatch_s, output_tasks, per_microbatch_s, task_seconds
 from harness.cost.views import CostView, Pricer
 from harness.errors import InputError
 from harness.outputs import write_text
@@ -57,7 +62,7 @@ def trace_size(plan: PortablePlanIR, task_microbatches: int) -> tuple[int, int]:
     per_microbatch = s.pipeline_parallel * s.chunks_per_stage * phases
     operations = per_microbatch * s.microbatches
     nested_ops = per_microbatch * min(task_microbatches, s.microbatches)
-    events = 4 * s.pipeline_parallel + 2 + operations + nested_ops * s.blocks_per_chunk * (len(plan.tasks) + 3)
+    events = 4 * s.pipeline_parallel + 2 + operations + nested_ops * (s.blocks_per_chunk * (len(plan.tasks) + 3) + 3)
     return operations, events
 
 
@@ -93,11 +98,21 @@ class TaskSpans:
     forward_edge: tuple[tuple[Contributor, float], ...]
     backward_base: tuple[tuple[Contributor, float], ...]
     backward_edge: tuple[tuple[Contributor, float], ...]
+    #: once per microbatch on the last stage's last chunk, (name, primitive, seconds): after its forward blocks
+    #: (the output tasks, then the host's microbatch time), before its backward blocks (the output tasks reversed)
+    output_forward: tuple[tuple[str, str, float], ...] = ()
+    output_backward: tuple[tuple[str, str, float], ...] = ()
+    #: in every block's backward of each microbatch after the first, after its tasks, (name, primitive, seconds):
+    #: the unfused gradient accumulation of each weight (:mod:`harness.cost.accumulation`)
+    accumulate: tuple[tuple[str, str, float], ...] = ()
 
 
-def task_spans(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView) -> TaskSpans:
-    """Every contributor's time in a base and an edge block (zero-time ones left out)."""
-    parts = contributors(plan, Pricer(profile, view, plan.datatype))
+def task_spans(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView,
+               model: ModelIR | None = None) -> TaskSpans:
+    """Every contributor's time in a base and an edge block (zero-time ones left out), and the per-microbatch
+    work of the last stage (:mod:`harness.cost.output_layer`)."""
+    pricer = Pricer(profile, view, plan.datatype)
+    parts = contributors(plan, pricer)
     by_phase = {ph: [c for c in parts if c.phase == ph] for ph in ("forward", "recompute", "recommunication", "pipeline")}
     forward_order = by_phase["forward"] + by_phase["pipeline"]
     backward_order = by_phase["recompute"] + by_phase["recommunication"] + by_phase["forward"][::-1] + by_phase["pipeline"]
@@ -106,19 +121,57 @@ def task_spans(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView) -
     def spans(order: list[Contributor], attr: str) -> tuple[tuple[Contributor, float], ...]:
         return tuple((c, getattr(times[id(c)], attr)) for c in order if getattr(times[id(c)], attr) != 0.0)
 
+    training = plan.schedule.training
+    heads = [(t, *task_seconds(pricer, t)) for t in output_tasks(pricer, model, training, plan.output_tasks)]
+    host = host_microbatch_s(pricer) if training else 0.0
+    output_forward = tuple((t.name, t.primitive, f) for t, f, _ in heads if f) + (
+        (("host.microbatch", "host", host),) if host else ())
+    output_backward = tuple((t.name, t.primitive, b) for t, _, b in reversed(heads) if b)
+    accumulate = ()
+    if training and accumulation_applies(profile, view):
+        accumulate = tuple((f"accumulate/{t.name}", "accumulate", seconds)
+                           for t, w in accumulate_works(plan.tasks, plan.bytes_per_element)
+                           if (seconds := pricer.work(w).processing_s))
     return TaskSpans(spans(forward_order, "base_forward_s"), spans(forward_order, "edge_forward_s"),
-                     spans(backward_order, "base_backward_s"), spans(backward_order, "edge_backward_s"))
+                     spans(backward_order, "base_backward_s"), spans(backward_order, "edge_backward_s"),
+                     output_forward, output_backward, accumulate)
 
 
-def _nested(op: StageOp, start_ns: int, end_ns: int, spans: TaskSpans, args: dict[str, Any]) -> list[dict]:
-    """Block and task events inside one operation; each child is clipped to its parent."""
+def _outputs(op: StageOp, start_ns: int, end_ns: int, spans: tuple[tuple[str, str, float], ...],
+             args: dict[str, Any]) -> list[dict]:
+    """The per-microbatch output events of a last-stage operation, from ``start_ns`` (clipped to ``end_ns``)."""
+    events = []
+    for name, primitive, seconds in spans:
+        t_end = min(end_ns, start_ns + _ns(seconds))
+        events.append(_event(name, "output", op.stage, OPS_TID, start_ns, t_end,
+                             {**args, "task": name, "primitive": primitive, "time_s": seconds}))
+        start_ns = t_end
+    return events
+
+
+def _nested(op: StageOp, start_ns: int, end_ns: int, spans: TaskSpans, args: dict[str, Any],
+            last: bool = False) -> list[dict]:
+    """Block and task events inside one operation; each child is clipped to its parent. ``last``: the last
+    stage's last chunk, which also runs the per-microbatch output work (after its forward blocks, before its
+    backward blocks)."""
     events: list[dict] = []
     base, edge = op.blocks
     cursor = start_ns
+    outputs = spans.output_forward if op.phase == "forward" else spans.output_backward
+    if last and outputs:
+        head = _ns(sum(seconds for _, _, seconds in outputs))
+        if op.phase == "backward":
+            events += _outputs(op, start_ns, end_ns, outputs, args)
+            cursor = min(end_ns, start_ns + head)
+        else:
+            events += _outputs(op, max(start_ns, end_ns - head), end_ns, outputs, args)
+            end_ns = max(start_ns, end_ns - head)
+    later = op.phase == "backward" and op.microbatch > 0
     for index in range(base + edge):
         kind = "base" if index < base else "edge"
         tasks = getattr(spans, f"{op.phase}_{kind}")
-        block_end = min(end_ns, cursor + _ns(sum(t for _, t in tasks)))
+        accumulate = spans.accumulate if later else ()
+        block_end = min(end_ns, cursor + _ns(sum(t for _, t in tasks) + sum(s for _, _, s in accumulate)))
         if index == base + edge - 1:
             block_end = end_ns
         events.append(_event(f"block {index} ({kind})", "block", op.stage, OPS_TID, cursor, block_end,
@@ -129,6 +182,11 @@ def _nested(op: StageOp, start_ns: int, end_ns: int, spans: TaskSpans, args: dic
             events.append(_event(contributor.name, "task", op.stage, OPS_TID, t_cursor, t_end,
                                  {**args, "block": index, "task": contributor.name,
                                   "primitive": contributor.primitive, "time_s": seconds}))
+            t_cursor = t_end
+        for name, primitive, seconds in accumulate:
+            t_end = min(block_end, t_cursor + _ns(seconds))
+            events.append(_event(name, "accumulate", op.stage, OPS_TID, t_cursor, t_end,
+                                 {**args, "block": index, "task": name, "primitive": primitive, "time_s": seconds}))
             t_cursor = t_end
         cursor = block_end
     return events
@@ -149,7 +207,8 @@ def trace_events(sim: Simulation, spans: TaskSpans | None = None,
             letter = "F" if op.phase == "forward" else "B"
             events.append(_event(f"{letter} mb{op.microbatch} c{op.chunk}", op.phase, stage, OPS_TID, start, end, args))
             if spans is not None and op.microbatch < task_microbatches and end > start:
-                events += _nested(op, start, end, spans, args)
+                last = stage == len(sim.ops) - 1 and op.chunk == sim.chunks_per_stage - 1
+                events += _nested(op, start, end, spans, args, last)
         if stage == 0:  # the iteration ends with the first stage's step
             cursor = _ns(sim.makespan_s)
             for phase, seconds in (("data_parallel", sim.data_parallel_s), ("optimizer", sim.optimizer_s)):
@@ -179,12 +238,16 @@ def build_trace(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView, 
     """Simulate ``plan`` under ``view`` and return the trace document with the simulation.
 
     Bounded: :func:`check_trace_size` runs first; every time in the result is finite and non-negative.
-    ``model``: the plan's ModelIR, for a profile with the ``output_layer`` family.
+    ``model``: the plan's ModelIR, for a profile with the ``output_layer`` family (the default vocabulary's
+    output tasks are drawn on the last stage, as the plan's own).
     """
     check_trace_size(plan, source, task_microbatches=task_microbatches, max_operations=max_operations)
     block, comp = cost_view(plan, profile, view, model=model)
-    sim = simulate(plan.schedule, block, comp)
-    spans = task_spans(plan, profile, view) if task_microbatches > 0 else None
+    pricer = Pricer(profile, view, plan.datatype)
+    extra = per_microbatch_s(pricer, model, plan.schedule.training, plan.output_tasks)
+    accumulate = block_accumulation_s(pricer, plan.tasks, plan.bytes_per_element) if plan.schedule.training else 0.0
+    sim = simulate(plan.schedule, block, comp, extra or (0.0, 0.0), accumulate)
+    spans = task_spans(plan, profile, view, model) if task_microbatches > 0 else None
     summary = {name: getattr(sim, name) for name in (
         "makespan_s", "total_s", "first_stage_busy_s", "first_stage_idle_s", "closed_form_bubble_s",
         "closed_form_total_s", "bubble_difference_s", "exact", "note")}

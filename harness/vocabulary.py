@@ -121,15 +121,18 @@ CURVE_FAMILIES = Vocabulary(
     Term("vector", "Vector-engine operation-size efficiency (operations per task).", "calculon"),
     Term("memory", "Memory tier 1 transfer-size efficiency (bytes per access).", "calculon"),
     Term("network", "Network bandwidth efficiency (per tier).", "calculon"),
-    Term("launch", "Host issue time per operation: an operation takes at least the time to issue it.", "measured"),
-    Term("output_layer", "Embedding, output-layer and loss work the portable plan leaves out, once per microbatch.",
-         "measured"),
+    Term("launch", "Host issue time per operation (and per GEMM, per microbatch): an operation takes at least the "
+                   "time to issue it.", "measured"),
+    Term("output_layer", "The target's default vocabulary: the output layer and loss of a model that states none, "
+                         "once per microbatch.", "measured"),
     Term("collective_curves", "Measured (nccl-tests) collective efficiency by message size and participants, per "
                               "tier.", "measured"),
     Term("hierarchical", "Groups larger than a tier's island: the island's collective plus one across islands on "
                          "the next tier.", "measured"),
     Term("partitioned_p2p", "Pipeline boundary transfers split over the tensor-parallel group: each rank sends 1/TP, "
                             "the receiving stage all-gathers it.", "measured"),
+    Term("gradient_accumulation", "Weight gradients accumulated by an unfused in-place add for every microbatch "
+                                  "after the first (read two gradients, write one, per weight).", "measured"),
 )
 
 # --- timing components ---------------------------------------------------------------------------------------

@@ -838,10 +838,6 @@ HOSTILE_PROFILES = [
                                         MEASURED), "error"),
     ("measured", "vocab-max", _profile("vocabulary: 50257", f"vocabulary: {2**24}", MEASURED), "any"),
     ("measured", "vocab-zero", _profile("vocabulary: 50257", "vocabulary: 0", MEASURED), "error"),
-    ("measured", "vocab-multiple-max", _profile("vocabulary_multiple: 128", f"vocabulary_multiple: {2**16}",
-                                                MEASURED), "any"),
-    ("measured", "vocab-multiple-bool", _profile("vocabulary_multiple: 128", "vocabulary_multiple: true",
-                                                 MEASURED), "error"),
     ("measured", "issue-matrix-max", _profile("issue_s_per_operation: x", "  issue_s_per_operation: 0.001\n"
                                               "  issue_s_per_matrix_operation: 0.001\n  issue_s_per_microbatch: 1.0\n"
                                               "  x_s: 0", MEASURED).replace("  x_s: 0\n", "").replace(
@@ -853,8 +849,10 @@ HOSTILE_PROFILES = [
                                               "  issue_s_per_matrix_operation: .nan", MEASURED), "error"),
     ("measured", "issue-matrix-bool", _profile("issue_s_per_matrix_operation: x",
                                                "  issue_s_per_matrix_operation: true", MEASURED), "error"),
-    ("measured", "output-unknown-field", MEASURED.replace("  vocabulary_multiple:", "  loss_bytes: 1\n"
-                                                          "  vocabulary_multiple:", 1), "error"),
+    ("measured", "output-unknown-field", MEASURED.replace("  vocabulary: 50257\n", "  vocabulary: 50257\n"
+                                                          "  loss_bytes: 1\n", 1), "error"),
+    ("measured", "output-vocabulary-multiple", MEASURED.replace("  vocabulary: 50257\n", "  vocabulary: 50257\n"
+                                                                "  vocabulary_multiple: 128\n", 1), "error"),
     ("measured", "hier-unknown", _profile("kind: island_then_next_tier", "kind: flat", MEASURED), "error"),
     ("measured", "partitioned-unknown", _profile("kind: slice_then_all_gather", "kind: other", MEASURED), "error"),
     ("measured", "fit-param-nan", _profile("value: 0.78535", "value: .nan", MEASURED), "error"),

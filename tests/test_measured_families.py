@@ -8,12 +8,13 @@ import math
 import pytest
 
 from harness.cases import load_case
-from harness.cost.output_layer import output_layer_work
+from harness.passes.output_layer import model_plan_tasks, padded_vocabulary
 from harness.cost.views import COST_VIEWS, CostView, Pricer, profile_families
 from harness.errors import EvidenceError
 from harness.estimate import cost_view, estimate_lowering
 from harness.evidence.families import (
     CollectiveCurve,
+    GradientAccumulation,
     HierarchicalCollectives,
     LaunchOverhead,
     OutputLayer,
@@ -164,28 +165,59 @@ def test_partitioned_p2p_sends_one_tp_slice_then_all_gathers(base):
     assert pricer.boundary_s(seqpar.pipeline.forward, seqpar) == pricer.message_s(seqpar.pipeline.forward)
 
 
-def test_output_layer_is_a_vocabulary_parallel_linear_and_a_loss_per_microbatch(base):
-    layer = OutputLayer(vocabulary=50257, vocabulary_multiple=128)
-    assert layer.padded_vocabulary(1) == 50304 and layer.padded_vocabulary(8) == 51200
+def test_the_default_vocabulary_prices_a_vocabulary_parallel_linear_and_a_loss_per_microbatch(base):
+    layer = OutputLayer(vocabulary=50257)
+    assert padded_vocabulary(50257, 1) == 50304 and padded_vocabulary(50257, 8) == 51200  # 128 x TP, as Megatron
     lowering = lower(load_case(CASES_DIR / "megatron-22B_full.yaml").estimate_input())  # h 6144, seq 2048, mb 4, TP 8
-    work = output_layer_work(layer, lowering.model)
+    logits, loss = model_plan_tasks(lowering.model.shape, lowering.model.execution, 50257)
     tokens, local = 4 * 2048, 51200 // 8
-    logit_gemm, loss_forward = work.forward
-    assert logit_gemm.operations == 2 * tokens * 6144 * local and logit_gemm.engine == "matrix"
+    assert (logits.name, loss.name) == ("output.logits", "output.loss")
+    assert logits.forward.operations == 2 * tokens * 6144 * local and logits.forward.engine == "matrix"
+    assert logits.activation_grad.operations == logits.weight_grad.operations == 2 * tokens * 6144 * local
+    assert logits.optimizer.operations == 0 and logits.capacity.weight_bytes == 0  # the tied embedding's, unmodelled
     # Megatron's cross-entropy on fp16 logits: fp32 cast (2 + 4), max (4), subtract (8), exp (8), sum (4), divide (8)
-    assert (loss_forward.bytes_read, loss_forward.bytes_written) == (tokens * local * 22, tokens * local * 16)
-    loss_backward = work.backward[0]  # scale the softmax in place (8), cast the gradient to fp16 (4 + 2)
-    assert (loss_backward.bytes_read, loss_backward.bytes_written) == (tokens * local * 8, tokens * local * 6)
-    assert [w.operations for w in work.backward[1:]] == [2 * tokens * 6144 * local] * 2
+    assert (loss.forward.bytes_read, loss.forward.bytes_written) == (tokens * local * 22, tokens * local * 16)
+    # backward: scale the softmax in place (8), cast the gradient to fp16 (4 + 2)
+    assert (loss.activation_grad.bytes_read, loss.activation_grad.bytes_written) == (tokens * local * 8,
+                                                                                     tokens * local * 6)
     profile = with_families(base, output_layer=layer)
     _, plain = cost_view(lowering.plan, base, SYSTEM)
     _, with_layer = cost_view(lowering.plan, profile, SYSTEM, model=lowering.model)
     pricer = Pricer(profile, SYSTEM, "float16")
-    forward = sum(pricer.work(w).processing_s for w in work.forward)
+    forward = pricer.work(logits.forward).processing_s + pricer.work(loss.forward).processing_s
     assert with_layer.components_s["forward"] == pytest.approx(plain.components_s["forward"] + 1 * forward,
                                                                rel=1e-12)  # one microbatch
     with pytest.raises(EvidenceError, match="needs the model shape"):
         cost_view(lowering.plan, profile, SYSTEM)
+
+
+def test_a_model_that_states_its_vocabulary_holds_the_output_tasks_in_its_plan(base):
+    data = load_case(CASES_DIR / "megatron-22B_full.yaml").estimate_input()
+    plain = lower(data)
+    stated = lower(data.model_copy(update={"model": data.model.model_copy(update={"vocabulary": 50257})}))
+    assert plain.plan.output_tasks is None and plain.distributed.output_tasks is None
+    assert [t.name for t in stated.distributed.output_tasks] == ["output.logits", "output.loss"]
+    assert stated.plan.output_tasks == model_plan_tasks(stated.model.shape, stated.model.execution, 50257)
+    assert stated.plan.tasks == plain.plan.tasks  # the blocks are the same
+    # workload: priced under every profile and view, a100_80g included; the blocks' components are untouched
+    for view in (SYSTEM, PEAK):
+        pricer = Pricer(base, view, "float16")
+        logits, loss = stated.plan.output_tasks
+        backward = (pricer.work(loss.activation_grad).processing_s + pricer.work(logits.activation_grad).processing_s
+                    + pricer.work(logits.weight_grad).processing_s)
+        _, a = cost_view(plain.plan, base, view)
+        _, b = cost_view(stated.plan, base, view, model=stated.model)
+        assert b.components_s["backward"] == pytest.approx(a.components_s["backward"] + 1 * backward, rel=1e-12)
+        assert {k: v for k, v in b.components_s.items() if k not in ("forward", "backward")} == \
+               {k: v for k, v in a.components_s.items() if k not in ("forward", "backward")}
+    # a profile's default vocabulary prices the same tasks as a model that states it
+    measured = load_profile("a100_measured")
+    assert measured.output_layer.vocabulary == 50257
+    assert cost_view(stated.plan, measured, SYSTEM, model=stated.model)[1].total_s == \
+           cost_view(plain.plan, measured, SYSTEM, model=plain.model)[1].total_s
+    inference = data.execution.model_copy(update={"training": False, "recompute": "none"})
+    assert lower(data.model_copy(update={"execution": inference, "model": stated.model.shape})).plan.output_tasks \
+        is None
 
 
 def test_a_profile_with_every_measured_family_prices_as_its_base_when_the_view_leaves_them_out(base):
@@ -193,9 +225,10 @@ def test_a_profile_with_every_measured_family_prices_as_its_base_when_the_view_l
     profile = with_families(base, networks=(tier0, base.networks[1]),
                             launch=LaunchOverhead(issue_s_per_operation=5e-5, issue_s_per_matrix_operation=7e-5,
                                                   issue_s_per_microbatch=3e-3),
-                            output_layer=OutputLayer(vocabulary=50257, vocabulary_multiple=128),
+                            output_layer=OutputLayer(vocabulary=50257),
                             hierarchical_collectives=HierarchicalCollectives(kind="island_then_next_tier"),
-                            partitioned_p2p=PartitionedP2P(kind="slice_then_all_gather"))
+                            partitioned_p2p=PartitionedP2P(kind="slice_then_all_gather"),
+                            gradient_accumulation=GradientAccumulation(kind="unfused_in_place_add"))
     assert profile_families(profile) == tuple(CURVE_FAMILIES)
     assert profile_families(base) == CURVE_FAMILIES.of_kind("calculon")
     calculon_only = CostView.with_curves(CURVE_FAMILIES.of_kind("calculon"))
@@ -238,8 +271,8 @@ def test_the_output_layer_joins_an_overlapped_configuration_too():
     assert lowering.concurrent
     without = measured.model_copy(update={"output_layer": None})
     pricer = Pricer(measured, SYSTEM, "float16")
-    work = output_layer_work(measured.output_layer, lowering.model)
-    forward = sum(pricer.work(w).processing_s for w in work.forward)
+    tasks = model_plan_tasks(lowering.model.shape, lowering.model.execution, measured.output_layer.vocabulary)
+    forward = sum(pricer.work(t.forward).processing_s for t in tasks)
     with_layer = estimate_lowering(lowering, measured).views["system_evidence"].components_s.forward
     plain = estimate_lowering(lowering, without).views["system_evidence"].components_s.forward
     assert with_layer == pytest.approx(plain + lowering.plan.schedule.microbatches * forward, rel=1e-12)

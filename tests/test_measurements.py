@@ -10,15 +10,17 @@ import numpy as np
 import pytest
 
 from harness.cli import main
+from harness.cost.views import profile_families
 from harness.errors import InputError, OracleIsolationError
 from harness.evidence.profile import load_profile
 from harness.measurements import fit as fitting
 from harness.measurements.corpus import read_corpus
 from harness.measurements.design import Design
-from harness.measurements.experiment import hybrid, load_inputs
+from harness.measurements.experiment import MOVES, hybrid, load_inputs
 from harness.measurements.nccl_tests import derived_sweeps, parse_nccl_tests, sweep_curve
 from harness.measurements.oracle import MeasurementsOracle
 from harness.measurements.vtrain import import_vtrain
+from harness.vocabulary import CURVE_FAMILIES
 
 from conftest import ROOT
 
@@ -171,6 +173,14 @@ def test_the_fits_evaluator_equals_the_estimate_path(small):
     assert design.check(fitted) < 1e-12
     assert design.check(base) < 1e-12  # step curves, no_overlap, no measured family
     assert design.check(hybrid(base, fitted, frozenset({"memory", "launch", "partitioned_p2p"}), "float16")) < 1e-12
+
+
+def test_moving_every_part_of_the_fitted_profile_onto_the_base_prices_as_the_fitted_profile(small):
+    records, template, design = small
+    fitted, base = load_profile("a100_measured"), load_profile("a100_80g")
+    whole = hybrid(base, fitted, frozenset(MOVES), "float16")
+    assert profile_families(whole) == profile_families(fitted) == tuple(CURVE_FAMILIES)  # none left behind
+    assert np.array_equal(design.predict(whole), design.predict(fitted))
 
 
 def test_the_fit_recovers_the_parameters_that_made_the_measurements(small):

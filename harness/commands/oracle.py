@@ -24,9 +24,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.cases import case_paths, load_cases
+from harness.cases import case_paths, load_case_files
 from harness.errors import InputError
 from harness.interop.calculon_batch import require_valid
+from harness.interop.calculon_format import calculon_from_input
 from harness.oracles.record import RECORD_VIEWS, record_inputs, runner_identity, write_record_file
 from harness import locations
 from harness.oracles.runner import CalculonRunner
@@ -129,7 +130,10 @@ def run_record(args) -> int:
     if args.batch is not None:  # every input is validated before Calculon is loaded
         inputs = require_valid(args.batch)
     else:
-        inputs = [(c.comparison.oracle_record or c.id, c.estimate_input()) for c in load_cases(cases)]
+        inputs = []
+        for path, case in load_case_files(cases):
+            calculon_from_input(case.estimate_input(), str(path))  # refused before Calculon is loaded
+            inputs.append((case.comparison.oracle_record or case.id, case.estimate_input()))
     runner = CalculonRunner(args.calculon_src)
     records, revisions = record_inputs(runner, inputs, args.views, args.keep_layers)
     path = write_record_file(runner_identity(runner), args.output, records, revisions, vendor)

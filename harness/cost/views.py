@@ -40,7 +40,8 @@ keeps it the naive baseline of peaks, latencies and volume models):
   with a tensor-parallel group of ``TP`` costs the p2p of ``1/TP`` of the
   message plus an all-gather of the message over the TP group on its tier
   (unless the plan already sends the 1/TP sequence shard, or the message is
-  the zero-byte inference slot).
+  the zero-byte inference slot);
+- ``gradient_accumulation``: priced by :mod:`harness.cost.accumulation`.
 """
 
 from __future__ import annotations
@@ -85,6 +86,7 @@ _DEFINES = {
     "collective_curves": lambda p: any(t.measured_collectives for t in p.networks),
     "hierarchical": lambda p: p.hierarchical_collectives is not None,
     "partitioned_p2p": lambda p: p.partitioned_p2p is not None,
+    "gradient_accumulation": lambda p: p.gradient_accumulation is not None,
 }
 CURVE_FAMILIES.require([*CURVE_FAMILIES.of_kind("calculon"), *_DEFINES], "harness.cost.views._DEFINES")
 

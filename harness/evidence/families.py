@@ -4,8 +4,8 @@ A profile without any of them prices exactly as before (and keeps its
 revision: an absent family is not written into the canonical content). Each
 family is target-wide: it describes the processor, its software stack or its
 network, never a model or a case. Names are in ``harness.vocabulary``
-(``MEASURED_FAMILIES``); the pricing rules are in :mod:`harness.cost.views`
-and :mod:`harness.cost.output_layer`.
+(``MEASURED_FAMILIES``); the pricing rules are in :mod:`harness.cost.views`,
+:mod:`harness.cost.output_layer` and :mod:`harness.cost.accumulation`.
 
 Rules:
 
@@ -34,9 +34,10 @@ Rules:
   that time outside its operations (loading and broadcasting the batch, which
   synchronizes the host with the device, and the training engine's
   bookkeeping): once per microbatch, in the ``forward`` component.
-- ``OutputLayer``: the output (logit) layer and loss that the portable plan
-  leaves out, priced as work once per microbatch (the vocabulary; the work's
-  rules are in :mod:`harness.cost.output_layer`).
+- ``OutputLayer``: the target's default vocabulary: a model that does not
+  state one gets the output (logit) layer and loss of that vocabulary, once
+  per microbatch (the tasks and their rules: :mod:`harness.passes.output_layer`,
+  their pricing: :mod:`harness.cost.output_layer`).
 - ``HierarchicalCollectives``: a collective whose group is larger than its
   tier's island (``size_processors``) runs hierarchically: the collective
   inside one island on that tier, plus the collective across islands on the
@@ -48,6 +49,13 @@ Rules:
   partitions its send buffers over the model-parallel group). A transfer
   costs the p2p of ``bytes / TP`` plus an all-gather of ``bytes`` over the TP
   group on the tensor tier.
+- ``GradientAccumulation``: the training software accumulates the weight
+  gradients of a multi-microbatch iteration without a fused kernel (Megatron-
+  DeepSpeed comments out its fused gradient accumulation, so autograd adds
+  each new weight gradient in place into ``.grad``): for every microbatch
+  after the first, each weight costs one memory-bound vector operation that
+  reads two weight-gradient tensors and writes one (the rules:
+  :mod:`harness.cost.accumulation`). Counted from the code, nothing fitted.
 """
 
 from __future__ import annotations
@@ -166,17 +174,11 @@ class LaunchOverhead(_Strict):
 
 
 class OutputLayer(_Strict):
-    """The output layer and loss the portable plan leaves out: the target's vocabulary (the work follows the rules
-    of :mod:`harness.cost.output_layer`)."""
+    """The target's default vocabulary, for models that state none: the output layer and loss the plan then
+    lacks are priced as the tasks of that vocabulary (:mod:`harness.cost.output_layer`)."""
 
     vocabulary: int = Field(gt=0, le=2**24, description="Token vocabulary of the target's training software "
-                                                        "(entries).")
-    vocabulary_multiple: int = Field(gt=0, le=2**16, description="The vocabulary is padded to a multiple of this "
-                                                                 "x TP (Megatron's make-vocab-size-divisible-by).")
-
-    def padded_vocabulary(self, tensor_parallel: int) -> int:
-        multiple = self.vocabulary_multiple * tensor_parallel
-        return -(-self.vocabulary // multiple) * multiple
+                                                        "(entries, before padding), for models without one.")
 
 
 class HierarchicalCollectives(_Strict):
@@ -191,6 +193,15 @@ class PartitionedP2P(_Strict):
 
     kind: Literal["slice_then_all_gather"] = Field(description="The one rule: p2p of 1/TP of the boundary, then an "
                                                                "all-gather over the TP group.")
+
+
+class GradientAccumulation(_Strict):
+    """Weight gradients accumulated by an unfused in-place add per microbatch after the first (see the module
+    rules)."""
+
+    kind: Literal["unfused_in_place_add"] = Field(description="The one rule: per weight and microbatch after the "
+                                                              "first, read the stored and the new gradient, write "
+                                                              "their sum (harness.cost.accumulation).")
 
 
 class FittedParameter(_Strict):

@@ -77,6 +77,7 @@ from harness.errors import EvidenceError, InputError
 from harness.evidence.families import (
     CollectiveCurve,
     FitProvenance,
+    GradientAccumulation,
     HierarchicalCollectives,
     LaunchOverhead,
     MAX_SIZE,
@@ -237,6 +238,9 @@ class EvidenceProfile(Artifact):
         None, description="Groups larger than a tier's island run hierarchically (family hierarchical).")
     partitioned_p2p: PartitionedP2P | None = Field(
         None, description="Pipeline boundary transfers split over the TP group (family partitioned_p2p).")
+    gradient_accumulation: GradientAccumulation | None = Field(
+        None, description="Unfused in-place weight-gradient accumulation per microbatch after the first (family "
+                          "gradient_accumulation).")
     fit: FitProvenance | None = Field(None, description="How the revision was fitted to measurements.")
 
     def to_data(self) -> dict:

@@ -100,8 +100,15 @@ def _input_from_calculon(model: Any, execution: Any, system: str, source: str) -
     return data
 
 
-def calculon_from_input(data: EstimateInput) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The inverse translation: (model JSON, execution JSON) in Calculon's names."""
+def calculon_from_input(data: EstimateInput, source: str = "configuration") -> tuple[dict[str, Any], dict[str, Any]]:
+    """The inverse translation: (model JSON, execution JSON) in Calculon's names.
+
+    Calculon's model has no vocabulary: a shape that states one (its plan holds the output layer) has no
+    Calculon counterpart and is refused (an InputError naming ``source`` and ``model.vocabulary``), never
+    translated without it."""
+    if data.model.vocabulary is not None:
+        raise InputError(source, "model.vocabulary", "Calculon's model has no vocabulary (no output layer); a "
+                                                     "configuration that states one cannot be compared with Calculon")
     shape = data.model.model_dump()
     e = data.execution
     layout = e.model_dump()

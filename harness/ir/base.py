@@ -47,6 +47,18 @@ class Frozen(BaseModel):
     #: derived from an instance (its canonical text, its prices) is computed
     #: once. Implies ``CANONICAL_MEMO``.
     INTERNED: ClassVar[bool] = False
+    #: Optional fields that are not content while they are None: ``model_dump`` (and so ``to_data``) and the
+    #: canonical text leave them out, so adding such a field keeps every existing digest. Rule: only for fields
+    #: added after the class's first digests were published, and never the first key in sorted order (the
+    #: compiled canonical writer writes it after a comma; it refuses the class otherwise).
+    ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset()
+
+    def model_dump(self, **kwargs: Any) -> dict[str, Any]:
+        """As pydantic's, without the :data:`ABSENT_IF_NONE` fields that are None (at any depth)."""
+        data = super().model_dump(**kwargs)
+        if _holds_absent(type(self)):
+            _drop_absent(self, data)
+        return data
 
     @classmethod
     def trusted(cls, **fields: Any) -> Self:
@@ -184,6 +196,42 @@ INTERN_LIMIT = 1 << 16
 def clear_interned() -> None:
     """Forget the shared instances (results never depend on them)."""
     _INTERNED.clear()
+
+
+def _model_classes(annotation: Any) -> tuple[type, ...]:
+    """The model classes an annotation can hold (directly, optionally, in a union or in a tuple)."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Annotated:
+        return _model_classes(args[0])
+    if origin in (typing.Union, types.UnionType, tuple):
+        return tuple(c for a in args if a is not Ellipsis for c in _model_classes(a))
+    return (annotation,) if isinstance(annotation, type) and issubclass(annotation, BaseModel) else ()
+
+
+@functools.cache
+def _holds_absent(cls: type) -> bool:
+    """Whether an instance of ``cls`` can hold an :data:`Frozen.ABSENT_IF_NONE` field at any depth."""
+    if getattr(cls, "ABSENT_IF_NONE", None):
+        return True
+    return any(_holds_absent(c) for f in cls.model_fields.values() for c in _model_classes(f.annotation))
+
+
+def _drop_absent(obj: BaseModel, data: dict[str, Any]) -> None:
+    """Remove from ``data`` (``obj``'s dump) the absent fields of ``obj`` and of every model it holds."""
+    cls = type(obj)
+    for name in getattr(cls, "ABSENT_IF_NONE", ()):
+        if getattr(obj, name) is None:
+            data.pop(name, None)
+    for name in cls.model_fields:
+        if name not in data:
+            continue
+        value, dumped = getattr(obj, name), data[name]
+        if isinstance(value, BaseModel) and _holds_absent(type(value)):
+            _drop_absent(value, dumped)
+        elif isinstance(value, tuple):
+            for item, item_data in zip(value, dumped):
+                if isinstance(item, BaseModel) and _holds_absent(type(item)):
+                    _drop_absent(item, item_data)
 
 
 def _is_model(annotation: Any) -> bool:

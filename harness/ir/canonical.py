@@ -16,6 +16,8 @@ Rules (what the reference path does, field kind by field kind):
   ``bool``: ``true`` / ``false``; ``str`` and string ``Literal``: the JSON string
   (ASCII-escaped); ``X | None``: ``null`` or ``X``; a model: its own writer; a
   union of models: the writer of the value's class; ``tuple[X, ...]``: an array;
+- a field of the class's ``ABSENT_IF_NONE`` (:class:`~harness.ir.base.Frozen`)
+  is left out while it is None (key and value), as ``to_data`` leaves it out;
 - a class with any other field kind (dicts, ``Any``, aliases, custom
   serializers, computed fields) gets no compiled writer: :func:`write` returns
   None and the caller uses the reference path;
@@ -157,6 +159,12 @@ def _expression(annotation: Any, value: str, namespace: dict[str, Any]) -> tuple
     raise _Unsupported(str(annotation))
 
 
+def _bind_constant(namespace: dict[str, Any], text: str) -> str:
+    name = f"_c{len(namespace)}"
+    namespace[name] = text
+    return name
+
+
 def _bind(namespace: dict[str, Any], writer: Writer) -> str:
     name = f"_w{len(namespace)}"
     namespace[name] = writer
@@ -175,6 +183,7 @@ def _compile(cls: type, extra: tuple[tuple[str, str], ...]) -> Writer:
     decorators = cls.__pydantic_decorators__
     if decorators.field_serializers or decorators.model_serializers or cls.model_computed_fields:
         raise _Unsupported(f"{cls.__name__} has custom serialization")
+    absent = getattr(cls, "ABSENT_IF_NONE", frozenset())
     _COMPILING.add(cls)
     try:
         namespace: dict[str, Any] = dict(_HELPERS)
@@ -185,10 +194,19 @@ def _compile(cls: type, extra: tuple[tuple[str, str], ...]) -> Writer:
             if name in entries:
                 raise _Unsupported(f"{cls.__name__}.{name} collides with an extra key")
             expression, conversion = _expression(field.annotation, f"o.{name}", namespace)
-            entries[name] = "{" + expression + conversion + "}"
+            if name in absent:  # ',"key":value', or nothing while the value is None
+                inner = f"repr({expression})" if conversion else expression
+                key_text = _bind_constant(namespace, "," + json.dumps(name) + ":")
+                entries[name] = "{(_nothing if o." + name + " is None else " + key_text + " + " + inner + ")}"
+            else:
+                entries[name] = "{" + expression + conversion + "}"
     finally:
         _COMPILING.discard(cls)
-    body = ",".join(json.dumps(key) + ":" + entries[key] for key in sorted(entries))
+    keys = sorted(entries)
+    if keys and keys[0] in absent:
+        raise _Unsupported(f"{cls.__name__}.{keys[0]}: an absent-if-None field may not be the first key")
+    body = "".join(entries[key] if key in absent else ("," if i else "") + json.dumps(key) + ":" + entries[key]
+                   for i, key in enumerate(keys))
     if "'" in body or "\\" in body:
         raise _Unsupported(f"{cls.__name__}: quote or backslash in constant text")
     text = "f'{{" + body + "}}'"
@@ -204,4 +222,4 @@ def _compile(cls: type, extra: tuple[tuple[str, str], ...]) -> Writer:
 
 
 _HELPERS: dict[str, Any] = {"_bool": _bool, "_string": encode_basestring_ascii, "_sequence": _sequence,
-                            "_null": "null", "_memo_get": _MEMO.get, "_remember": _remember}
+                            "_null": "null", "_nothing": "", "_memo_get": _MEMO.get, "_remember": _remember}

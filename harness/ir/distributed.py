@@ -140,9 +140,20 @@ class OverlappedLinearShape(Frozen):
     edge_backward: CollectiveOp | None = Field(description="Backward collective in a chunk's edge block.")
 
 
+class CrossEntropyShape(Frozen):
+    """Softmax cross-entropy of ``tokens`` rows over a vocabulary split across ``participants`` TP ranks."""
+
+    INTERNED: ClassVar[bool] = True
+
+    kind: Literal["cross_entropy"] = "cross_entropy"
+    tokens: int = Field(gt=0, description="Rows (tokens of one microbatch).")
+    vocabulary: int = Field(gt=0, description="Local (padded, vocabulary-parallel) vocabulary entries.")
+    participants: int = Field(gt=0, description="Processors sharing the vocabulary (the TP group).")
+
+
 TaskShape = Annotated[
     Union[LinearShape, BatchMatmulShape, NormShape, PointwiseShape, ResidualShape, ForkShape, CollectiveShape,
-          OverlappedLinearShape],
+          OverlappedLinearShape, CrossEntropyShape],
     Field(discriminator="kind"),
 ]
 
@@ -179,6 +190,11 @@ class DistributedTaskIR(Artifact):
     shape: TransformerShape = Field(description="Model shape (from the ModelIR).")
     execution: ExecutionLayout = Field(description="Layout (from the ModelIR).")
     tasks: tuple[Task, ...] = Field(description="Block tasks in topological order.")
+    output_tasks: tuple[Task, ...] | None = Field(
+        None, description="The output layer and loss (harness.passes.output_layer), once per microbatch on the last "
+                          "stage; only for a training model that states its vocabulary.")
+
+    ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"output_tasks"})  # plans without them keep their digests
 
     def task(self, name: str) -> Task:
         for task in self.tasks:

@@ -40,6 +40,7 @@ MAX_DEGREE = 2**24  # each parallel degree, and TP x PP x DP processors
 MAX_BATCH = 2**24  # samples per iteration (and per microbatch)
 MAX_INTERLEAVING = 2**16  # model chunks per pipeline stage
 MAX_TIER = 1024  # network tier index
+MAX_VOCABULARY = 2**24  # token vocabulary entries
 
 
 class StrictInput(Frozen):
@@ -59,6 +60,12 @@ class TransformerShape(StrictInput):
     attention_heads: int = Field(gt=0, le=MAX_HEADS, description="Number of attention heads.")
     head_size: int = Field(gt=0, le=MAX_HEADS, description="Width of one attention head, elements.")
     blocks: int = Field(gt=0, le=MAX_BLOCKS, description="Number of Transformer blocks.")
+    vocabulary: int | None = Field(None, gt=0, le=MAX_VOCABULARY, description=(
+        "Token vocabulary (entries, before the training software pads it). Optional: when given, the plan holds "
+        "the output layer and loss (harness.passes.output_layer); absent, an evidence profile may supply its "
+        "target's default (family output_layer)."))
+
+    ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"vocabulary"})  # shapes without one keep their digests
 
 
 class NetworkTiers(StrictInput):

@@ -156,6 +156,11 @@ class PortablePlanIR(Artifact):
     pipeline: PipelineTraffic = Field(description="Pipeline boundary traffic.")
     data_parallel: DataParallelTraffic | None = Field(description="DP gradient traffic (None without it).")
     network_use: tuple[NetworkUse, ...] = Field(description="Parallel groups per network tier.")
+    output_tasks: tuple[PlanTask, ...] | None = Field(
+        None, description="The output layer and loss with their facts, once per microbatch on the last stage "
+                          "(from the DistributedTaskIR's output tasks); None without them.")
+
+    ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"output_tasks"})  # plans without them keep their digests
 
     def phase_tasks(self, phase: str) -> tuple[PlanTask, ...]:
         return tuple(t for t in self.tasks if t.phase == phase)

@@ -28,6 +28,11 @@ def render_distributed(ir: DistributedTaskIR) -> list[str]:
     for t in ir.tasks:
         deps = ", ".join(t.depends_on) or "-"
         lines.append(f"  %{t.name} = {t.shape.kind}[{t.phase}]({deps}) {{{_fields(t.shape)}}}")
+    if ir.output_tasks:
+        lines.append("output layer, once per microbatch on the last stage:")
+        for t in ir.output_tasks:
+            deps = ", ".join(t.depends_on) or "-"
+            lines.append(f"  %{t.name} = {t.shape.kind}[{t.phase}]({deps}) {{{_fields(t.shape)}}}")
     return lines
 
 
@@ -39,7 +44,10 @@ def render_portable(ir: PortablePlanIR) -> list[str]:
     s = ir.schedule
     lines = [f"portable plan: {ir.datatype} ({ir.bytes_per_element} B/element), {ir.processors} processors",
              f"  schedule: {_fields(s)}"]
-    for t in ir.tasks:
+    output = ir.output_tasks or ()
+    for t in ir.tasks + output:
+        if output and t is output[0]:
+            lines.append("  output layer, once per microbatch on the last stage:")
         lines.append(f"  %{t.name} = {t.primitive}[{t.phase}]")
         for name in PASSES:
             w = getattr(t, name)

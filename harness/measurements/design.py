@@ -13,8 +13,12 @@ depends on as arrays:
   field has one coefficient per record, found by composing unit block times;
 - every distinct message with its coefficients (priced by the real
   :class:`~harness.cost.views.Pricer`: few, and they carry the network rules);
-- the output layer's passes (family ``output_layer``), once per microbatch,
-  whose loss bytes scale with the fitted bytes per logit;
+- the output tasks once per microbatch (the plan's, or those of the
+  template's default vocabulary, family ``output_layer``), and the host's
+  time per microbatch (family ``launch``);
+- the unfused gradient accumulation of every weight-holding block task
+  (family ``gradient_accumulation``), with the iteration's multiple of a
+  block's accumulation (:func:`harness.cost.accumulation.block_multiples`);
 - microbenchmarks: a ``gemm`` record is one matrix pass (``2mnk``
   operations, its operands and result as traffic), a ``memory_transfer``
   record one vector pass moving its bytes; neither waits for the host (a
@@ -34,7 +38,8 @@ from typing import Sequence
 
 import numpy as np
 
-from harness.cost.output_layer import output_layer_work
+from harness.cost.accumulation import accumulate_works, accumulation_applies, block_multiples
+from harness.passes.output_layer import model_plan_tasks
 from harness.cost.views import COST_VIEWS, CostView, Pricer
 from harness.errors import HarnessError
 from harness.estimate import check_tiers, cost_view
@@ -76,10 +81,11 @@ class _Builder:
     matrix: list[bool] = dataclasses.field(default_factory=list)
     optimizer: list[bool] = dataclasses.field(default_factory=list)
     output_layer: list[bool] = dataclasses.field(default_factory=list)
+    accumulation: list[bool] = dataclasses.field(default_factory=list)
     device_only: list[bool] = dataclasses.field(default_factory=list)
 
     def add(self, target: int, coefficient: float, work, *, optimizer: bool = False, output_layer: bool = False,
-            device_only: bool = False) -> None:
+            accumulation: bool = False, device_only: bool = False) -> None:
         """One pass of ``work`` with its coefficient in the target."""
         size = work.bytes_read + work.bytes_written
         if coefficient == 0 or (work.operations == 0 and size == 0):
@@ -91,6 +97,7 @@ class _Builder:
         self.matrix.append(work.engine == "matrix" and not optimizer)
         self.optimizer.append(optimizer)
         self.output_layer.append(output_layer)
+        self.accumulation.append(accumulation)
         self.device_only.append(device_only)
 
 
@@ -145,8 +152,10 @@ class Design:
                 self._add_plan(plan, index, coef, t, items, messages, m_target, m_index, m_coef)
                 if what == "iteration" and plan.schedule.training:
                     microbatches[t] = plan.schedule.microbatches
-                    if template.output_layer is not None:
-                        self._add_output_layer(lowering.model, plan.schedule.microbatches, t, items)
+                    self._add_output_tasks(plan, lowering.model, t, items)
+                    multiple = sum(block_multiples(plan.schedule))
+                    for _, work in accumulate_works(plan.tasks, plan.bytes_per_element):
+                        items.add(t, float(multiple), work, accumulation=True)
         self.targets = tuple(targets)
         self.messages = tuple(messages)
         self._item_target = np.array(items.target, dtype=np.intp)
@@ -157,6 +166,7 @@ class Design:
         self._matrix = np.array(items.matrix, dtype=bool)
         self._optimizer = np.array(items.optimizer, dtype=bool)
         self._output_layer = np.array(items.output_layer, dtype=bool)
+        self._accumulation = np.array(items.accumulation, dtype=bool)
         self._device_only = np.array(items.device_only, dtype=bool)
         self._message_target = np.array(m_target, dtype=np.intp)
         self._message_index = np.array(m_index, dtype=np.intp)
@@ -197,10 +207,19 @@ class Design:
         for msg in plan.data_parallel.messages if plan.data_parallel else ():
             message(msg, c["dp_s"])
 
-    def _add_output_layer(self, model, microbatches: int, t: int, items: _Builder) -> None:
-        work = output_layer_work(self.template.output_layer, model)
-        for w in work.forward + work.backward:
-            items.add(t, float(microbatches), w, output_layer=True)
+    def _add_output_tasks(self, plan, model, t: int, items: _Builder) -> None:
+        """The output tasks once per microbatch (as :func:`harness.cost.output_layer.per_microbatch_s`): the
+        plan's, always priced; else those of the template's default vocabulary, priced where the candidate
+        applies family ``output_layer``."""
+        tasks, default = plan.output_tasks, False
+        if not tasks and self.template.output_layer is not None:
+            tasks, default = model_plan_tasks(model.shape, model.execution, self.template.output_layer.vocabulary), True
+        mb = float(plan.schedule.microbatches)
+        for task in tasks or ():
+            items.add(t, mb, task.forward, output_layer=default)
+        for task in reversed(tasks or ()):
+            items.add(t, mb, task.activation_grad, output_layer=default)
+            items.add(t, mb, task.weight_grad, output_layer=default)
 
     def per_target(self, values: dict[int, tuple[float, ...]]) -> np.ndarray:
         """Per-target array of per-record values (``{record index: values}``; NaN where a record has none)."""
@@ -209,8 +228,9 @@ class Design:
     def predict(self, profile: EvidenceProfile, view: CostView = SYSTEM_EVIDENCE_VIEW) -> np.ndarray:
         """Every target's seconds under ``profile`` and ``view``.
 
-        ``profile`` may differ from the template in any number, curve or family, but the output layer's
-        work is the template's (its vocabulary); without the family (or in a view without it) it is left out.
+        ``profile`` may differ from the template in any number, curve or family, but the default output
+        tasks are the template's (its vocabulary); without the family (or in a view without it) they are left
+        out (a plan's own output tasks are always priced).
         """
         pricer = Pricer(profile, view, self.datatype)
         matrix, vector = pricer.matrix, pricer.vector
@@ -218,6 +238,8 @@ class Design:
         coefficient = self._item_coefficient
         if self._output_layer.any() and (profile.output_layer is None or "output_layer" not in view.curves):
             coefficient = np.where(self._output_layer, 0.0, coefficient)
+        if self._accumulation.any() and not accumulation_applies(profile, view):
+            coefficient = np.where(self._accumulation, 0.0, coefficient)
         m_eff = _efficiency(matrix.operation_size_efficiency, ops, "matrix" in view.curves)
         v_eff = _efficiency(vector.operation_size_efficiency, ops, "vector" in view.curves)
         with np.errstate(divide="ignore", invalid="ignore"):

@@ -148,7 +148,8 @@ def hybrid(base: EvidenceProfile, fitted: EvidenceProfile, moved: frozenset[str]
         tiers.append(tier)
     update["networks"] = tuple(tiers)
     for family, attribute in (("launch", "launch"), ("output_layer", "output_layer"),
-                              ("hierarchical", "hierarchical_collectives"), ("partitioned_p2p", "partitioned_p2p")):
+                              ("hierarchical", "hierarchical_collectives"), ("partitioned_p2p", "partitioned_p2p"),
+                              ("gradient_accumulation", "gradient_accumulation")):
         if family in moved:
             update[attribute] = getattr(fitted, attribute)
     return base.model_copy(update=update)

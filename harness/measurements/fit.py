@@ -52,6 +52,7 @@ from harness.evidence.families import (
     CorpusDigest,
     FitProvenance,
     FittedParameter,
+    GradientAccumulation,
     HierarchicalCollectives,
     LaunchOverhead,
     OutputLayer,
@@ -62,6 +63,7 @@ from harness.evidence.profile import Curve, EvidenceProfile
 from harness.measurements.corpus import Corpus
 from harness.measurements.design import Design
 from harness.measurements.nccl_tests import derived_sweeps, with_sweeps
+from harness.passes.output_layer import VOCABULARY_MULTIPLE
 
 F_SCALE = 0.05  # soft-L1 scale on log(pred / measured): errors beyond ~5 % count linearly, not squared
 #: Start points of the fit, as overrides of the parameters' starts; the fit keeps the lowest cost (the first on a
@@ -71,7 +73,6 @@ F_SCALE = 0.05  # soft-L1 scale on log(pred / measured): errors beyond ~5 % coun
 STARTS: tuple[dict[str, float], ...] = ({}, {"issue_s_per_matrix_operation": 2e-5})
 MAX_EVALUATIONS = 2000
 VOCABULARY = 50257  # GPT-2 BPE, the tokenizer of Megatron's GPT models
-VOCABULARY_MULTIPLE = 128  # Megatron's --make-vocab-size-divisible-by default
 #: Tier-1 bandwidth per processor of the measured cluster: 800 Gb/s between nodes (the corpus's environment),
 #: shared by the 8 processors of a node. Set from the documentation, not fitted (see docs/measured-evidence.md:
 #: fitted, it is identified by one multi-node shape's layouts at a time and does not generalize).
@@ -141,9 +142,10 @@ def template(base: EvidenceProfile, sweeps: Sequence, name: str, datatype: str =
         "vector": {**profile.vector, datatype: vector.model_copy(update={
             "operation_size_efficiency": _saturating(flat, 0.0)})},
         "launch": LaunchOverhead(issue_s_per_operation=2e-5, issue_s_per_matrix_operation=6e-5),
-        "output_layer": OutputLayer(vocabulary=VOCABULARY, vocabulary_multiple=VOCABULARY_MULTIPLE),
+        "output_layer": OutputLayer(vocabulary=VOCABULARY),
         "hierarchical_collectives": HierarchicalCollectives(kind="island_then_next_tier"),
         "partitioned_p2p": PartitionedP2P(kind="slice_then_all_gather"),
+        "gradient_accumulation": GradientAccumulation(kind="unfused_in_place_add"),
         "fit": None,
     })
     return with_values(profile, {p.name: p.start for p in PARAMETERS}, datatype)
@@ -299,8 +301,10 @@ def provenance(result: FitResult, base: EvidenceProfile, corpora: Sequence[Corpu
                "at the base profile's efficiency",
                "pipeline boundary transfers partitioned over the TP group (DeepSpeed's pipeline engine)",
                "hierarchical collectives for groups larger than a tier's island",
-               f"output layer vocabulary {VOCABULARY} (GPT-2 BPE) padded to a multiple of "
-               f"{VOCABULARY_MULTIPLE} x TP (Megatron)",
+               "weight gradients accumulated by an unfused in-place add per microbatch after the first "
+               "(Megatron-DeepSpeed comments out the fused accumulation; harness.cost.accumulation)",
+               f"default vocabulary {VOCABULARY} (GPT-2 BPE) for models that state none (the workload pads it to "
+               f"a multiple of {VOCABULARY_MULTIPLE} x TP as Megatron does)",
                "loss traffic per logit counted from Megatron's vocabulary-parallel cross-entropy: 38 bytes forward, "
                "14 backward (harness.passes.rules.LOSS_BYTES_PER_LOGIT)"),
     )

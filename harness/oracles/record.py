@@ -62,7 +62,7 @@ def record_inputs(runner: CalculonRunner, inputs: Iterable[tuple[str, EstimateIn
     for record_id, data in inputs:
         profile = load_profile(data.system)
         revisions[profile.name] = profile.revision()
-        model, execution = calculon_from_input(data)
+        model, execution = calculon_from_input(data, record_id)
         out = {}
         for view in views:
             result = runner.run(model, execution, calculon_system(profile, peak_only=view == PEAK_ONLY))

@@ -24,7 +24,10 @@ Lowers one Transformer block to the task DAG of one TP rank:
   attention ``f``; the output projection with the attention ``g``; the first
   MLP linear with the MLP ``f``; the second with the MLP ``g``. Such a task
   is recomputed only under full recomputation, and recommunicates like the
-  collective it absorbed (both clones exist under full recomputation).
+  collective it absorbed (both clones exist under full recomputation);
+- a training model that states its vocabulary also gets the output layer
+  and loss as ``output_tasks`` (:mod:`harness.passes.output_layer`), outside
+  the block.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from harness.ir.checks import layout_problems
 from harness.ir.distributed import CollectiveShape, DistributedTaskIR, OverlappedLinearShape, Task
 from harness.ir.model import ModelIR
 from harness.passes.base import ModulePass
+from harness.passes.output_layer import output_tasks
 from harness.passes.patterns import CORES, Block, BlockBuilder, ResidualSubBlock, with_clones
 
 
@@ -64,8 +68,10 @@ class TransformerDistribute(ModulePass[ModelIR, DistributedTaskIR]):
         prev = None
         for name in self.block:
             prev = ResidualSubBlock(CORES[name]).emit(block, out, prev)
+        vocabulary = ir.shape.vocabulary
+        head = output_tasks(ir.shape, ir.execution, vocabulary) if vocabulary and ir.execution.training else None
         return DistributedTaskIR.trusted(shape=ir.shape, execution=ir.execution,
-                                         tasks=tuple(with_clones(out, ir.execution.training)))
+                                         tasks=tuple(with_clones(out, ir.execution.training)), output_tasks=head)
 
     def ensures(self, ir: DistributedTaskIR) -> None:
         seen: dict[str, Task] = {}
@@ -83,4 +89,10 @@ class TransformerDistribute(ModulePass[ModelIR, DistributedTaskIR]):
             if task.phase == "recommunication" and not isinstance(task.shape, (CollectiveShape,
                                                                                OverlappedLinearShape)):
                 raise self.fail(f"recommunication task {task.name} is not a collective")
+            seen[task.name] = task
+        for task in ir.output_tasks or ():
+            if task.name in seen:
+                raise self.fail(f"duplicate task {task.name}")
+            if task.phase != "forward" or any(d not in seen for d in task.depends_on):
+                raise self.fail(f"output task {task.name} is not a forward task depending on earlier output tasks")
             seen[task.name] = task

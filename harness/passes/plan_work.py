@@ -9,7 +9,9 @@ Derives exact workload facts per task from the rules in
   the TP collectives are split (rs_ag, p2p_rs_ag); training sends it back in
   the backward pass;
 - the data-parallel message of a block is its weight bytes: one all-reduce, or
-  a reduce-scatter plus an all-gather with optimizer sharding.
+  a reduce-scatter plus an all-gather with optimizer sharding;
+- the output tasks (a model that states its vocabulary) get their facts by
+  :func:`harness.passes.output_layer.plan_tasks`.
 
 No processor, memory or network property is consulted and no duration is
 produced: only network tier indices from the layout appear.
@@ -35,6 +37,7 @@ from harness.ir.portable import (
     TaskMessages,
 )
 from harness.passes.base import ModulePass
+from harness.passes.output_layer import plan_tasks
 from harness.passes.rules import clear_memo, derive
 
 
@@ -100,6 +103,7 @@ class TransformerPlanWork(ModulePass[DistributedTaskIR, PortablePlanIR]):
             pipeline=self._pipeline(ir),
             data_parallel=self._data_parallel(ir, tasks),
             network_use=self._network_use(ir),
+            output_tasks=plan_tasks(ir.output_tasks, b) if ir.output_tasks else None,
         )
 
     @staticmethod

@@ -43,6 +43,7 @@ from harness import calculon_compat as compat
 from harness.ir.distributed import (
     BatchMatmulShape,
     CollectiveShape,
+    CrossEntropyShape,
     ForkShape,
     OverlappedLinearShape,
     LinearShape,
@@ -223,6 +224,20 @@ def reduction_operations(collective: str, message_bytes: float, b: int, particip
     return message_bytes / b * (participants - 1) / participants
 
 
+def cross_entropy(s: CrossEntropyShape, b: int, shards: int) -> PrimitiveFacts:
+    """The loss over ``tokens x vocabulary`` local logits: the softmax's operations per logit and
+    :data:`LOSS_BYTES_PER_LOGIT` (the logits' datatype is the cast's source; everything after it is fp32, as
+    Megatron computes it). It holds nothing the plan's memory figures count."""
+    logits = s.tokens * s.vocabulary
+    (f_read, f_written), (b_read, b_written) = LOSS_BYTES_PER_LOGIT["forward"], LOSS_BYTES_PER_LOGIT["backward"]
+    forward_ops, backward_ops = POINTWISE_OPERATIONS["softmax"]
+    return PrimitiveFacts(
+        forward=_work(forward_ops * logits, f_read * logits, f_written * logits, "vector"),
+        activation_grad=_work(backward_ops * logits, b_read * logits, b_written * logits, "vector"),
+        weight_grad=_NONE, optimizer=_NONE, capacity=_capacity(b, shards),
+    )
+
+
 RULES = {
     "linear": linear,
     "batch_matmul": batch_matmul,
@@ -234,6 +249,7 @@ RULES = {
     "fork": fork,
     "tp_collective": tp_collective,
     "overlapped_linear": overlapped_linear,
+    "cross_entropy": cross_entropy,
 }
 
 

@@ -225,6 +225,16 @@ def with_per_microbatch(components_s: dict[str, Value], total_s: Value, microbat
     return components, total_s + (mb * forward_s + mb * backward_s)
 
 
+def with_accumulation(components_s: dict[str, Value], total_s: Value, backward_s: Value, bubble_s: Value
+                      ) -> tuple[dict[str, Value], Value]:
+    """(components, total) with the unfused gradient accumulation (:func:`harness.cost.accumulation.accumulation_s`)
+    added: ``backward`` and ``pipeline_bubble`` grow by their seconds and the total by their sum (added, not
+    summed again)."""
+    components = {**components_s, "backward": components_s["backward"] + backward_s,
+                  "pipeline_bubble": components_s["pipeline_bubble"] + bubble_s}
+    return components, total_s + (backward_s + bubble_s)
+
+
 def _data_parallel_overlap(s, k, b: Blocks, chunk_bw: Value, bw_pp: Value, dp: DataParallelSync, ops: Arith
                            ) -> tuple[Value, DataParallelWindows]:
     """The DP exposed time with DP overlap: the windows and inflections of Calculon's ``_compute_batch_stats``."""

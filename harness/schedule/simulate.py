@@ -96,8 +96,9 @@ class Simulation:
     data_parallel_s: float  # first stage's exposed DP sync after the pipeline (closed form)
     optimizer_s: float  # first stage's optimizer step after the pipeline (closed form)
     total_s: float  # simulated iteration: makespan + DP + optimizer
-    closed_form_busy_s: float  # forward+backward+recompute+TP+PP+recommunication components
-    closed_form_bubble_s: float  # closed-form pipeline_bubble component
+    closed_form_busy_s: float  # first stage: forward+backward+recompute+TP+PP+recommunication (PP > 1: without
+    #                            the per-microbatch work of the last stage)
+    closed_form_bubble_s: float  # first stage's closed-form idle: pipeline_bubble (PP > 1: + that work)
     closed_form_total_s: float  # closed-form total
     bubble_difference_s: float  # simulated idle - closed-form bubble
     exact: bool  # |difference| within 1e-6 of the closed-form total
@@ -182,7 +183,9 @@ def dependency(phase: Phase, stage: int, chunk: int, pp: int, chunks: int) -> tu
 
 
 def _run(s: Schedule, orders: list[list[tuple[Phase, int, int]]], fw: list[list[float]], bw: list[list[float]],
-         blocks: list[list[tuple[int, int]]]) -> tuple[tuple[StageOp, ...], ...]:
+         blocks: list[list[tuple[int, int]]], bw_later: list[list[float]] | None = None
+         ) -> tuple[tuple[StageOp, ...], ...]:
+    """``bw_later``: the backward durations of the microbatches after the first (default: ``bw``)."""
     pp, chunks, mb = s.pipeline_parallel, s.chunks_per_stage, s.microbatches
     size = pp * chunks * mb
 
@@ -190,9 +193,10 @@ def _run(s: Schedule, orders: list[list[tuple[Phase, int, int]]], fw: list[list[
         """Index of (phase, stage, chunk, microbatch 0) in ``end``; add the microbatch."""
         return (size if phase == "backward" else 0) + (stage * chunks + chunk) * mb
 
-    # per stage and chunk: (own key, awaited key or -1, duration) for each phase
+    later = bw if bw_later is None else bw_later
+    # per stage and chunk: (own key, awaited key or -1, first microbatch's duration, later ones') for each phase
     plan = {(ph, st, c): (key(ph, st, c), key(*dep) if (dep := dependency(ph, st, c, pp, chunks)) else -1,
-                          (fw if ph == "forward" else bw)[st][c])
+                          *((fw[st][c], fw[st][c]) if ph == "forward" else (bw[st][c], later[st][c])))
             for ph in ("forward", "backward") for st in range(pp) for c in range(chunks)}
     end = [-1.0] * (2 * size)
     waiting: dict[int, int] = {}  # awaited operation key -> stage waiting for it
@@ -204,7 +208,8 @@ def _run(s: Schedule, orders: list[list[tuple[Phase, int, int]]], fw: list[list[
         order, ops, i, now = orders[stage], done[stage], pointer[stage], free[stage]
         while i < len(order):
             phase, chunk, m = order[i]
-            own, awaited, duration = plan[phase, stage, chunk]
+            own, awaited, first, after = plan[phase, stage, chunk]
+            duration = after if m else first
             if awaited >= 0:
                 dep_end = end[awaited + m]
                 if dep_end < 0:
@@ -252,20 +257,37 @@ def _note(s: Schedule, exact: bool) -> str:
     return "closed form and simulation disagree although the closed form should be exact here"
 
 
-def simulate(s: Schedule, block: BlockTimes, composition: Composition) -> Simulation:
+def simulate(s: Schedule, block: BlockTimes, composition: Composition,
+             per_microbatch: tuple[float, float] = (0.0, 0.0), accumulate_block_s: float = 0.0) -> Simulation:
     """Simulate one iteration from the block critical paths of one cost view.
 
     ``composition`` is the closed form of the same ``block`` (``cost_view``
     returns both); the simulation reads its chunk times and components.
+    ``per_microbatch``: the (forward, backward) seconds the closed form adds
+    once per microbatch outside the blocks (the output tasks, the host's
+    microbatch time: :func:`harness.cost.output_layer.per_microbatch_s`); they
+    run on the last stage, after its last chunk's forward and before its
+    backward. With PP > 1 the first stage does not run them: its closed-form
+    busy time leaves them out and its closed-form idle time is the bubble
+    plus them (the last stage's work it waits for).
+    ``accumulate_block_s``: one block's unfused gradient accumulation
+    (:mod:`harness.cost.accumulation`), added to every chunk's backward, per
+    block, for every microbatch after the first.
     """
     c = chunk_times(s, block)
     blocks = chunk_blocks(s)
     full = (s.base_blocks_per_chunk, s.edge_blocks_per_chunk)
     fw = [[_durations(b, full, c)[0] for b in row] for row in blocks]
     bw = [[_durations(b, full, c)[1] for b in row] for row in blocks]
+    extra_fw, extra_bw = per_microbatch
+    fw[-1][-1] += extra_fw
+    if s.training:
+        bw[-1][-1] += extra_bw
+    bw_later = [[d + (sum(b) * accumulate_block_s if s.training else 0.0) for d, b in zip(row, brow)]
+                for row, brow in zip(bw, blocks)] if accumulate_block_s else None
     orders = [stage_order(st, s.pipeline_parallel, s.chunks_per_stage, s.microbatches, s.training)
               for st in range(s.pipeline_parallel)]
-    ops = _run(s, orders, fw, bw, blocks)
+    ops = _run(s, orders, fw, bw, blocks, bw_later)
     makespan = max(op.end_s for stage in ops for op in stage)
     busy = 0.0
     for op in ops[0]:
@@ -273,12 +295,14 @@ def simulate(s: Schedule, block: BlockTimes, composition: Composition) -> Simula
     comps = composition.components_s
     idle = makespan - busy
     total = makespan + comps["data_parallel"] + comps["optimizer"]
-    difference = idle - comps["pipeline_bubble"]
+    elsewhere = 0.0 if s.pipeline_parallel == 1 else s.microbatches * (extra_fw + (extra_bw if s.training else 0.0))
+    closed_bubble = comps["pipeline_bubble"] + elsewhere
+    difference = idle - closed_bubble
     exact = abs(difference) <= RELATIVE_TOLERANCE * composition.total_s
     return Simulation(
         pipeline_parallel=s.pipeline_parallel, chunks_per_stage=s.chunks_per_stage, microbatches=s.microbatches,
         training=s.training, ops=ops, makespan_s=makespan, first_stage_busy_s=busy, first_stage_idle_s=idle,
         data_parallel_s=comps["data_parallel"], optimizer_s=comps["optimizer"], total_s=total,
-        closed_form_busy_s=sum(comps[n] for n in BUSY_COMPONENTS), closed_form_bubble_s=comps["pipeline_bubble"],
+        closed_form_busy_s=sum(comps[n] for n in BUSY_COMPONENTS) - elsewhere, closed_form_bubble_s=closed_bubble,
         closed_form_total_s=composition.total_s, bubble_difference_s=difference, exact=exact, note=_note(s, exact),
     )

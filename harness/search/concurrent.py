@@ -32,6 +32,7 @@ import dataclasses
 
 import numpy as np
 
+from harness.cost.accumulation import accumulation_s
 from harness.cost.output_layer import per_microbatch_s
 from harness.cost.views import Pricer, TaskCost
 from harness.ir.concrete import tier_total_bytes
@@ -162,7 +163,10 @@ def project(plan: PortablePlanIR, block: BlockMemory, pricer: Pricer, sums: list
     it = forms.iteration(s, k, fw_pp=fw_pp, bw_pp=bw_pp, fw_off_s=fw_off_s, bw_off_s=bw_off_s, dp=dp, ops=ARRAYS,
                          finish=lambda v: np.broadcast_to(np.asarray(v, dtype=float), (n,)))
     extra = per_microbatch_s(pricer, model, s.training)
-    if extra is None:
-        return it.total_s, it.components_s
-    components, total = forms.with_per_microbatch(it.components_s, it.total_s, s.microbatches, *extra)
+    accumulation = accumulation_s(pricer, plan.tasks, s, plan.bytes_per_element)
+    components, total = it.components_s, it.total_s
+    if extra is not None:
+        components, total = forms.with_per_microbatch(components, total, s.microbatches, *extra)
+    if accumulation is not None:
+        components, total = forms.with_accumulation(components, total, *accumulation)
     return total, components
