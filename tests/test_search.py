@@ -121,9 +121,51 @@ def test_every_execution_of_a_small_space_equals_its_own_estimate(one_network):
     assert [(c.group, c.position) for c in result.best] == [(c.group, c.position) for c in best]
 
 
+def _stratified_sample(problem, got, per_stratum=2, seed=15):
+    """Indices of rows ``got`` of ``problem``: up to ``per_stratum`` of each (status, TP overlap mode, DP
+    overlap, the three offloads, PP > 1, TP > 1, DP > 1), and the strata."""
+    layouts_by_group = {l.group.index: l for l in space(problem)}
+    strata: dict[tuple, list[int]] = {}
+    for index, (group, position, status, *_rest) in enumerate(got):
+        layout = layouts_by_group[group]
+        inner = layout.inner[position // len(layout.placements) // len(layout.microbatches)]
+        g = layout.group
+        key = (status, inner.tp_overlap, inner.dp_overlap, inner.weight_offload, inner.activations_offload,
+               inner.optimizer_offload, g.pp > 1, g.tp > 1, g.dp > 1)
+        strata.setdefault(key, []).append(index)
+    rnd = random.Random(seed)
+    sample = sorted(i for members in strata.values() for i in rnd.sample(members, min(per_stratum, len(members))))
+    return sample, strata
+
+
+def _reference_rows(problem, got, indices):
+    layouts_by_group = {l.group.index: l for l in space(problem)}
+    out = []
+    for index in indices:
+        group, position = got[index][:2]
+        layout = layouts_by_group[group]
+        n, m = len(layout.placements), len(layout.microbatches)
+        out.append(reference_row(problem, layout, position // n // m, position // n % m, position % n))
+    return out
+
+
 def test_search_follows_the_calculon_compatibility_rules(one_network):
-    """With the overlap/offload compatibility rules switched off, the search still equals the estimate on
-    every execution of a space with TP, PP and DP (its vectorized projection reads the same rules)."""
+    """With the overlap/offload compatibility rules switched off, the search still equals the estimate on a
+    stratified sample of a space with TP, PP and DP (every status, TP/DP overlap and offload choice; the
+    whole space: the slow test below): its vectorized projection reads the same rules."""
+    problem = SearchProblem(SMALL, 2, 2, "float16", one_network, SpaceOptions(), 3, prune=False, collect_rows=True)
+    with compat.switched_off(*compat.OVERLAP_RULES):
+        got = _as_rows(_rows(problem)[1])
+        sample, strata = _stratified_sample(problem, got)
+        assert len(strata) > 40 and len(sample) > 80
+        assert [got[i] for i in sample] == _reference_rows(problem, got, sample)
+    with_rules = _as_rows(_rows(problem)[1])
+    assert [with_rules[i] for i in sample] != [got[i] for i in sample]  # the rules matter here
+
+
+@pytest.mark.slow
+def test_search_follows_the_calculon_compatibility_rules_on_every_execution(one_network):
+    """The same on every execution of the space."""
     problem = SearchProblem(SMALL, 2, 2, "float16", one_network, SpaceOptions(), 3, prune=False, collect_rows=True)
     with compat.switched_off(*compat.OVERLAP_RULES):
         rows = reference_search(problem)[2]
@@ -134,7 +176,7 @@ def test_search_follows_the_calculon_compatibility_rules(one_network):
 
 
 @pytest.mark.parametrize("profile_name, processors, max_batch, size", [
-    ("tight", 4, 4, 20_064),
+    pytest.param("tight", 4, 4, 20_064, marks=pytest.mark.slow),  # memory and network breaks (slow: 2x the cost)
     # the fitted profile: roofline processing, launch floor, output layer, measured collective curves,
     # hierarchical collectives (TP and DP groups of 16 over 8-processor islands)
     ("a100_measured", 16, 2, 31_920),
@@ -146,25 +188,11 @@ def test_sampled_executions_of_a_larger_space_equal_their_own_estimate(tight_pro
     profile = tight_profile if profile_name == "tight" else load_profile(profile_name)
     problem = SearchProblem(SMALL, processors, max_batch, "float16", profile, SpaceOptions(), 3, prune=False,
                             collect_rows=True)
-    result, table = _rows(problem)
-    layouts_by_group = {l.group.index: l for l in space(problem)}
-    got = _as_rows(table)
-    strata: dict[tuple, list[int]] = {}
-    for index, (group, position, status, *_rest) in enumerate(got):
-        layout = layouts_by_group[group]
-        inner = layout.inner[position // len(layout.placements) // len(layout.microbatches)]
-        key = (status, inner.tp_overlap, inner.dp_overlap, inner.weight_offload, inner.activations_offload,
-               inner.optimizer_offload, layout.group.pp > 1)
-        strata.setdefault(key, []).append(index)
-    rnd = random.Random(15)
-    sample = sorted(i for members in strata.values() for i in rnd.sample(members, min(2, len(members))))
+    got = _as_rows(_rows(problem)[1])
+    sample, strata = _stratified_sample(problem, got)
     assert len(strata) > 40 and len(sample) > 80 and len(got) == size
-    for index in sample:
-        group, position = got[index][:2]
-        layout = layouts_by_group[group]
-        n, m = len(layout.placements), len(layout.microbatches)
-        expected = reference_row(problem, layout, position // n // m, position // n % m, position % n)
-        assert got[index] == expected, (index, layout.group, position)
+    for index, expected in zip(sample, _reference_rows(problem, got, sample)):
+        assert got[index] == expected, (index, got[index][:2])
 
 
 @pytest.mark.slow
@@ -215,7 +243,8 @@ def test_interleavings_share_one_lowering_exactly():
 
 # --- pruning --------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("profile_name, top", [("tight", 1), ("a100_80g", 4), ("h100_80g_nvl8", 25)])
+@pytest.mark.parametrize("profile_name, top", [("tight", 1), ("a100_80g", 4),
+                                               pytest.param("h100_80g_nvl8", 25, marks=pytest.mark.slow)])
 def test_pruning_never_changes_the_result(tight_profile, profile_name, top):
     profile = tight_profile if profile_name == "tight" else load_profile(profile_name)
     pruned = run_search(small_problem(profile, 4, top=top), workers=1)
@@ -375,7 +404,7 @@ def small_model(tmp_path):
 
 def test_command_writes_top_k_results_frontier_and_plot(tmp_path, small_model, capsys):
     out, parquet, frontier, plot = (tmp_path / n for n in ("top.json", "all.parquet", "frontier.json", "p.png"))
-    status = main(["search", "--model", str(small_model), "--system", "a100_80g", "--procs", "4", "--max-batch", "4",
+    status = main(["search", "--model", str(small_model), "--system", "a100_80g", "--procs", "2", "--max-batch", "2",
                    "--datatype", "float16", "--top", "3", "--workers", "1", "--output", str(out), "--results",
                    str(parquet), "--pareto", str(frontier), "--plot", str(plot), "--no-progress"])
     assert status == 0
@@ -384,18 +413,18 @@ def test_command_writes_top_k_results_frontier_and_plot(tmp_path, small_model, c
     assert len(top) == 3
     assert set(top[0]) == {"execution", "total_s", "sample_rate_per_s", "components_s", "memory_bytes", "evidence"}
     assert top[0]["evidence"] == {"profile": "a100_80g", "revision": revision}
-    assert top[0]["execution"]["num_procs"] == 4 and top[0]["execution"]["attention_type"] == "multihead"
+    assert top[0]["execution"]["num_procs"] == 2 and top[0]["execution"]["attention_type"] == "multihead"
     assert [e["sample_rate_per_s"] for e in top] == sorted((e["sample_rate_per_s"] for e in top), reverse=True)
     assert sum(top[0]["components_s"].values()) == pytest.approx(top[0]["total_s"], rel=1e-12)
     table = pq.read_table(parquet)
-    assert table.num_rows == 20_064
+    assert table.num_rows == 2_128
     assert table.schema.metadata[b"blueprinting.evidence.revision"] == revision.encode()
     ok = table.filter(pa.compute.equal(table["status"], "ok"))
     assert max(ok["sample_rate_per_s"].to_pylist()) == top[0]["sample_rate_per_s"]
     assert json.loads(frontier.read_text())[-1]["sample_rate_per_s"] == top[0]["sample_rate_per_s"]
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     err = capsys.readouterr().err
-    assert revision in err and "20,064 executions" in err
+    assert revision in err and "2,128 executions" in err
 
 
 def test_command_accepts_a_case_yaml_and_a_project_profile(tmp_path, tight_profile, capsys):
