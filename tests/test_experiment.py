@@ -153,3 +153,14 @@ def test_calibrate_command_writes_report_and_plots(tmp_path, capsys):
     assert data["schema"] == "blueprinting.calculon-calibration-experiment.v0"
     assert sorted(p.name for p in (tmp_path / "plots").glob("*.png")) == [
         "components.png", "gap_waterfall.png", "totals.png"]
+    # the default comparison: both measured profiles, each case's error from its own estimate and the paper value
+    assert [c["profile"] for c in data["comparisons"]] == ["a100_measured", "a100_measured_fused_accumulation"]
+    from harness.estimate import estimate
+
+    for compared in data["comparisons"]:
+        for row in compared["cases"]:
+            case = next(load_case(p) for p in CASES_DIR.glob("*.yaml") if load_case(p).id == row["id"])
+            total = estimate(case.estimate_input().model_copy(update={"system": compared["profile"]}))
+            assert row["system_evidence_total_s"] == total.views["system_evidence"].total_s
+            assert row["error_pct"] == pytest.approx(100 * (row["system_evidence_total_s"] - row["paper_s"])
+                                                     / row["paper_s"], rel=1e-12)

@@ -329,13 +329,14 @@ def test_the_test_environment_builds_without_the_network():
     assert sysconfig.get_paths()["purelib"] and os.path.isfile(ROOT / "setup.py")
 
 
-def test_the_packaged_measured_revision_estimates_batch_lines(installed, tmp_path):
+@pytest.mark.parametrize("system", ["a100_measured", "a100_measured_fused_accumulation"])
+def test_the_packaged_measured_revision_estimates_batch_lines(installed, tmp_path, system):
     from harness.interop.calculon_format import calculon_from_input
 
-    data = load_case(CASES_DIR / f"{CASE}.yaml").estimate_input().model_copy(update={"system": "a100_measured"})
+    data = load_case(CASES_DIR / f"{CASE}.yaml").estimate_input().model_copy(update={"system": system})
     m, e = calculon_from_input(data)
     batch = tmp_path / "batch.jsonl"
-    batch.write_text(json.dumps({"id": "x", "model": m, "execution": e, "system": "a100_measured"}) + "\n")
+    batch.write_text(json.dumps({"id": "x", "model": m, "execution": e, "system": system}) + "\n")
     installed.run("estimate", "--calculon-batch", str(batch), "--output", str(tmp_path / "out.json"))
     out = json.loads((tmp_path / "out.json").read_text())
     assert out[0]["status"] == "ok"

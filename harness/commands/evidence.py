@@ -11,13 +11,17 @@
 - ``evidence fit --base NAME --measurements CORPUS... --output
   evidence/NAME.yaml [--replace]``: fit a revision (robust least squares,
   bounded, deterministic), with a progress display;
+- ``evidence derive --from NAME --without FAMILY... --reason TEXT --output
+  evidence/NAME.yaml [--replace]``: the profile NAME without whole measured
+  families, for a software stack that does not do what they price (e.g.
+  ``a100_measured_fused_accumulation``, :mod:`harness.evidence.derive`);
 - ``evidence report --profile NAME --base NAME --measurements CORPUS...
   [--output JSON] [--plots DIR]``: the measured-evidence report (refit,
   cross-validation, attribution); exit 1 when a budget is broken.
 
 Every output is checked before the work and written atomically; a bad input
 is one line naming its file, line and field. A profile output
-(``fit --output``, ``nccl-tests --profile-output``) that already exists is
+(``fit --output``, ``derive --output``, ``nccl-tests --profile-output``) that already exists is
 refused unless ``--replace`` is given (refitting a shipped revision, e.g.
 ``evidence/a100_measured.yaml``, is a deliberate replacement).
 """
@@ -76,6 +80,18 @@ def register(sub) -> None:
     f.add_argument("--benchmark-weight", type=float, default=1.0,
                    help="weight of gemm/memory_transfer records relative to one node class (default 1)")
     f.set_defaults(func=run_fit)
+
+    d = verbs.add_parser("derive", help="a profile without some of its measured families (another software stack)")
+    d.add_argument("--from", dest="source", required=True, metavar="NAME", help="the source evidence profile")
+    d.add_argument("--without", nargs="+", required=True, metavar="FAMILY",
+                   help="measured families to remove (e.g. gradient_accumulation)")
+    d.add_argument("--reason", required=True, metavar="TEXT",
+                   help="why: the software stack the derived profile describes (one line, kept in its provenance)")
+    d.add_argument("--output", type=Path, required=True, metavar="evidence/NAME.yaml")
+    d.add_argument("--name", help="profile name (default: the output file's stem)")
+    d.add_argument("--replace", action="store_true",
+                   help="replace an existing --output profile (without it an existing file is refused)")
+    d.set_defaults(func=run_derive)
 
     r = verbs.add_parser("report", help="cross-validated report of a fitted revision; exit 1 on a broken budget")
     r.add_argument("--profile", required=True, metavar="NAME", help="the shipped revision (evidence/NAME.yaml)")
@@ -225,6 +241,26 @@ def run_fit(args) -> int:
     for p in revision.profile.fit.parameters:
         error = "" if p.standard_error is None else f" +- {p.standard_error:g}"
         print(f"  {p.name:24s} {p.value:<12g}{error:14s} {p.unit} (bounds {p.lower:g} .. {p.upper:g})")
+    return 0
+
+
+def run_derive(args) -> int:
+    from harness.evidence.derive import derive_profile
+    from harness.evidence.profile import dump_profile, load_profile
+    from harness.outputs import check_output, data_files, write_text
+
+    name = _name(args.name or args.output.stem, "--name")
+    if args.output.stem != name:
+        raise InputError(str(args.output), "--output", f"a profile file is named after its profile: {name}.yaml")
+    if name == args.source:
+        raise InputError("<command line>", "--name", f"the derived profile needs a name of its own, not {name}")
+    check_output(args.output, inputs=[_profile_input(args.source, "--from"), *data_files(evidence=False)])
+    _check_new_profile(args.output, "--output", args.replace)
+    source = load_profile(args.source, referrer="<command line>", field="--from")
+    profile = derive_profile(source, args.without, name, args.reason)
+    write_text(args.output, dump_profile(profile))
+    print(f"{name}: revision {profile.revision()} -> {args.output}")
+    print(f"  {source.name} (revision {source.revision()[:12]}) without {', '.join(args.without)}")
     return 0
 
 

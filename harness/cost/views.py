@@ -51,7 +51,7 @@ from typing import Generic, Iterable, NamedTuple, TypeVar
 
 from harness.errors import EvidenceError
 from harness.evidence.families import curve_for
-from harness.evidence.profile import ComputeEngine, EvidenceProfile
+from harness.evidence.profile import MEASURED_FAMILY_NAMES, ComputeEngine, EvidenceProfile, defines_family
 from harness.ir.portable import Message, PlanTask, PortablePlanIR, Work
 from harness.vocabulary import CURVE_FAMILIES, PEAK_ONLY, SYSTEM_EVIDENCE, VIEWS
 
@@ -79,23 +79,13 @@ COST_VIEWS: dict[str, CostView] = {v.name: v for v in (CostView.with_curves(()),
                                                       CostView.with_curves(CURVE_FAMILIES))}
 VIEWS.require(COST_VIEWS, "harness.cost.views.COST_VIEWS", ordered=True)
 
-#: Whether a profile defines each measured family (the Calculon families are always defined).
-_DEFINES = {
-    "launch": lambda p: p.launch is not None,
-    "output_layer": lambda p: p.output_layer is not None,
-    "collective_curves": lambda p: any(t.measured_collectives for t in p.networks),
-    "hierarchical": lambda p: p.hierarchical_collectives is not None,
-    "partitioned_p2p": lambda p: p.partitioned_p2p is not None,
-    "gradient_accumulation": lambda p: p.gradient_accumulation is not None,
-}
-CURVE_FAMILIES.require([*CURVE_FAMILIES.of_kind("calculon"), *_DEFINES], "harness.cost.views._DEFINES")
 
 
 def profile_families(profile: EvidenceProfile) -> tuple[str, ...]:
     """The curve families ``profile`` defines, in vocabulary order: the four
     Calculon families always, a measured family only where the profile has it
     (a family it lacks changes no price, so explain leaves it out)."""
-    return tuple(f for f in CURVE_FAMILIES if f not in _DEFINES or _DEFINES[f](profile))
+    return tuple(f for f in CURVE_FAMILIES if f not in MEASURED_FAMILY_NAMES or defines_family(profile, f))
 
 
 class PassCost(NamedTuple):

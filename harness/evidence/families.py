@@ -56,6 +56,14 @@ Rules:
   after the first, each weight costs one memory-bound vector operation that
   reads two weight-gradient tensors and writes one (the rules:
   :mod:`harness.cost.accumulation`). Counted from the code, nothing fitted.
+
+A profile may instead be *derived* (``DerivedProvenance``, written by ``harness
+evidence derive``): another profile with whole measured families removed and
+nothing else changed but its name, description and provenance, for a software
+stack that does not do what those families price. Its ``fit`` block, if any, is
+the source profile's unchanged: it describes how the source's parameters were
+fitted, with the removed families part of that fit's fixed structure; the
+derived profile was fitted on nothing.
 """
 
 from __future__ import annotations
@@ -225,6 +233,17 @@ class CorpusDigest(_Strict):
     file: str = Field(description="The corpus file's name (without its directory).")
     sha256: str = Field(description="SHA-256 of the corpus file's bytes.")
     records: int = Field(ge=0, description="Records of the file the fit used.")
+
+
+class DerivedProvenance(_Strict):
+    """A profile derived from another by removing whole measured families (see the module rules)."""
+
+    source_profile: str = Field(description="Name of the profile it was derived from.")
+    source_revision: str = Field(pattern=r"[0-9a-f]{64}", description="Revision (SHA-256) of that profile.")
+    without: tuple[str, ...] = Field(min_length=1, strict=False,
+                                     description="The measured families removed (harness.vocabulary.CURVE_FAMILIES).")
+    reason: str = Field(min_length=1, max_length=2000,
+                        description="Why: the software stack this profile describes, and what it does differently.")
 
 
 class FitProvenance(_Strict):

@@ -76,6 +76,7 @@ from harness import locations
 from harness.errors import EvidenceError, InputError
 from harness.evidence.families import (
     CollectiveCurve,
+    DerivedProvenance,
     FitProvenance,
     GradientAccumulation,
     HierarchicalCollectives,
@@ -88,6 +89,7 @@ from harness.evidence.families import (
 from harness.inputs import decode, parse_yaml, read_bytes, validate
 from harness.ir.base import Artifact, Frozen
 from harness.ir.distributed import CollectiveOp
+from harness.vocabulary import CURVE_FAMILIES
 
 MIN_EFFICIENCY = 1e-4
 MIN_PEAK_FLOPS_PER_S, MAX_PEAK_FLOPS_PER_S = 1e6, 1e24
@@ -242,6 +244,22 @@ class EvidenceProfile(Artifact):
         None, description="Unfused in-place weight-gradient accumulation per microbatch after the first (family "
                           "gradient_accumulation).")
     fit: FitProvenance | None = Field(None, description="How the revision was fitted to measurements.")
+    derived: DerivedProvenance | None = Field(
+        None, description="Derived from another profile by removing measured families (harness evidence derive); "
+                          "a 'fit' block is then the source's.")
+
+    @model_validator(mode="after")
+    def _derived_without(self):
+        if self.derived is not None:
+            if self.derived.source_profile == self.name:
+                raise ValueError("derived.source_profile: a profile is not derived from itself")
+            for family in self.derived.without:
+                if family not in MEASURED_FAMILY_NAMES:
+                    raise ValueError(f"derived.without: {family!r} is not a measured family "
+                                     f"({', '.join(MEASURED_FAMILY_NAMES)})")
+                if defines_family(self, family):
+                    raise ValueError(f"derived.without names {family!r}, which the profile defines")
+        return self
 
     def to_data(self) -> dict:
         """As :meth:`Artifact.to_data`, without the absent optional families (they are not content)."""
@@ -252,6 +270,22 @@ class EvidenceProfile(Artifact):
 
     def revision(self) -> str:
         return self.digest()
+
+
+#: The profile section of each measured family (harness.vocabulary.CURVE_FAMILIES, kind "measured") that is one
+#: optional section; ``collective_curves`` is the tiers' ``measured_collectives``.
+FAMILY_SECTIONS = {"launch": "launch", "output_layer": "output_layer", "hierarchical": "hierarchical_collectives",
+                   "partitioned_p2p": "partitioned_p2p", "gradient_accumulation": "gradient_accumulation"}
+MEASURED_FAMILY_NAMES = (*FAMILY_SECTIONS, "collective_curves")
+CURVE_FAMILIES.require([*CURVE_FAMILIES.of_kind("calculon"), *MEASURED_FAMILY_NAMES],
+                       "harness.evidence.profile.MEASURED_FAMILY_NAMES")
+
+
+def defines_family(profile: EvidenceProfile, family: str) -> bool:
+    """Whether ``profile`` defines the measured ``family`` (the Calculon families every profile defines)."""
+    if family == "collective_curves":
+        return any(t.measured_collectives for t in profile.networks)
+    return getattr(profile, FAMILY_SECTIONS[family]) is not None
 
 
 def profile_path(name: str, directory: Path | None = None) -> Path:

@@ -30,7 +30,7 @@ from harness.cost.views import COST_VIEWS
 from harness.errors import HarnessError, InputError
 from harness.estimate import estimate_lowering
 from harness.inputs import real_path
-from harness.evidence.profile import EvidenceProfile
+from harness.evidence.profile import FAMILY_SECTIONS, EvidenceProfile
 from harness.explain import shapley
 from harness.measurements import crossval as cv
 from harness.measurements.corpus import Corpus, read_corpus
@@ -147,9 +147,7 @@ def hybrid(base: EvidenceProfile, fitted: EvidenceProfile, moved: frozenset[str]
             tier = tier.model_copy(update={"measured_collectives": f.measured_collectives})
         tiers.append(tier)
     update["networks"] = tuple(tiers)
-    for family, attribute in (("launch", "launch"), ("output_layer", "output_layer"),
-                              ("hierarchical", "hierarchical_collectives"), ("partitioned_p2p", "partitioned_p2p"),
-                              ("gradient_accumulation", "gradient_accumulation")):
+    for family, attribute in FAMILY_SECTIONS.items():
         if family in moved:
             update[attribute] = getattr(fitted, attribute)
     return base.model_copy(update=update)
