@@ -214,8 +214,8 @@ def test_every_execution_of_larger_spaces_equals_its_own_estimate(tight_profile,
 
 def test_mbs_break_enumerates_fewer_executions(tight_profile):
     """-m stops a microbatch loop at the first size with no feasible execution (Calculon's rule)."""
-    full = run_search(small_problem(tight_profile, 4), workers=1).counts
-    broken = run_search(small_problem(tight_profile, 4, mbs_break=True), workers=1).counts
+    full = run_search(small_problem(tight_profile, 2), workers=1).counts
+    broken = run_search(small_problem(tight_profile, 2, mbs_break=True), workers=1).counts
     assert broken.executions < full.executions
     assert broken.feasible == full.feasible  # here every skipped size is infeasible
 
@@ -243,12 +243,12 @@ def test_interleavings_share_one_lowering_exactly():
 
 # --- pruning --------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("profile_name, top", [("tight", 1), ("a100_80g", 4),
-                                               pytest.param("h100_80g_nvl8", 25, marks=pytest.mark.slow)])
-def test_pruning_never_changes_the_result(tight_profile, profile_name, top):
+@pytest.mark.parametrize("processors", [2, pytest.param(4, marks=pytest.mark.slow)])  # 4: 5x the cost
+@pytest.mark.parametrize("profile_name, top", [("tight", 1), ("a100_80g", 4), ("h100_80g_nvl8", 25)])
+def test_pruning_never_changes_the_result(tight_profile, profile_name, top, processors):
     profile = tight_profile if profile_name == "tight" else load_profile(profile_name)
-    pruned = run_search(small_problem(profile, 4, top=top), workers=1)
-    full = run_search(small_problem(profile, 4, top=top, prune=False), workers=1)
+    pruned = run_search(small_problem(profile, processors, top=top), workers=1)
+    full = run_search(small_problem(profile, processors, top=top, prune=False), workers=1)
     assert [c.to_json() for c in pruned.best] == [c.to_json() for c in full.best]
     assert [(c.group, c.position) for c in pruned.best] == [(c.group, c.position) for c in full.best]
     assert full.counts.pruned == 0 and pruned.counts.pruned > 0
