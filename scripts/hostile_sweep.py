@@ -195,7 +195,8 @@ def run_attempt(attempt: Attempt, scratch: Path, vendor: Path) -> tuple[str, lis
     if attempt.setup is not None:
         attempt.setup(work)
     fmt = {"w": str(work), "p": str(project), "root": str(TREE), "calculon": str(CALCULON)}
-    argv = [a.format(**fmt) for a in attempt.argv]
+    # a driver script (a multi-line argument, with braces of its own) is passed as is
+    argv = [a if "\n" in a else a.format(**fmt) for a in attempt.argv]
     inputs = [work / rel for rel in attempt.files] + [work / p.format(**fmt) for p in attempt.protect]
     inputs += sorted(p for p in (project / "evidence").glob("*.yaml"))
     inputs += [project / "goldens" / "baseline_regression_contract.json"]
