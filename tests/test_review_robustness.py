@@ -359,3 +359,24 @@ def test_fit_without_iteration_records_names_the_corpora(tmp_path, capsys, fit_c
     one_error_line(*run(capsys, "evidence", "fit", "--base", "a100_80g", "--measurements", SWEEPS, "--output",
                         tmp_path / "x.yaml")[::2], f"{SWEEPS}: kind: ", "no iteration record")
     assert not (tmp_path / "x.yaml").exists()
+
+
+# --- evidence import vtrain of a CSV without a data row is an error, not "0 iteration records" ----------------------
+
+VTRAIN_HEADER = ("# GPUs,global batch,micro batch,hidden size,attention heads,# layers,sequence length,tensor "
+                 "parallelism,data parallelism,pipeline parallelism,iteration time (ms)\n")
+
+
+@pytest.mark.parametrize("content", [VTRAIN_HEADER, VTRAIN_HEADER + "\n\n"])
+def test_vtrain_import_of_a_header_only_csv_is_refused(tmp_path, capsys, content):
+    """The hostile sweep's vtrain-header-only: exit 0 and an empty corpus written (a zero-case success). With a
+    second, valid file the empty one is still refused: it was named to be imported."""
+    empty, good = tmp_path / "empty.csv", tmp_path / "good.csv"
+    empty.write_text(content)
+    good.write_text(VTRAIN_HEADER + "4,16,4,2048,16,24,1024,1,2,2,410.4\n")
+    for files in ([empty], [good, empty]):
+        one_error_line(*run(capsys, "evidence", "import", "vtrain", *files, "--output", tmp_path / "o.jsonl")[::2],
+                       f"{empty}: ", "no data row")
+        assert not (tmp_path / "o.jsonl").exists()
+    status, out, err = run(capsys, "evidence", "import", "vtrain", good, "--output", tmp_path / "o.jsonl")
+    assert status == 0 and out.startswith("1 iteration records"), err

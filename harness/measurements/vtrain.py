@@ -64,10 +64,12 @@ def _integer(row, column: str, source: str) -> int:
 
 
 def import_vtrain(paths: list[Path | str]) -> list[IterationRecord]:
-    """The iteration records of the given vTrain CSV files, in file and row order."""
+    """The iteration records of the given vTrain CSV files, in file and row order. A file without a data row is
+    an InputError naming it (an import of nothing is not a success)."""
     records = []
     for path in paths:
         source = str(path)
+        before = len(records)
         for row in read_csv_rows(path, required=tuple(COLUMNS.values())):
             v = {key: _integer(row, column, source) for key, column in COLUMNS.items() if key != "iteration_ms"}
             ms = finite_number(row.values[COLUMNS["iteration_ms"]], source, COLUMNS["iteration_ms"], line=row.line,
@@ -97,4 +99,6 @@ def import_vtrain(paths: list[Path | str]) -> list[IterationRecord]:
                 raise InputError(source, "<row>", message, line=row.line) from None
             record.check_layout(source, row.line)
             records.append(record)
+        if len(records) == before:
+            raise InputError(source, "<rows>", "no data row (only a header, or empty)")
     return records
