@@ -30,9 +30,13 @@ Rules:
 - **YAML**: one document per file; anchors and aliases are refused (an alias
   bomb expands exponentially); only the standard tags (``!!str``, ``!!int``,
   ``!!float``, ``!!bool``, ``!!null``, ``!!map``, ``!!seq``) are allowed;
-  timestamps are read as text; an unquoted scalar in YAML 1.2 exponent form
-  (``1e9``, ``2E-5``) is a float, as a reader expects (YAML 1.1 would read a
-  string).
+  plain scalars resolve by the YAML 1.2 core schema only
+  (:func:`core_schema_tag`): null is ``null``/``~``/empty, a boolean is
+  ``true``/``false`` (or ``True``/``TRUE``...), an integer is decimal
+  ``[-+]?[0-9]+`` without a leading zero, a float is ``1.5``, ``.5``, ``1e-5``,
+  ``.inf``/``.nan`` (then refused as non-finite). Everything else is a string:
+  YAML 1.1's ``yes``/``no``/``on``/``off``, ``0x8``, ``0o10``, ``010``,
+  ``1:42:24``, ``1_000`` and timestamps are text, which a typed field refuses.
 - **Types** are strict when a document is validated (:func:`validate`): the
   input models use pydantic's strict mode, so ``true`` is not 1, ``"12288"``
   is not 12288 and ``"yes"`` is not a boolean.
@@ -189,10 +193,30 @@ def read_text(path: Source, *, what: str = "<file>", limit: int = MAX_DOCUMENT_B
 # -------------------------------------------------------------------------------------------------- YAML
 
 _STANDARD = "tag:yaml.org,2002:"
-_RESOLVER = yaml.resolver.Resolver()
-_CONSTRUCTOR = yaml.constructor.SafeConstructor()
-_FLOAT_12 = re.compile(r"[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)[eE][-+]?[0-9]+")
+# YAML 1.2 core schema (https://yaml.org/spec/1.2.2/#1032-tag-resolution), decimal integers only. Nothing of
+# YAML 1.1's wider forms (yes/no/on/off, 0x8, 0o10, 010, 1:42:24, 1_000, 1_0.5) is a boolean or number here:
+# such a plain scalar stays a string, which a typed field then refuses. A decimal integer with a leading zero
+# (010: 8 in YAML 1.1, 10 in YAML 1.2) is ambiguous and also stays a string.
+_CORE_NULL = frozenset({"", "~", "null", "Null", "NULL"})
+_CORE_BOOL = {"true": True, "True": True, "TRUE": True, "false": False, "False": False, "FALSE": False}
+_CORE_INT = re.compile(r"[-+]?(?:0|[1-9][0-9]*)")
+_CORE_FLOAT = re.compile(r"[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?")
+_CORE_SPECIAL = re.compile(r"[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN)")
+_ALL_DIGITS = re.compile(r"[-+]?[0-9]+")  # in the core schema an int, never a float
 _INT_DIGITS = 309  # decimal digits of the largest integer below 2^1024: refuse longer ones before int()
+
+
+def core_schema_tag(value: str) -> str:
+    """The YAML 1.2 core-schema kind of a plain scalar: ``null``, ``bool``, ``int``, ``float`` or ``str``."""
+    if value in _CORE_NULL:
+        return "null"
+    if value in _CORE_BOOL:
+        return "bool"
+    if _ALL_DIGITS.fullmatch(value):
+        return "int" if _CORE_INT.fullmatch(value) else "str"
+    if _CORE_FLOAT.fullmatch(value) or _CORE_SPECIAL.fullmatch(value):
+        return "float"
+    return "str"
 
 
 def _check_int(value: int, source: str, path: tuple, line: int | None) -> int:
@@ -214,37 +238,38 @@ def _short(value: Any) -> str:
 
 
 def _yaml_scalar(event: yaml.ScalarEvent, source: str, path: tuple, line: int) -> Any:
+    """A scalar's value under the YAML 1.2 core schema (see :func:`core_schema_tag`).
+
+    A quoted scalar or one tagged ``!`` is a string. An explicit standard tag
+    (``!!int 8``) must hold its kind's core-schema form (``!!int 0x8`` is refused).
+    """
+    text = event.value
     tag = event.tag
-    if tag is None or tag == "!":
-        tag = _RESOLVER.resolve(yaml.ScalarNode, event.value, event.implicit)
-        if tag == _STANDARD + "str" and event.implicit[0] and _FLOAT_12.fullmatch(event.value):
-            tag = _STANDARD + "float"
-    node = yaml.ScalarNode(tag, event.value)
-    kind = tag[len(_STANDARD):] if tag.startswith(_STANDARD) else None
-    if kind in ("str", "timestamp"):
-        return event.value
+    if tag is None:
+        kind = core_schema_tag(text) if event.implicit[0] else "str"
+    elif tag == "!":
+        kind = "str"
+    elif tag in (_STANDARD + "str", _STANDARD + "null", _STANDARD + "bool", _STANDARD + "int", _STANDARD + "float"):
+        kind = tag[len(_STANDARD):]
+        if kind != "str" and core_schema_tag(text) != kind and not (kind == "float" and core_schema_tag(text) == "int"):
+            raise InputError(source, field_path(path), f"{_short(text)!r} is not a YAML 1.2 {kind} (tagged {tag})",
+                             line=line)
+    else:
+        raise InputError(source, field_path(path), f"unsupported YAML tag {tag} (only plain scalars, mappings and "
+                                                   f"sequences are read)", line=line)
+    if kind == "str":
+        return text
     if kind == "null":
         return None
     if kind == "bool":
-        return _CONSTRUCTOR.construct_yaml_bool(node)
+        return _CORE_BOOL[text]
     if kind == "int":
-        digits = event.value.replace("_", "").lstrip("+-")
-        if len(digits) > _INT_DIGITS and not digits.startswith(("0x", "0b", "0o")) and ":" not in digits:
-            raise InputError(source, field_path(path), f"integer {_short(digits)} is beyond the float range", line=line)
-        try:
-            value = _CONSTRUCTOR.construct_yaml_int(node)
-        except ValueError as error:  # e.g. more digits than Python converts
-            raise InputError(source, field_path(path), f"not a usable integer: {error}", line=line) from None
-        return _check_int(value, source, path, line)
-    if kind == "float":
-        try:
-            value = _CONSTRUCTOR.construct_yaml_float(node) if _FLOAT_12.fullmatch(event.value) is None \
-                else float(event.value)
-        except ValueError as error:
-            raise InputError(source, field_path(path), f"not a number: {error}", line=line) from None
-        return _check_float(value, event.value, source, path, line)
-    raise InputError(source, field_path(path), f"unsupported YAML tag {tag} (only plain scalars, mappings and "
-                                               f"sequences are read)", line=line)
+        if len(text.lstrip("+-")) > _INT_DIGITS:
+            raise InputError(source, field_path(path), f"integer {_short(text.lstrip('+-'))} is beyond the float "
+                                                       f"range", line=line)
+        return _check_int(int(text), source, path, line)
+    value = float(text.replace(".", "", 1) if _CORE_SPECIAL.fullmatch(text) else text)  # .inf -> inf
+    return _check_float(value, text, source, path, line)
 
 
 class _Frame:

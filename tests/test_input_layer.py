@@ -41,7 +41,7 @@ def _yaml(tmp_path, text: str | bytes, name: str = "doc.yaml"):
 def test_yaml_values_and_lines(tmp_path):
     doc = inputs.read_yaml(_yaml(tmp_path, "a: 1\nb:\n  c: [1, 2.5, 1e9, 2E-5]\n  d: yes\n  t: 2001-12-14\n"
                                            "  s: '1e9'\n  n: ~\n"))
-    assert doc.data == {"a": 1, "b": {"c": [1, 2.5, 1e9, 2e-5], "d": True, "t": "2001-12-14", "s": "1e9",
+    assert doc.data == {"a": 1, "b": {"c": [1, 2.5, 1e9, 2e-5], "d": "yes", "t": "2001-12-14", "s": "1e9",
                                       "n": None}}
     assert type(doc.data["a"]) is int and type(doc.data["b"]["c"][2]) is float
     assert doc.lines[("a",)] == 1 and doc.lines[("b",)] == 2 and doc.lines[("b", "d")] == 4
