@@ -32,6 +32,29 @@ def shared_reference(relative: str) -> Path:
     return path
 
 
+def vendored_reference(count: int) -> dict:
+    """A reference file in the shared format (``meta`` and ``records`` of ``case``, ``model``, ``execution``,
+    ``system``, ``system_evidence``, ``peak_only``) holding the first ``count`` vendored Table 5 records
+    (``vendor/.../records/cases.json``): input for ``oracle import-reference`` tests that needs no
+    ``../shared`` beside the checkout. Its conversion back is checked by
+    ``test_a_vendored_reference_imports_to_the_vendored_records``."""
+    import json
+
+    from harness.oracles.records import vendor_dir
+
+    vendored = json.loads((vendor_dir() / "records" / "cases.json").read_text())
+    oracle = vendored["oracle"]
+
+    def view(v: dict) -> dict:
+        return v["stats"] if "stats" in v else {"error": v["error"]}
+
+    return {"meta": {"oracle": oracle["name"], "version": oracle["version"],
+                     "source_tree_sha256": oracle["source_tree_sha256"], "digest_rule": oracle["digest_rule"]},
+            "records": [{"case": r["id"], "model": r["calculon_model"], "execution": r["calculon_execution"],
+                         "system": r["system"], **{name: view(v) for name, v in r["views"].items()}}
+                        for r in vendored["records"][:count]]}
+
+
 def calculon_figures(case_name: str, view: str) -> dict[str, float]:
     """Calculon 0.1.0's recorded figures of a case (``cases/<case_name>.yaml``), by our metric names
     (``total_s``, ``components_s.forward``, ``memory_bytes.weight``, ...): an independent reference for tests
