@@ -21,8 +21,10 @@ REFERENCE_DIR = ROOT.parent / "shared" / "reference"
 
 
 def shared_reference(relative: str) -> Path:
-    """``REFERENCE_DIR / relative``; when it is missing the test fails under CI (``$CI`` set: the data the
-    test checks must be there) and is skipped elsewhere, with the path in the message."""
+    """``REFERENCE_DIR / relative``; when it is missing the test fails where ``$CI`` is set and is skipped
+    elsewhere, with the path in the message. Only the checks that the vendored conversions equal the shared
+    files use it (every other test reads the vendored data); ``tox`` does not pass ``$CI`` on, so under
+    ``tox -e tests`` on a checkout without ``../shared`` these few checks skip rather than fail."""
     path = REFERENCE_DIR / relative
     if not path.exists():
         message = f"{path} not found (the shared reference material is not beside the checkout)"
