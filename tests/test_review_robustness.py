@@ -84,17 +84,13 @@ def test_search_reaches_a_profile_elsewhere_with_project(search_dir, capsys):
 
 # --- 2. oracle import-reference checks every record before writing anything -----------------------------------------
 
-SHARED_TAB5 = ROOT.parent / "shared" / "reference" / "oracle-records" / "tab5.json"
-
-
 @pytest.fixture
 def reference_setup(tmp_path):
-    """A two-record reference file (the first two records of the shared tab5.json) and a vendor directory with
-    the project's manifest."""
-    from conftest import shared_reference
+    """A two-record reference file (the first two vendored Table 5 records in the shared format) and a vendor
+    directory with the project's manifest."""
+    from conftest import vendored_reference
 
-    data = json.loads(shared_reference("oracle-records/tab5.json").read_text())
-    data["records"] = data["records"][:2]
+    data = vendored_reference(2)
     vendor = tmp_path / "vendor"
     vendor.mkdir()
     shutil.copy(ROOT / "vendor" / "calculon-0.1.0" / "MANIFEST.json", vendor / "MANIFEST.json")
@@ -114,6 +110,25 @@ def test_import_reference_of_a_well_formed_file_writes_it(reference_setup, tmp_p
     written = json.loads((vendor / "records" / "x.json").read_text())["records"]
     assert [r["id"] for r in written] == [r["case"] for r in data["records"]]
     assert "records/x.json" in json.loads((vendor / "MANIFEST.json").read_text())["files"]
+
+
+def test_a_vendored_reference_imports_to_the_vendored_records(tmp_path, capsys):
+    """The fixture's reference file (built from the vendored records, so the tests need no ``../shared``) is
+    faithful: importing it gives back every vendored Table 5 record, figure for figure."""
+    from conftest import vendored_reference
+
+    from harness.oracles.records import vendor_dir
+
+    vendored = json.loads((vendor_dir() / "records" / "cases.json").read_text())["records"]
+    vendor = tmp_path / "vendor"
+    vendor.mkdir()
+    shutil.copy(ROOT / "vendor" / "calculon-0.1.0" / "MANIFEST.json", vendor / "MANIFEST.json")
+    status, _, err = import_reference(capsys, tmp_path, vendor, vendored_reference(len(vendored)))
+    assert status == 0, err
+    written = json.loads((vendor / "records" / "x.json").read_text())["records"]
+    fields = ("id", "system", "calculon_model", "calculon_execution", "views")
+    assert [{f: r[f] for f in fields} for r in written] == [{f: r[f] for f in fields} for r in vendored]
+    assert len(written) == 16
 
 
 def _set(path: str, value):

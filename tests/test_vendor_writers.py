@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, shared_reference
+from conftest import ROOT, vendored_reference
 from test_review_robustness import one_error_line, run  # one error line, exit 2, no traceback
 
 VENDOR = ROOT / "vendor" / "calculon-0.1.0"
@@ -58,9 +58,8 @@ def manifest_problems(vendor: Path) -> list[str]:
 
 @pytest.fixture
 def reference(tmp_path) -> Path:
-    """The first three records of the shared tab5 reference (recorded with the manifest's Calculon)."""
-    data = json.loads(shared_reference("oracle-records/tab5.json").read_text())
-    data["records"] = data["records"][:3]
+    """The first three vendored Table 5 records in the shared format (recorded with the manifest's Calculon)."""
+    data = vendored_reference(3)
     path = tmp_path / "ref.json"
     path.write_text(json.dumps(data))
     return path
