@@ -8,8 +8,9 @@ profile name); the id and the comparison section never reach it.
 Input rules: a case file is read by :mod:`harness.inputs` (UTF-8, one YAML
 document, bounded nesting, finite numbers, unique keys) and validated
 strictly (see :mod:`harness.ir.model` for the size bounds). ``system`` is an
-evidence profile *name* (:data:`PROFILE_NAME_PATTERN`), never a path. An id
-is printable text on one line (it appears in one-line errors and test ids).
+evidence profile *name* (:data:`harness.names.ProfileName`: lower case, never
+a path). An id is an :data:`harness.names.Identifier`: no control or format
+character (it appears in one-line errors and test ids).
 A case directory must exist and hold at least one ``*.yaml``.
 """
 
@@ -24,12 +25,9 @@ from harness.errors import InputError, UnsupportedFeatureError
 from harness.inputs import Document, read_yaml, validate
 from harness.ir.checks import layout_problems, unsupported_features
 from harness.ir.model import ExecutionLayout, StrictInput, TransformerShape
+from harness.names import Identifier, ProfileName
 
 CASE_SCHEMA = "blueprinting.case.v0"
-#: An evidence profile name: a file stem in the evidence directory, never a path.
-PROFILE_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
-#: An id: 1-256 characters, no control character (no line break).
-ID_PATTERN = r"^[^\x00-\x1f\x7f]{1,256}$"
 
 
 class PaperValue(StrictInput):
@@ -43,7 +41,7 @@ class Comparison(StrictInput):
     """Comparison-only data: never read while lowering or estimating."""
 
     paper: PaperValue | None = Field(None, description="Paper holdout value, if the case has one.")
-    oracle_record: str | None = Field(None, pattern=ID_PATTERN,
+    oracle_record: Identifier | None = Field(None,
                                       description="Id of the vendored Calculon record to compare with.")
 
 
@@ -52,15 +50,15 @@ class EstimateInput(StrictInput):
 
     model: TransformerShape = Field(description="Model shape.")
     execution: ExecutionLayout = Field(description="Parallel layout and options.")
-    system: str = Field(pattern=PROFILE_NAME_PATTERN, description="Evidence profile name (file stem in evidence/).")
+    system: ProfileName = Field(description="Evidence profile name (file stem in evidence/).")
 
 
 class CaseFile(StrictInput):
     """One case YAML."""
 
     schema_: Literal["blueprinting.case.v0"] = Field(alias="schema", description="Case file schema name and version.")
-    id: str = Field(pattern=ID_PATTERN, description="Case id, for reports and test ids only.")
-    system: str = Field(pattern=PROFILE_NAME_PATTERN, description="Evidence profile name (file stem in evidence/).")
+    id: Identifier = Field(description="Case id, for reports and test ids only.")
+    system: ProfileName = Field(description="Evidence profile name (file stem in evidence/).")
     model: TransformerShape = Field(description="Model shape.")
     execution: ExecutionLayout = Field(description="Parallel layout and options.")
     comparison: Comparison = Field(default_factory=Comparison, description="Comparison-only data.")

@@ -83,7 +83,17 @@ HOSTILE_CASES = [
      "anchors and aliases are not supported"),
     ("python-tag", case_text("id: megatron-22B/full", "id: !!python/object/apply:os.system [echo]"), "id",
      "unsupported YAML tag"),
-    ("id-newline", case_text("id: megatron-22B/full", 'id: "a\\nb"'), "id", "should match pattern"),
+    ("id-newline", case_text("id: megatron-22B/full", 'id: "a\\nb"'), "id", "must not contain a control character: U+000A"),
+    # a profile name is lower case: lower (which reads no profile) refuses these as estimate does
+    ("system-upper-case", case_text("system: a100_80g", "system: A100_80G"), "system", "should match pattern"),
+    ("system-NaN", case_text("system: a100_80g", "system: NaN"), "system", "should match pattern"),
+    # an identifier holds no control (Cc) or format (Cf) character: a bidi override, a zero-width space, a C1 control
+    ("id-bidi-override", case_text("id: megatron-22B/full", 'id: "megatron\u202e-22B"'), "id",
+     "must not contain a format (invisible or bidi) character: U+202E"),
+    ("id-zero-width", case_text("id: megatron-22B/full", 'id: "mega\u200btron"'), "id", "U+200B (category Cf)"),
+    ("id-c1-control", case_text("id: megatron-22B/full", 'id: "mega\\x85tron"'), "id", "U+0085 (category Cc)"),
+    ("oracle-record-bidi", case_text("oracle_record: megatron-22B/full", 'oracle_record: "a\u2066b"'),
+     "comparison.oracle_record", "U+2066 (category Cf)"),
     ("list-root", "- 1\n- 2\n", "<root>", "must be a mapping"),
     ("empty", "", "<root>", "must be a mapping"),
     ("unknown-field", case_text("  blocks: 48", "  blocks: 48\n  experts: 8"), "model.experts", "unknown field"),
@@ -389,7 +399,10 @@ HOSTILE_LINES = [  # (id, raw line, field, message)
     ("deep", "[" * 100_000 + "]" * 100_000, "<json>", "nested deeper than 64 levels"),
     ("system-path", _line(id="h", system="../evidence/a100_80g"), "system", "is not an evidence profile name"),
     ("system-missing", _line(id="i", system="nope"), "system", "no evidence profile named 'nope'"),
-    ("id-control", _line(id="j\u0007"), "id", "without control characters"),
+    ("id-control", _line(id="j\u0007"), "id", "must not contain a control character: U+0007"),
+    ("id-bidi", _line(id="j\u202ek"), "id", "must not contain a format (invisible or bidi) character: U+202E"),
+    ("id-bom", _line(id="\ufeffj"), "id", "U+FEFF (category Cf)"),
+    ("system-upper-case", _line(id="l", system="A100_80G"), "system", "is not an evidence profile name (lower-case"),
     ("list", "[1, 2]", "<root>", "a batch line must be a JSON object"),
     ("newline-key", _line(id="k")[:-1] + ', "\\n": 1}', "\\n", "unknown field"),  # found by the fuzz: one line
 ]

@@ -49,7 +49,7 @@ non-negative; see :mod:`harness.ir.model` for the input sizes):
   The multiplier is in [1e-3, 1e3] and the offset at most 1e3 (Calculon's
   systems use 1, 1.5 and 2, and -1, 0 and 1).
 
-Loading: ``system`` names a profile (:data:`~harness.cases.PROFILE_NAME_PATTERN`),
+Loading: ``system`` names a profile (:data:`~harness.names.PROFILE_NAME_PATTERN`),
 never a path. The file is read by :mod:`harness.inputs` and cached by
 *content*: a cached profile is reused only when the file's identity (device,
 inode, size, mtime, ctime) is unchanged and its timestamps are older than the
@@ -63,7 +63,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-import re
 import stat
 import time
 from pathlib import Path
@@ -89,6 +88,7 @@ from harness.evidence.families import (
 from harness.inputs import decode, parse_yaml, read_bytes, validate
 from harness.ir.base import Artifact, Frozen
 from harness.ir.distributed import CollectiveOp
+from harness.names import PROFILE_NAME, PROFILE_NAME_RULE
 from harness.vocabulary import CURVE_FAMILIES
 
 MIN_EFFICIENCY = 1e-4
@@ -100,7 +100,6 @@ MIN_VOLUME_MULTIPLIER, MAX_VOLUME_MULTIPLIER = 1e-3, 1e3
 MIN_PARTICIPANT_OFFSET, MAX_PARTICIPANT_OFFSET = -2.0, 1e3
 MAX_THRESHOLD = MAX_SIZE  # the one bound of a request size (harness.evidence.families.MAX_SIZE)
 MAX_PROFILE_TEXT = 10_000  # characters of a description or provenance
-PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # = harness.cases.PROFILE_NAME_PATTERN
 RACY_NS = 2_000_000_000  # coarser than any file-system timestamp granularity (FAT: 2 s)
 
 
@@ -298,8 +297,7 @@ def profile_path(name: str, directory: Path | None = None) -> Path:
 def check_profile_name(name: object, source: str = "--system", field: str = "system") -> str:
     """``name`` if it is a profile name (never a path), else an EvidenceError naming ``source`` and ``field``."""
     if not isinstance(name, str) or PROFILE_NAME.fullmatch(name) is None:
-        raise EvidenceError(source, field, f"{name!r} is not an evidence profile name (letters, digits, '_', '.', "
-                                           "'-', at most 64, starting with a letter or digit; never a path)")
+        raise EvidenceError(source, field, f"{name!r} is not an evidence profile name ({PROFILE_NAME_RULE})")
     return name
 
 

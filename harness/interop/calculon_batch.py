@@ -18,8 +18,8 @@ Rules:
 - a line is read under the strict input rules of :mod:`harness.inputs`: not
   UTF-8, longer than 1 MiB, nested too deep, a non-finite number, an integer
   beyond 64 bits, a repeated key, a wrong type (``true`` or ``"8"`` for a
-  number) are each that line's ``invalid`` reason; an id is 1-256 characters
-  without control characters;
+  number) are each that line's ``invalid`` reason; an id is an identifier
+  (:mod:`harness.names`: 1-256 characters, no control or format character);
 - a compressed batch that ends early (a truncated ``.gz``) keeps every
   complete line; one last ``invalid`` entry (id null, field ``<file>``)
   reports the truncation;
@@ -31,15 +31,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 from pathlib import Path
 from typing import Iterator, Literal
 
-from harness.cases import ID_PATTERN, EstimateInput
+from harness.cases import EstimateInput
 from harness.errors import EvidenceError, InputError, UnsupportedFeatureError, one_line
 from harness.estimate import check_tiers
 from harness.evidence.profile import check_profile_name, load_profile
 from harness.inputs import iter_lines, parse_json_text
+from harness.names import identifier_problem
 from harness.interop.calculon_format import calculon_error, input_from_calculon
 
 BATCH_FIELDS = ("id", "model", "execution", "system")
@@ -70,7 +70,6 @@ def _invalid(line: int, record_id: str | None, field: str, message: str) -> Batc
     return BatchLine(line, record_id, "invalid", field=field, message=message)
 
 
-_ID = re.compile(ID_PATTERN)
 
 
 def parse_line(text: str, line: int, source: str = "<batch>") -> BatchLine:
@@ -82,7 +81,7 @@ def parse_line(text: str, line: int, source: str = "<batch>") -> BatchLine:
     if not isinstance(data, dict):
         return _invalid(line, None, "<root>", "a batch line must be a JSON object")
     raw_id = data.get("id")
-    record_id = raw_id if isinstance(raw_id, str) and _ID.match(raw_id) else None
+    record_id = raw_id if identifier_problem(raw_id) is None else None
     unknown = sorted(set(data) - set(BATCH_FIELDS))
     if unknown:
         return _invalid(line, record_id, unknown[0][:64], f"unknown field (a line has {', '.join(BATCH_FIELDS)})")
@@ -90,7 +89,7 @@ def parse_line(text: str, line: int, source: str = "<batch>") -> BatchLine:
     if missing:
         return _invalid(line, record_id, missing[0], "required field is missing")
     if record_id is None:
-        return _invalid(line, None, "id", "must be a string of 1 to 256 characters without control characters")
+        return _invalid(line, None, "id", identifier_problem(raw_id))
     where = f"{source}:{line}"
     try:
         check_profile_name(data["system"], where, "system")

@@ -15,10 +15,9 @@ one (any record) an :class:`InputError` naming the file and the field
 from __future__ import annotations
 
 import dataclasses
-import re
 from pathlib import Path
 
-from harness.cases import ID_PATTERN
+from harness.names import identifier_problem
 from harness.errors import InputError, OracleRecordError, UnsupportedFeatureError
 from harness.evidence.profile import check_profile_name
 from harness.inputs import describe
@@ -26,7 +25,6 @@ from harness.interop.calculon_format import input_from_calculon
 from harness.oracles.records import OracleRecord, ViewRecord, check_stats, read_json
 from harness.vocabulary import SYSTEM_EVIDENCE, VIEWS
 
-_ID = re.compile(ID_PATTERN)
 
 
 
@@ -75,9 +73,9 @@ def _check_record(r: object, where: str, source: str) -> OracleRecord:
     missing = [key for key in REQUIRED_KEYS if key not in r]
     if missing:
         raise InputError(source, f"{where}.{missing[0]}", "required record key is missing")
-    if not isinstance(r["case"], str) or _ID.match(r["case"]) is None:
-        raise InputError(source, f"{where}.case", "must be a string of 1 to 256 characters without control "
-                                                  "characters")
+    problem = identifier_problem(r["case"])
+    if problem is not None:
+        raise InputError(source, f"{where}.case", problem)
     check_profile_name(r["system"], source, f"{where}.system")
     try:  # Calculon's model and execution under the batch rules; overlap and offload are fine here
         input_from_calculon(r["model"], r["execution"], r["system"], source)
