@@ -57,6 +57,29 @@ def vendored_reference(count: int) -> dict:
                         for r in vendored["records"][:count]]}
 
 
+def run_cli(capsys, *argv) -> tuple[int, str, str]:
+    """``harness.cli.main(argv)`` in-process: its exit status (or the one argparse exits with), stdout, stderr."""
+    from harness.cli import main
+
+    try:
+        status = main([str(a) for a in argv])
+    except SystemExit as stop:
+        status = stop.code
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def one_error_line(status, err: str, *needles) -> str:
+    """The bad-input rule: exit 2 and exactly one ``error: `` line, no traceback and no internal error, that
+    contains each of ``needles`` (the file, the field ...)."""
+    assert status == 2, err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err, err
+    assert "internal error" not in err, err
+    for needle in needles:
+        assert str(needle) in err, (needle, err)
+    return err
+
+
 def calculon_figures(case_name: str, view: str) -> dict[str, float]:
     """Calculon 0.1.0's recorded figures of a case (``cases/<case_name>.yaml``), by our metric names
     (``total_s``, ``components_s.forward``, ``memory_bytes.weight``, ...): an independent reference for tests

@@ -17,27 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import main
 
-from conftest import CASES_DIR, ROOT
+from conftest import CASES_DIR, ROOT, one_error_line, run_cli as run
 
 BASE_CASE = (CASES_DIR / "megatron-22B_full.yaml").read_text()
 EVIDENCE = ROOT / "evidence"
 REFERENCE = ROOT.parent / "shared" / "reference" / "calculon-0.1.0"
-
-
-def run(capsys, *argv) -> tuple[int, str, str]:
-    status = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return status, out, err
-
-
-def one_error_line(status: int, err: str, *needles) -> str:
-    assert status == 2, err
-    assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err, err
-    for needle in needles:
-        assert str(needle) in err, (needle, err)
-    return err
 
 
 def case_text(old: str, new: str, text: str = BASE_CASE) -> str:

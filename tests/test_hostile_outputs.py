@@ -15,25 +15,12 @@ from pathlib import Path
 import pytest
 
 from harness import outputs
-from harness.cli import main
 from harness.errors import InputError
 from harness.evidence import profile as profile_module
 
-from conftest import CASES_DIR, ROOT
+from conftest import CASES_DIR, ROOT, one_error_line, run_cli as run
 
 CASE = CASES_DIR / "megatron-22B_full.yaml"
-
-
-def run(capsys, *argv) -> tuple[int, str, str]:
-    status = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return status, out, err
-
-
-def one_error_line(status: int, err: str, *needles) -> None:
-    assert status == 2 and err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err, err
-    for needle in needles:
-        assert str(needle) in err, (needle, err)
 
 
 @pytest.fixture

@@ -13,31 +13,11 @@ import re
 
 import pytest
 
-from harness.cli import main
 
-from conftest import CASES_DIR, ROOT
+from conftest import CASES_DIR, ROOT, one_error_line, run_cli as run
 
 EVIDENCE = ROOT / "evidence"
 MODEL = {"hidden": 6144, "feedforward": 24576, "seq_size": 2048, "attn_heads": 64, "attn_size": 96, "num_blocks": 48}
-
-
-def run(capsys, *argv) -> tuple[int, str, str]:
-    """``main(argv)``: its status, or the status argparse exits with."""
-    try:
-        status = main([str(a) for a in argv])
-    except SystemExit as stop:
-        status = stop.code
-    out, err = capsys.readouterr()
-    return status, out, err
-
-
-def one_error_line(status, err: str, *needles) -> str:
-    assert status == 2, err
-    assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err, err
-    assert "internal error" not in err, err
-    for needle in needles:
-        assert str(needle) in err, (needle, err)
-    return err
 
 
 # ------------------------------------------------------------------------------------------- command line

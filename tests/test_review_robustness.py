@@ -11,26 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import main
 
-from conftest import ROOT
+from conftest import ROOT, one_error_line, run_cli as run
 
 EVIDENCE = ROOT / "evidence"
 SMALL_JSON = {"hidden": 1024, "feedforward": 4096, "seq_size": 512, "attn_heads": 16, "attn_size": 64, "num_blocks": 4}
-
-
-def run(capsys, *argv) -> tuple[int, str, str]:
-    status = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return status, out, err
-
-
-def one_error_line(status: int, err: str, *needles) -> str:
-    assert status == 2, err
-    assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err, err
-    for needle in needles:
-        assert str(needle) in err, (needle, err)
-    return err
 
 
 def files_under(directory: Path) -> set[Path]:

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, vendored_reference
-from test_review_robustness import one_error_line, run  # one error line, exit 2, no traceback
+from conftest import one_error_line, run_cli as run  # one error line, exit 2, no traceback
 
 VENDOR = ROOT / "vendor" / "calculon-0.1.0"
 
