@@ -68,6 +68,11 @@ def sub(text: str, old: str, new: str) -> str:
     return text.replace(old, new, 1)
 
 
+#: The header of vTrain's CSV files (the importer's input).
+VTRAIN_HEADER = ("# GPUs,global batch,micro batch,hidden size,attention heads,# layers,sequence length,tensor "
+                 "parallelism,data parallelism,pipeline parallelism,iteration time (ms)\n")
+
+
 def line(**changes) -> str:
     data = json.loads(json.dumps(LINE))
     for key, value in changes.items():
@@ -1398,28 +1403,17 @@ def evidence_attempts() -> list[Attempt]:
         ("nccl-citation-control", ["evidence", "import", "nccl-tests", "n.txt", "--tier", "0", "--output", "o.jsonl",
                                    "--citation", "a\nb\x1b[2J"], {"n.txt": nccl}, "any"),
         ("vtrain-nan", ["evidence", "import", "vtrain", "v.csv", "--output", "o.jsonl"],
-         {"v.csv": "# GPUs,global batch,micro batch,hidden size,attention heads,# layers,sequence length,tensor "
-                   "parallelism,data parallelism,pipeline parallelism,iteration time (ms)\n"
-                   "4,16,4,2048,16,24,1024,1,2,2,nan\n"}, "error"),
+         {"v.csv": VTRAIN_HEADER + "4,16,4,2048,16,24,1024,1,2,2,nan\n"}, "error"),
         ("vtrain-negative", ["evidence", "import", "vtrain", "v.csv", "--output", "o.jsonl"],
-         {"v.csv": "# GPUs,global batch,micro batch,hidden size,attention heads,# layers,sequence length,tensor "
-                   "parallelism,data parallelism,pipeline parallelism,iteration time (ms)\n"
-                   "4,16,4,2048,16,24,1024,1,2,2,-410.4\n"}, "error"),
+         {"v.csv": VTRAIN_HEADER + "4,16,4,2048,16,24,1024,1,2,2,-410.4\n"}, "error"),
         ("vtrain-float-int", ["evidence", "import", "vtrain", "v.csv", "--output", "o.jsonl"],
-         {"v.csv": "# GPUs,global batch,micro batch,hidden size,attention heads,# layers,sequence length,tensor "
-                   "parallelism,data parallelism,pipeline parallelism,iteration time (ms)\n"
-                   "4,16,4,2048.5,16,24,1024,1,2,2,410.4\n"}, "error"),
+         {"v.csv": VTRAIN_HEADER + "4,16,4,2048.5,16,24,1024,1,2,2,410.4\n"}, "error"),
         ("vtrain-gpus-mismatch", ["evidence", "import", "vtrain", "v.csv", "--output", "o.jsonl"],
-         {"v.csv": "# GPUs,global batch,micro batch,hidden size,attention heads,# layers,sequence length,tensor "
-                   "parallelism,data parallelism,pipeline parallelism,iteration time (ms)\n"
-                   "5,16,4,2048,16,24,1024,1,2,2,410.4\n"}, "error"),
+         {"v.csv": VTRAIN_HEADER + "5,16,4,2048,16,24,1024,1,2,2,410.4\n"}, "error"),
         ("vtrain-huge", ["evidence", "import", "vtrain", "v.csv", "--output", "o.jsonl"],
-         {"v.csv": "# GPUs,global batch,micro batch,hidden size,attention heads,# layers,sequence length,tensor "
-                   "parallelism,data parallelism,pipeline parallelism,iteration time (ms)\n"
-                   "4,16,4,2048,16,24,1024,1,2,2,1e308\n"}, "any"),
+         {"v.csv": VTRAIN_HEADER + "4,16,4,2048,16,24,1024,1,2,2,1e308\n"}, "any"),
         ("vtrain-header-only", ["evidence", "import", "vtrain", "v.csv", "--output", "o.jsonl"],
-         {"v.csv": "# GPUs,global batch,micro batch,hidden size,attention heads,# layers,sequence length,tensor "
-                   "parallelism,data parallelism,pipeline parallelism,iteration time (ms)\n"}, "error"),
+         {"v.csv": VTRAIN_HEADER}, "error"),
         ("korthikanti-nan", ["evidence", "import", "korthikanti", "--table4", "t4.json", "--output", "o.jsonl"],
          {"t4.json": '{"x": NaN}'}, "error"),
         ("korthikanti-list", ["evidence", "import", "korthikanti", "--table4", "t4.json", "--output", "o.jsonl"],
