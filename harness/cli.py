@@ -1,4 +1,4 @@
-"""``python -m harness <command>``: the command-line interface.
+"""``harness <command>`` (or ``python -m harness <command>``): the command-line interface.
 
 Each command lives in ``harness/commands/<name>.py`` and exposes
 ``register(subparsers)``; the command's function returns an exit status.
@@ -32,11 +32,11 @@ import signal
 import sys
 import threading
 
-from harness import locations
+from harness import __version__, locations
 from harness.errors import HarnessError, one_line
 
 COMMANDS = ("lower", "estimate", "oracle", "trace", "explain", "calibrate", "contract", "import_calculon", "evidence",
-            "search")
+            "search", "list_data")
 
 
 PROJECT_HELP = (f"project directory with evidence/, cases/, vendor/, goldens/ (default: ${locations.ENV_PROJECT}, else "
@@ -67,8 +67,21 @@ class ArgumentParser(argparse.ArgumentParser):
         self.exit(2, f"error: {one_line(self.prog)}: {one_line(message)} (see {one_line(self.prog)} --help)\n")
 
 
+DESCRIPTION = ("Blueprinting's calibration harness: estimate one training or inference iteration of a Transformer "
+               "on a GPU cluster, and show where every figure comes from. Docs: README.md and docs/ "
+               "(docs/cases.md: the case format).")
+
+
+def program_name(argv0: str | None = None) -> str:
+    """How the user ran the tool: ``harness`` for the installed script, ``python -m harness`` for the module."""
+    base = os.path.basename(sys.argv[0] if argv0 is None else argv0)
+    return "python -m harness" if base in ("__main__.py", "-m", "-c", "") or base.startswith("python") else base
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = ArgumentParser(prog="python -m harness", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog=program_name(), description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__} (blueprinting-harness)",
+                        help="print the version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(f"harness.commands.{name}").register(sub)

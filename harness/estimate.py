@@ -179,10 +179,14 @@ def check_tiers(data: EstimateInput, profile: EvidenceProfile, source: str) -> N
         if tier >= count:
             raise InputError(source, f"execution.network_tiers.{dim}",
                              f"tier {tier} does not exist in evidence profile {profile.name} ({count} tiers)")
+    datatype = data.execution.datatype
     for engines, family in ((profile.matrix, "matrix"), (profile.vector, "vector")):
-        if data.execution.datatype not in engines:
+        if datatype not in engines:
             raise InputError(source, "execution.datatype",
-                             f"evidence profile {profile.name} has no {data.execution.datatype} {family} engine")
+                             f"evidence profile {profile.name} has no {datatype} {family} engine (its datatypes: "
+                             f"{', '.join(d for d in profile.matrix if d in profile.vector)}); to add one, give "
+                             f"evidence/{profile.name}.yaml a `matrix: {datatype}:` and a `vector: {datatype}:` entry "
+                             "(peak_flops_per_s, operation_size_efficiency: the hardware's figures), see docs/cases.md")
 
 
 def cost_view(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView, *,

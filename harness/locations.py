@@ -19,6 +19,12 @@ Two places, searched in this order:
    the contract there, see ``setup.py``); in a source checkout or an editable
    install, the checkout itself.
 
+A case is named on the command line by its file or by its name (the file's
+path under ``cases/`` without ``.yaml``: ``megatron-22B_full``), looked up in
+the project's ``cases/`` then the packaged ones (:meth:`Locations.case_path`),
+so the packaged cases work from any directory; ``harness list cases|profiles``
+lists what is reachable.
+
 Rules: an evidence profile is looked up by name in the project's
 ``evidence/`` first, then in the packaged profiles (a project profile of the
 same name shadows the packaged one); the cases directory, the vendored
@@ -102,6 +108,46 @@ class Locations:
 
     def cases_dir(self) -> Path:
         return self._first(Path("cases"), "cases directory")
+
+    def case_dirs(self) -> tuple[Path, ...]:
+        """Where cases are looked up by name, in order: the project's ``cases/``, then the packaged one."""
+        return tuple(r / "cases" for r in self._roots() if (r / "cases").is_dir())
+
+    def case_names(self) -> dict[str, Path]:
+        """Every case reachable by name: ``{name: path}``, the name being the file's path under ``cases/``
+        without ``.yaml`` (``megatron-22B_full``, ``concurrency/megatron-22B_overlap``), sorted; a project case
+        shadows a packaged one of the same name."""
+        found: dict[str, Path] = {}
+        for directory in self.case_dirs():
+            for path in sorted(directory.rglob("*.yaml")):
+                found.setdefault(path.relative_to(directory).with_suffix("").as_posix(), path)
+        return dict(sorted(found.items()))
+
+    def profile_names(self) -> dict[str, Path]:
+        """Every evidence profile reachable by name: ``{name: path}`` (a project profile shadows a packaged one)."""
+        found: dict[str, Path] = {}
+        for directory in self.evidence_dirs():
+            if directory.is_dir():
+                for path in sorted(directory.glob("*.yaml")):
+                    found.setdefault(path.stem, path)
+        return dict(sorted(found.items()))
+
+    def case_path(self, argument: str) -> Path:
+        """A case argument as a file: an existing file as given, else the case of that name
+        (:meth:`case_names`; ``.yaml`` optional), else the argument unchanged (reading it then reports the
+        missing file)."""
+        path = Path(argument)
+        if path.is_file() or path.is_absolute() or ".." in path.parts:
+            return path
+        name = argument[:-len(".yaml")] if argument.endswith(".yaml") else argument
+        for directory in self.case_dirs():
+            candidate = directory / f"{name}.yaml"
+            if candidate.is_file():
+                return candidate
+        parts = Path(name).parts
+        if parts and parts[0] == "cases":  # "cases/megatron-22B_full.yaml" outside a checkout
+            return self.case_path("/".join(parts[1:])) if len(parts) > 1 else path
+        return path
 
     def vendor_dir(self) -> Path:
         return self._first(VENDOR_SUBDIR, "vendored Calculon records")

@@ -150,7 +150,9 @@ def test_explain_json_shape(capsys):
     out = json.loads(capsys.readouterr().out)
     assert [o["id"] for o in out] == ["megatron-22B/full", "gpt3-175B/full"]
     first = out[0]
-    assert set(first) == {"id", "peak_only_total_s", "system_evidence_total_s", "attribution_s", "by_component"}
+    assert set(first) == {"id", "peak_only_total_s", "system_evidence_total_s", "attribution_s", "by_component",
+                          "status", "reason"}
+    assert (first["status"], first["reason"]) == ("ok", None)
     assert set(first["attribution_s"]) == set(CURVE_FAMILIES.of_kind("calculon"))  # what a100_80g defines
     assert set(first["by_component"]) == set(COMPONENTS)
     peak, full = calculon_figures("megatron-22B_full", "peak_only"), calculon_figures("megatron-22B_full",

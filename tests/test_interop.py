@@ -141,7 +141,8 @@ def test_batch_classifies_every_line_and_does_not_stop(tmp_path, capsys):
     assert reasons[5] == "line 6: execution.tensor_par: TP=5 does not divide model.hidden=12288"
     assert reasons[6] == "line 7: comment: unknown field (a line has id, model, execution, system)"
     assert reasons[7] == "line 9: id: duplicate id 'ok' (also on line 1)"
-    assert reasons[8] == "line 10: execution.datatype: evidence profile a100_80g has no bfloat16 matrix engine"
+    assert reasons[8].startswith("line 10: execution.datatype: evidence profile a100_80g has no bfloat16 matrix "
+                                 "engine (its datatypes: float16); to add one")
     assert reasons[9].startswith("line 11: system: ") and "no evidence profile named 'tpu'" in reasons[9]
     assert all(r["views"] == {} for r in results[3:])
     assert results[2]["views"]["system_evidence"]["memory_bytes"]["tier1_total"] > 80 * 2**30

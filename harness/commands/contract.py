@@ -16,7 +16,8 @@ from harness.errors import HarnessError
 
 def register(sub) -> None:
     p = sub.add_parser("contract", help="check or (re)write the baseline regression contract")
-    p.add_argument("action", choices=("check", "write"))
+    p.add_argument("action", choices=("check", "write"),
+                   help="check: list every broken contract entry (exit 1 if any); write: regenerate it from today's results")
     p.add_argument("--cases", type=Path, help="case directory (default: the project's cases/, else the packaged ones)")
     p.add_argument("--contract", type=Path, default=None,
                    help="contract path (default: the project's goldens/baseline_regression_contract.json, else the "

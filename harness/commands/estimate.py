@@ -1,7 +1,8 @@
-"""``harness estimate CASE.yaml... [--view NAME] [--json]`` and
+"""``harness estimate CASE... [--system NAME] [--view NAME] [--json]`` and
 ``harness estimate --calculon-batch IN.jsonl [--output OUT.json]``.
 
-The command reads a case (or a Calculon-format batch line), hands only its
+The command reads a case (a file or a packaged case's name, see
+:mod:`harness.commands.case_arguments`; or a Calculon-format batch line), hands only its
 anonymous estimate input to :func:`harness.estimate.estimate`, and labels the
 result with the case id afterwards.
 
@@ -10,7 +11,10 @@ Batch output: a JSON list, one entry per non-blank input line, in file order,
 ``status`` is ``ok``, ``infeasible`` (Calculon would refuse it: network tier
 or memory capacity; figures still given), ``rejected`` (TP/DP overlap or
 offload; no views) or ``invalid`` (reason ``line N: field: message``; no
-views). A bad line never stops the batch (an estimate that fails for one
+views). An infeasible case (a file or name) is said first and makes the exit
+status 1 (:mod:`harness.commands.case_arguments`); in a batch every line
+carries its own status, and the exit status reports invalid lines only
+(a search-like batch holds infeasible lines by design). A bad line never stops the batch (an estimate that fails for one
 line makes that line ``invalid``); the exit status is 1 when any line is
 invalid, 0 otherwise. A batch without any line (empty or blank) is an error,
 like a calibration without cases. The batch is streamed: each line is read, estimated and
@@ -32,7 +36,8 @@ from collections import Counter
 from pathlib import Path
 from typing import IO, Any, Iterator
 
-from harness.cases import load_case
+from harness.commands.case_arguments import CASE_HELP, SYSTEM_HELP, infeasible_line, load_case_argument, \
+    report_infeasible
 from harness.cost.views import COST_VIEWS
 from harness.errors import HarnessError, InputError, one_line
 from harness.estimate import DEFAULT_VIEWS, Estimate, clear_caches, estimate
@@ -50,7 +55,8 @@ BATCH_CACHE_LINES = 256
 
 def register(sub) -> None:
     p = sub.add_parser("estimate", help="estimate cases with the peak-only and system-evidence views")
-    p.add_argument("cases", nargs="*", metavar="CASE.yaml", help="case files")
+    p.add_argument("cases", nargs="*", metavar="CASE", help=CASE_HELP)
+    p.add_argument("--system", metavar="NAME", help=SYSTEM_HELP)
     p.add_argument("--view", choices=list(VIEWS), help="only this view")
     p.add_argument("--json", action="store_true", help="JSON list of {id, status, reason, views}")
     p.add_argument("--calculon-batch", type=Path, metavar="IN.jsonl",
@@ -124,7 +130,9 @@ def _emit(entries: list[dict[str, Any]], output: Path | None) -> None:
 
 def run_batch(args, views) -> int:
     if args.cases:
-        raise InputError("--calculon-batch", "CASE.yaml", "give case files or a batch, not both")
+        raise InputError("--calculon-batch", "CASE", "give case files or a batch, not both")
+    if args.system:
+        raise InputError("--calculon-batch", "--system", "a batch line names its own system; --system is for cases")
     if args.output is not None:
         check_output(args.output, inputs=[args.calculon_batch, *data_files()])
     source = str(args.calculon_batch)
@@ -158,20 +166,21 @@ def run(args) -> int:
     if args.calculon_batch is not None:
         return run_batch(args, views)
     if not args.cases:
-        raise InputError("estimate", "CASE.yaml", "give at least one case file (or --calculon-batch IN.jsonl)")
+        raise InputError("estimate", "CASE", "give at least one case file or name (or --calculon-batch IN.jsonl)")
+    loaded = [load_case_argument(argument, args.system) for argument in args.cases]
     if args.output is not None:
-        check_output(args.output, inputs=[*args.cases, *data_files()])
-    results = []
-    for path in args.cases:
-        case = load_case(path)
-        results.append((case.id, estimate(case.estimate_input(), views, source=path)))
+        check_output(args.output, inputs=[*(source for source, _ in loaded), *data_files()])
+    results = [(case.id, estimate(case.estimate_input(), views, source=source)) for source, case in loaded]
+    infeasible = sum(est.status != "ok" for _, est in results)
     if args.json or args.output:
         _emit([estimate_json(cid, est) for cid, est in results], args.output)
-        return 0
+        return report_infeasible(infeasible, len(results))
     for cid, est in results:
-        status = "" if est.status == "ok" else f"  [{est.status}: {est.reason}]"
-        print(f"{cid}{status}")
+        if est.status != "ok":
+            print(infeasible_line(cid, est.system, est.reason))
+        else:
+            print(cid)
         for name, v in est.views.items():
             comps = "  ".join(f"{k}={val:.4f}" for k, val in v.components_s.model_dump().items() if val)
             print(f"  {name:16s} total={v.total_s:.4f} s  memory={v.memory_bytes.tier1_total / 2**30:.2f} GiB  {comps}")
-    return 0
+    return report_infeasible(infeasible, len(results))

@@ -45,20 +45,24 @@ def register(sub) -> None:
     imp = verbs.add_parser("import", help="import measurements into a corpus")
     kinds = imp.add_subparsers(dest="kind", required=True, metavar="KIND")
     v = kinds.add_parser("vtrain", help="vTrain CSVs (single-node-train.csv, multi-node-train.csv)")
-    v.add_argument("files", nargs="+", type=Path, metavar="CSV")
-    v.add_argument("--output", type=Path, required=True, metavar="CORPUS.jsonl")
+    v.add_argument("files", nargs="+", type=Path, metavar="CSV", help="vTrain result CSV files")
+    v.add_argument("--output", type=Path, required=True, metavar="CORPUS.jsonl",
+                   help="measurement corpus to write (JSON lines)")
     v.set_defaults(func=run_import_vtrain)
     k = kinds.add_parser("korthikanti", help="Korthikanti et al. 2022 Table 4 (JSON) and Table 5 (the cases)")
-    k.add_argument("--table4", type=Path, required=True, metavar="JSON")
+    k.add_argument("--table4", type=Path, required=True, metavar="JSON",
+                   help="Table 4 rows (per-layer forward/backward times) as JSON")
     k.add_argument("--cases", type=Path, metavar="DIR", help="case directory whose paper values are Table 5")
-    k.add_argument("--output", type=Path, required=True, metavar="CORPUS.jsonl")
+    k.add_argument("--output", type=Path, required=True, metavar="CORPUS.jsonl",
+                   help="measurement corpus to write (JSON lines)")
     k.set_defaults(func=run_import_korthikanti)
     n = kinds.add_parser("nccl-tests", help="nccl-tests *_perf tables -> collective sweeps (network curves)")
-    n.add_argument("files", nargs="+", type=Path, metavar="FILE")
+    n.add_argument("files", nargs="+", type=Path, metavar="FILE", help="nccl-tests output files (*_perf tables)")
     n.add_argument("--tier", type=int, required=True, metavar="N", help="network tier the processors share")
     n.add_argument("--collective", choices=OPS, default="all_reduce", help="the benchmark (default all_reduce)")
     n.add_argument("--participants", type=int, metavar="N", help="check the table's participant count")
-    n.add_argument("--output", type=Path, required=True, metavar="CORPUS.jsonl")
+    n.add_argument("--output", type=Path, required=True, metavar="CORPUS.jsonl",
+                   help="measurement corpus to write (JSON lines)")
     n.add_argument("--name", default="nccl-tests", help="corpus name")
     n.add_argument("--citation", default="nccl-tests output", help="where the tables come from")
     n.add_argument("--licence", default="as the input files", help="licence of the numbers")
@@ -70,8 +74,10 @@ def register(sub) -> None:
 
     f = verbs.add_parser("fit", help="fit an evidence revision to measurement corpora")
     f.add_argument("--base", required=True, metavar="NAME", help="base evidence profile (e.g. a100_80g)")
-    f.add_argument("--measurements", nargs="+", type=Path, required=True, metavar="CORPUS.jsonl")
-    f.add_argument("--output", type=Path, required=True, metavar="evidence/NAME.yaml")
+    f.add_argument("--measurements", nargs="+", type=Path, required=True, metavar="CORPUS.jsonl",
+                   help="measurement corpora to fit (from `evidence import`)")
+    f.add_argument("--output", type=Path, required=True, metavar="evidence/NAME.yaml",
+                   help="the fitted evidence profile to write")
     f.add_argument("--name", help="profile name (default: the output file's stem)")
     f.add_argument("--replace", action="store_true",
                    help="replace an existing --output profile (without it an existing file is refused)")
@@ -87,7 +93,8 @@ def register(sub) -> None:
                    help="measured families to remove (e.g. gradient_accumulation)")
     d.add_argument("--reason", required=True, metavar="TEXT",
                    help="why: the software stack the derived profile describes (one line, kept in its provenance)")
-    d.add_argument("--output", type=Path, required=True, metavar="evidence/NAME.yaml")
+    d.add_argument("--output", type=Path, required=True, metavar="evidence/NAME.yaml",
+                   help="the derived evidence profile to write")
     d.add_argument("--name", help="profile name (default: the output file's stem)")
     d.add_argument("--replace", action="store_true",
                    help="replace an existing --output profile (without it an existing file is refused)")
@@ -95,12 +102,14 @@ def register(sub) -> None:
 
     r = verbs.add_parser("report", help="cross-validated report of a fitted revision; exit 1 on a broken budget")
     r.add_argument("--profile", required=True, metavar="NAME", help="the shipped revision (evidence/NAME.yaml)")
-    r.add_argument("--base", required=True, metavar="NAME")
+    r.add_argument("--base", required=True, metavar="NAME",
+                   help="the base evidence profile the revision was fitted from (e.g. a100_80g)")
     r.add_argument("--measurements", nargs="+", type=Path, required=True, metavar="CORPUS.jsonl",
                    help="the corpora the revision was fitted on")
     r.add_argument("--check", nargs="+", type=Path, default=[], metavar="CORPUS.jsonl",
                    help="corpora compared but never fitted (component-level truth, other targets)")
-    r.add_argument("--output", type=Path, default=Path("out/measured/report.json"), metavar="JSON")
+    r.add_argument("--output", type=Path, default=Path("out/measured/report.json"), metavar="JSON",
+                   help="report JSON to write (default: out/measured/report.json)")
     r.add_argument("--plots", type=Path, metavar="DIR", help="also write PNG plots here")
     r.set_defaults(func=run_report)
 

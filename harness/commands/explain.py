@@ -1,4 +1,4 @@
-"""``harness explain CASE.yaml... [--json] [--by-task [--view NAME]]``.
+"""``harness explain CASE... [--system NAME] [--json] [--by-task [--view NAME]]``.
 
 Default: the evidence gap (system_evidence - peak_only) of each case split
 over the curve families with exact Shapley values, per total and per timing
@@ -8,6 +8,9 @@ each view split per queue into busy, hidden and exposed time
 timing component of each view listed by the PortablePlanIR tasks (and
 plan-level messages) behind it (refused with overlap or offload). Only the
 case's anonymous estimate input reaches the library; the id labels the result.
+An infeasible case is said first (before its split) and the exit status is 1
+(:mod:`harness.commands.case_arguments`); in JSON each object has ``status``
+and ``reason``.
 """
 
 from __future__ import annotations
@@ -15,16 +18,17 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from harness.cases import load_case
+from harness.commands.case_arguments import add_case_arguments, infeasible_line, load_case_argument, \
+    report_infeasible
 from harness.cost.views import COST_VIEWS
-from harness.estimate import DEFAULT_VIEWS
+from harness.estimate import DEFAULT_VIEWS, estimate
 from harness.explain import Attribution, ViewTasks, attribute_input, by_task_input, queues_input
 from harness.vocabulary import CURVE_FAMILIES, VIEWS
 
 
 def register(sub) -> None:
     p = sub.add_parser("explain", help="split the evidence gap over curve families (Shapley), or components by task")
-    p.add_argument("cases", nargs="+", metavar="CASE.yaml", help="case files")
+    add_case_arguments(p, many=True)
     p.add_argument("--by-task", action="store_true", help="list each component's plan tasks instead")
     p.add_argument("--view", choices=list(VIEWS), help="with --by-task: only this view")
     p.add_argument("--json", action="store_true", help="JSON list, one object per case")
@@ -80,9 +84,11 @@ def print_by_task(case_id: str, views: tuple[ViewTasks, ...]) -> None:
 
 
 def run(args) -> int:
-    results = []
-    for path in args.cases:
-        case = load_case(path)
+    results, feasibility = [], []
+    for argument in args.cases:
+        path, case = load_case_argument(argument, args.system)
+        est = estimate(case.estimate_input(), source=path)
+        feasibility.append((est.status, est.reason, est.system))
         if args.by_task:
             views = (COST_VIEWS[args.view],) if args.view else DEFAULT_VIEWS
             results.append((case.id, by_task_input(case.estimate_input(), views, source=path)))
@@ -90,14 +96,19 @@ def run(args) -> int:
             data = case.estimate_input()
             results.append((case.id, (attribute_input(data, source=path),
                                       queues_input(data, DEFAULT_VIEWS, source=path))))
+    infeasible = sum(status != "ok" for status, _, _ in feasibility)
     if args.json:
         if args.by_task:
             out = [{"id": cid, "views": [v.model_dump(mode="json") for v in views]} for cid, views in results]
         else:
             out = [attribution_json(cid, a, queues) for cid, (a, queues) in results]
+        for entry, (status, reason, _) in zip(out, feasibility):
+            entry.update(status=status, reason=reason)
         print(json.dumps(out, indent=1, allow_nan=False))
-        return 0
-    for cid, result in results:
+        return report_infeasible(infeasible, len(results))
+    for (cid, result), (status, reason, system) in zip(results, feasibility):
+        if status != "ok":
+            print(infeasible_line(cid, system, reason))
         if args.by_task:
             print_by_task(cid, result)
             continue
@@ -105,4 +116,4 @@ def run(args) -> int:
         print_attribution(cid, attribution)
         if queues is not None:
             print_queues(cid, queues)
-    return 0
+    return report_infeasible(infeasible, len(results))

@@ -1,4 +1,4 @@
-"""``harness lower CASE.yaml [--stage model|distributed|portable|concrete] [--json | --canonical]``.
+"""``harness lower CASE [--system NAME] [--stage model|distributed|portable|concrete] [--json | --canonical]``.
 
 Text (default): the readable IR and its digest. ``--json``: an indented
 object ``{"digest", "ir"}`` with the IR's data. ``--canonical``: exactly the
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 
-from harness.cases import load_case
+from harness.commands.case_arguments import add_case_arguments, load_case_argument
 from harness.ir.printer import render
 from harness.pipeline import lower
 
@@ -22,7 +22,7 @@ STAGES = ("model", "distributed", "portable", "concrete")
 def register(sub) -> None:
     p = sub.add_parser("lower", help="print a case's IR (ModelIR, DistributedTaskIR, PortablePlanIR or ConcretePlanIR) "
                                         "with its digest")
-    p.add_argument("case", help="case YAML")
+    add_case_arguments(p, many=False, dest="case")
     p.add_argument("--stage", choices=STAGES, default="portable", help="which IR (default: portable)")
     form = p.add_mutually_exclusive_group()
     form.add_argument("--json", action="store_true", help='{"digest", "ir"} as indented JSON instead of text')
@@ -32,8 +32,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    case = load_case(args.case)
-    lowering = lower(case.estimate_input(), args.case)
+    source, case = load_case_argument(args.case, args.system)
+    lowering = lower(case.estimate_input(), source)
     if args.stage == "concrete":
         ir = lowering.concrete()
     else:

@@ -1,9 +1,11 @@
-"""``harness trace CASE.yaml --output TRACE.json [--png SCHEDULE.png] [--view NAME] [--task-microbatches N]
+"""``harness trace CASE [--system NAME] --output TRACE.json [--png SCHEDULE.png] [--view NAME] [--task-microbatches N]
 [--max-operations N]``.
 
 Simulates the case's pipeline iteration event by event under one cost view,
 writes a Chrome trace (Perfetto / chrome://tracing) and optionally a Gantt
-PNG, and prints the simulated bubble next to the closed form's.
+PNG, and prints the simulated bubble next to the closed form's. An
+infeasible case is said first and the exit status is 1 (the trace is still
+written: it shows what the layout would take; :mod:`harness.commands.case_arguments`).
 
 A layout with TP/DP overlap or offload is traced from its ConcretePlanIR's
 physical schedule instead (:mod:`harness.trace_queues`): one thread per
@@ -24,10 +26,11 @@ its counts, up front, not after minutes of simulation or an exhausted memory.
 
 from __future__ import annotations
 
-from harness.cases import load_case
+from harness.commands.case_arguments import add_case_arguments, infeasible_line, load_case_argument, \
+    report_infeasible
 from harness.cost.views import COST_VIEWS
 from harness.errors import InputError
-from harness.estimate import check_tiers
+from harness.estimate import check_tiers, estimate
 from harness.evidence.profile import load_profile
 from harness.outputs import check_output, data_files
 from harness.pipeline import lower
@@ -37,7 +40,7 @@ from harness.vocabulary import SYSTEM_EVIDENCE, VIEWS
 
 def register(sub) -> None:
     p = sub.add_parser("trace", help="simulate the pipeline event by event; write a Chrome trace (and a Gantt PNG)")
-    p.add_argument("case", metavar="CASE.yaml", help="case file")
+    add_case_arguments(p, many=False, dest="case")
     p.add_argument("--output", required=True, metavar="TRACE.json", help="Chrome trace event JSON to write")
     p.add_argument("--png", metavar="SCHEDULE.png", help="also draw the schedule as a Gantt chart")
     p.add_argument("--view", choices=list(VIEWS), default=SYSTEM_EVIDENCE, help=f"cost view (default: {SYSTEM_EVIDENCE})")
@@ -53,17 +56,22 @@ def run(args) -> int:
         raise InputError(args.case, "--task-microbatches", f"must be >= 0, got {args.task_microbatches}")
     if args.max_operations < 1:
         raise InputError(args.case, "--max-operations", f"must be >= 1, got {args.max_operations}")
+    source, case = load_case_argument(args.case, args.system)
+    args.case = source
     inputs = [args.case, *data_files()]
     check_output(args.output, option="--output", inputs=inputs, others=[args.png])
     if args.png:
         check_output(args.png, option="--png", inputs=inputs, others=[args.output])
-    case = load_case(args.case)
     data = case.estimate_input()
     profile = load_profile(data.system, referrer=args.case)
     check_tiers(data, profile, args.case)
+    est = estimate(data, source=args.case)
+    if est.status != "ok":
+        print(infeasible_line(case.id, est.system, est.reason))
+    infeasible = int(est.status != "ok")
     lowering = lower(data, args.case)
     if lowering.concurrent:
-        return _run_queues(args, case, lowering, profile)
+        return _run_queues(args, case, lowering, profile) or report_infeasible(infeasible, 1)
     plan = lowering.plan
     check_trace_size(plan, args.case, task_microbatches=args.task_microbatches, max_operations=args.max_operations)
     doc, sim = build_trace(plan, profile, COST_VIEWS[args.view], task_microbatches=args.task_microbatches,
@@ -80,7 +88,7 @@ def run(args) -> int:
     print(f"  stage-0 busy {sim.first_stage_busy_s:.6f} s, idle {sim.first_stage_idle_s:.6f} s; closed-form bubble "
           f"{sim.closed_form_bubble_s:.6f} s; difference {sim.bubble_difference_s:+.3e} s")
     print(f"  {sim.note}")
-    return 0
+    return report_infeasible(infeasible, 1)
 
 
 def _run_queues(args, case, lowering, profile) -> int:

@@ -1,0 +1,140 @@
+"""Issue 23 (4, 5, 8, 2's error): cases by name from any directory, `list`, infeasible results exit 1 and say so
+first, `--system` on every command that prices, `--version`, the program's own name, help for every option."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from harness import locations
+from harness.cases import load_case
+from harness.cli import build_parser, program_name
+from harness.estimate import estimate
+
+from conftest import CASES_DIR, ROOT, one_error_line, run_cli
+
+
+@pytest.fixture
+def elsewhere(tmp_path, monkeypatch):
+    """A working directory that is no project (no evidence/ or cases/ in it or above it)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.delenv(locations.ENV_PROJECT, raising=False)
+    yield work
+    locations.reset()
+
+
+def infeasible_case(tmp_path):
+    """Megatron-22B full recompute on ONE A100 (TP 1): 368 GB of tier-1 memory needed, 80 GiB there."""
+    text = (CASES_DIR / "megatron-22B_full.yaml").read_text()
+    path = tmp_path / "infeasible.yaml"
+    path.write_text(text.replace("tensor_parallel: 8", "tensor_parallel: 1").replace("id: megatron-22B/full",
+                                                                                       "id: one-gpu"))
+    return path
+
+
+def test_a_packaged_case_is_named_from_another_directory(elsewhere, capsys):
+    assert locations.resolve(cwd=elsewhere).project is None
+    expected = estimate(load_case(CASES_DIR / "megatron-22B_full.yaml").estimate_input())
+    for argument in ("megatron-22B_full", "megatron-22B_full.yaml", "cases/megatron-22B_full.yaml",
+                     "concurrency/megatron-22B_overlap"):
+        status, out, err = run_cli(capsys, "estimate", argument, "--json")
+        assert status == 0, err
+        if argument.startswith(("megatron", "cases")):
+            assert json.loads(out)[0]["views"]["system_evidence"]["total_s"] == \
+                expected.views["system_evidence"].total_s
+
+
+def test_an_unknown_case_name_is_one_line_saying_where_it_looked(elsewhere, capsys):
+    err = one_error_line(*run_cli(capsys, "estimate", "megatron-22B_fulll")[::2], "megatron-22B_fulll",
+                         str(ROOT / "cases"), "harness list cases")
+    assert "no such file, and no case of that name" in err
+
+
+def test_list_names_every_packaged_case_and_profile_from_another_directory(elsewhere, capsys):
+    status, out, _ = run_cli(capsys, "list", "cases")
+    rows = [line.split() for line in out.splitlines()]
+    assert status == 0
+    names = {p.relative_to(CASES_DIR).with_suffix("").as_posix() for p in CASES_DIR.rglob("*.yaml")}
+    assert {r[0] for r in rows} == names and len(rows) == len(names)
+    assert ["megatron-22B_full", "megatron-22B/full", "a100_80g"] in [r[:3] for r in rows]
+    status, out, _ = run_cli(capsys, "list", "profiles")
+    rows = {line.split()[0]: line.split()[1] for line in out.splitlines()}
+    assert status == 0 and set(rows) == {p.stem for p in (ROOT / "evidence").glob("*.yaml")}
+    assert rows["h100_80g_nvl8"] == "float8,float16" and rows["a100_80g"] == "float16"
+
+
+@pytest.mark.parametrize("command", [["estimate"], ["estimate", "--json"], ["explain"], ["explain", "--json"],
+                                     ["explain", "--by-task"], ["trace", "--output", "{tmp}/t.json"]])
+def test_an_infeasible_case_exits_1_and_says_so_first(tmp_path, capsys, command):
+    path = infeasible_case(tmp_path)
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in command]
+    status, out, err = run_cli(capsys, argv[0], path, *argv[1:])
+    assert status == 1, err
+    assert "1 of 1 case(s) infeasible" in err
+    if "--json" in argv:
+        assert json.loads(out)[0]["status"] == "infeasible"
+        assert "memory tier 1 needs" in json.loads(out)[0]["reason"]
+    else:
+        assert out.splitlines()[0].startswith("one-gpu: INFEASIBLE on a100_80g: memory tier 1 needs 368")
+
+
+def test_a_feasible_case_still_exits_0(capsys):
+    for argv in (["estimate", "megatron-22B_full"], ["explain", "megatron-22B_full"]):
+        status, out, _ = run_cli(capsys, *argv)
+        assert status == 0 and "INFEASIBLE" not in out
+
+
+def test_system_prices_the_case_on_another_profile_in_every_command(tmp_path, capsys):
+    case = load_case(CASES_DIR / "megatron-22B_full.yaml")
+    h100 = estimate(case.estimate_input().model_copy(update={"system": "h100_80g_nvl8"}))
+    a100 = estimate(case.estimate_input())
+    assert h100.views["system_evidence"].total_s != a100.views["system_evidence"].total_s
+    status, out, _ = run_cli(capsys, "estimate", "megatron-22B_full", "--system", "h100_80g_nvl8", "--json")
+    assert status == 0 and json.loads(out)[0]["views"]["system_evidence"]["total_s"] == \
+        h100.views["system_evidence"].total_s
+    status, out, _ = run_cli(capsys, "explain", "megatron-22B_full", "--system", "h100_80g_nvl8", "--json")
+    assert status == 0 and json.loads(out)[0]["system_evidence_total_s"] == h100.views["system_evidence"].total_s
+    status, out, _ = run_cli(capsys, "trace", "megatron-22B_full", "--system", "h100_80g_nvl8",
+                             "--output", tmp_path / "t.json")
+    assert status == 0 and f"closed form {h100.views['system_evidence'].total_s:.6f} s" in out
+    status, out, _ = run_cli(capsys, "lower", "megatron-22B_full", "--system", "h100_80g_nvl8", "--json")
+    assert status == 0 and json.loads(out)["digest"] == h100.digests["portable_plan_ir"]
+
+
+def test_a_bad_system_is_the_options_error(capsys):
+    one_error_line(*run_cli(capsys, "estimate", "megatron-22B_full", "--system", "nosuch")[::2],
+                   "--system", "no evidence profile named 'nosuch'")
+
+
+def test_a_missing_datatype_lists_the_profiles_datatypes_and_how_to_add_one(tmp_path, capsys):
+    path = tmp_path / "bf16.yaml"
+    path.write_text((CASES_DIR / "megatron-22B_full.yaml").read_text().replace("float16", "bfloat16"))
+    err = one_error_line(*run_cli(capsys, "estimate", path, "--system", "h100_80g_nvl8")[::2], path,
+                         "execution.datatype", "no bfloat16 matrix engine", "its datatypes: float8, float16",
+                         "evidence/h100_80g_nvl8.yaml", "`matrix: bfloat16:`", "docs/cases.md")
+    assert err
+
+
+def test_version_and_the_programs_own_name(capsys):
+    status, out, _ = run_cli(capsys, "--version")
+    assert status == 0 and out.startswith(f"{program_name()} 0.1.0")
+    assert program_name("/usr/local/bin/harness") == "harness"
+    assert program_name("/x/harness/__main__.py") == "python -m harness"
+
+
+def _actions(parser, path=()):
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _actions(sub, (*path, name))
+        else:
+            yield path, action
+
+
+def test_every_option_and_argument_of_every_command_has_help():
+    missing = [(" ".join(path), a.option_strings or a.dest) for path, a in _actions(build_parser()) if not a.help]
+    assert not missing
