@@ -25,6 +25,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness import calculon_compat as compat
+from harness.estimate import switched_off
 from harness.cases import EstimateInput
 from harness.cli import main
 from harness.evidence.profile import dump_profile, load_profile
@@ -154,7 +155,7 @@ def test_search_follows_the_calculon_compatibility_rules(one_network):
     stratified sample of a space with TP, PP and DP (every status, TP/DP overlap and offload choice; the
     whole space: the slow test below): its vectorized projection reads the same rules."""
     problem = SearchProblem(SMALL, 2, 2, "float16", one_network, SpaceOptions(), 3, prune=False, collect_rows=True)
-    with compat.switched_off(*compat.OVERLAP_RULES):
+    with switched_off(*compat.OVERLAP_RULES):
         got = _as_rows(_rows(problem)[1])
         sample, strata = _stratified_sample(problem, got)
         assert len(strata) > 40 and len(sample) > 80
@@ -167,7 +168,7 @@ def test_search_follows_the_calculon_compatibility_rules(one_network):
 def test_search_follows_the_calculon_compatibility_rules_on_every_execution(one_network):
     """The same on every execution of the space."""
     problem = SearchProblem(SMALL, 2, 2, "float16", one_network, SpaceOptions(), 3, prune=False, collect_rows=True)
-    with compat.switched_off(*compat.OVERLAP_RULES):
+    with switched_off(*compat.OVERLAP_RULES):
         rows = reference_search(problem)[2]
         result, table = _rows(problem)
     assert _as_rows(table) == rows
