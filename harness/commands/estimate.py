@@ -1,5 +1,7 @@
-"""``harness estimate CASE... [--system NAME] [--view NAME] [--json]`` and
-``harness estimate --calculon-batch IN.jsonl [--output OUT.json]``.
+"""``harness estimate CASE... [--system NAME] [--view NAME] [--json]``,
+``harness estimate --calculon-batch IN.jsonl [--output OUT.json]`` and
+``harness estimate --runs ROWS.json --system PROFILE|auto [--view NAME] [--output OUT.json]`` (measured runs,
+:mod:`harness.measurements.runs_estimate`).
 
 The command reads a case (a file or a packaged case's name, see
 :mod:`harness.commands.case_arguments`; or a Calculon-format batch line), hands only its
@@ -36,8 +38,7 @@ from collections import Counter
 from pathlib import Path
 from typing import IO, Any, Iterator
 
-from harness.commands.case_arguments import CASE_HELP, SYSTEM_HELP, infeasible_line, load_case_argument, \
-    report_infeasible
+from harness.commands.case_arguments import CASE_HELP, infeasible_line, load_case_argument, report_infeasible
 from harness.cost.views import COST_VIEWS
 from harness.errors import HarnessError, InputError, one_line
 from harness.estimate import DEFAULT_VIEWS, Estimate, clear_caches, estimate
@@ -56,11 +57,17 @@ BATCH_CACHE_LINES = 256
 def register(sub) -> None:
     p = sub.add_parser("estimate", help="estimate cases with the peak-only and system-evidence views")
     p.add_argument("cases", nargs="*", metavar="CASE", help=CASE_HELP)
-    p.add_argument("--system", metavar="NAME", help=SYSTEM_HELP)
     p.add_argument("--view", choices=list(VIEWS), help="only this view")
     p.add_argument("--json", action="store_true", help="JSON list of {id, status, reason, views}")
     p.add_argument("--calculon-batch", type=Path, metavar="IN.jsonl",
                    help='Calculon-format batch, one {"id", "model", "execution", "system"} per line (.gz allowed)')
+    p.add_argument("--runs", type=Path, metavar="ROWS.json",
+                   help="a blueprinting.measured-runs.v0 file: every row estimated (or unsupported, field named), "
+                        "with MAPE and signed bias per GPU, model family and precision")
+    p.add_argument("--system", metavar="PROFILE|auto",
+                   help="the evidence profile to price on: for cases, instead of each case's own `system` "
+                        "(`harness list profiles` lists them); with --runs, every row's, or auto (each row's "
+                        "system.gpu)")
     p.add_argument("--output", type=Path, metavar="OUT.json", help="write the JSON list here instead of stdout")
     p.set_defaults(func=run)
 
@@ -161,8 +168,34 @@ def _write_entry(writer: JsonListWriter, entry: BatchLine, views, source: str, c
         clear_caches()
 
 
+def run_runs(args) -> int:
+    """``--runs``: the rows as cases, estimated (:mod:`harness.measurements.runs_estimate`); the JSON list to
+    ``--output`` (or stdout) and the summary to stdout (or stderr when the list goes to stdout)."""
+    from harness.evidence.profile import check_profile_name
+    from harness.measurements.runs_estimate import AUTO, DEFAULT_VIEW, estimate_runs, summary
+    from harness.measurements.runs_schema import read_runs
+
+    if args.cases or args.calculon_batch is not None:
+        raise InputError("--runs", "CASE.yaml", "give --runs alone, not with case files or --calculon-batch")
+    if args.system is None:
+        raise InputError("<command line>", "--system", "--runs needs --system PROFILE or --system auto")
+    if args.system != AUTO:
+        check_profile_name(args.system, "<command line>", "--system")
+    if args.output is not None:
+        check_output(args.output, inputs=[args.runs, *data_files()])
+    view = args.view or DEFAULT_VIEW
+    results = estimate_runs(read_runs(args.runs), args.system, str(args.runs))
+    _emit([r.json(view) for r in results], args.output)
+    out = sys.stdout if args.output is not None else sys.stderr
+    for line in summary(results):
+        print(line, file=out)
+    return 0
+
+
 def run(args) -> int:
     views = (COST_VIEWS[args.view],) if args.view else DEFAULT_VIEWS
+    if args.runs is not None:
+        return run_runs(args)
     if args.calculon_batch is not None:
         return run_batch(args, views)
     if not args.cases:
