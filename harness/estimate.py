@@ -14,13 +14,15 @@ it unreachable; it stays as the last line of defence.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from pydantic import Field, create_model
 
+from harness import calculon_compat as compat
 from harness.cases import EstimateInput
 from harness.cost.accumulation import accumulation_s
 from harness.cost.output_layer import per_microbatch_s
@@ -151,6 +153,23 @@ def clear_caches() -> None:
     clear_lowering_caches()
     clear_pricers()
     _PROJECTIONS.clear()
+
+
+@contextlib.contextmanager
+def switched_off(*names: str) -> Iterator[None]:
+    """Apply the alternative form of the named Calculon compatibility rules
+    (``harness.calculon_compat.RULES``) inside the block.
+
+    The estimate path's memos (lowerings, facts, prices) are cleared on entry
+    and on exit, so no result computed under one setting is reused under the
+    other. Process-global: not for concurrent threads.
+    """
+    with compat.rules_off(*names):
+        clear_caches()
+        try:
+            yield
+        finally:
+            clear_caches()
 
 
 def check_tiers(data: EstimateInput, profile: EvidenceProfile, source: str) -> None:

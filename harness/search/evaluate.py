@@ -73,7 +73,8 @@ from harness.schedule.projection import block_sums
 from harness.search.concurrent import TierPricer, Variants, offload_memory, project
 from harness.search.pareto import pareto_frontier
 from harness.search.placement import PlacementPricer, ZeroNetworkPricer
-from harness.search.results import COMPONENTS, MEMORY, Candidate, Counts, GroupOutcome, RowBuffer, TopK
+from harness.search.results import (COMPONENTS, MEMORY, Candidate, Counts, GroupOutcome, RowBuffer, TopK,
+                                    calculon_execution)
 from harness.search.space import GroupLayout, Inner, SpaceOptions
 from harness.vocabulary import SYSTEM_EVIDENCE
 
@@ -356,21 +357,3 @@ def _candidate(problem: SearchProblem, layout: GroupLayout, inner: Inner, microb
         total_s=float(figures.total[index]),
         components_s={name: float(figures.components[name][index]) for name in COMPONENTS},
         memory_bytes=dict(memory))
-
-
-def calculon_execution(problem: SearchProblem, layout: GroupLayout, inner: Inner, microbatch: int,
-                       tiers: tuple[int, int, int]) -> dict[str, Any]:
-    """One execution in Calculon's execution JSON (its field names, its order)."""
-    g = layout.group
-    return {
-        "num_procs": problem.processors, "tensor_par": g.tp, "pipeline_par": g.pp, "data_par": g.dp,
-        "tensor_par_net": int(tiers[0]), "pipeline_par_net": int(tiers[1]), "data_par_net": int(tiers[2]),
-        "batch_size": g.batch, "microbatch_size": microbatch, "datatype": problem.datatype,
-        "fused_activation": inner.fused_activation, "attention_type": "multihead",
-        "activation_recompute": g.recompute, "pipeline_interleaving": g.interleaving,
-        "optimizer_sharding": g.optimizer_sharding, "tensor_par_comm_type": g.tp_comm,
-        "tensor_par_overlap": inner.tp_overlap, "seq_par_ag_redo": inner.seq_par_ag_redo,
-        "data_par_overlap": inner.dp_overlap, "weight_offload": inner.weight_offload,
-        "activations_offload": inner.activations_offload, "optimizer_offload": inner.optimizer_offload,
-        "training": True,
-    }
