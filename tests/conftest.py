@@ -20,6 +20,19 @@ CASES_DIR = ROOT / "cases"
 REFERENCE_DIR = ROOT.parent / "shared" / "reference"
 
 
+@pytest.fixture(autouse=True)
+def _fresh_locations():
+    """Every test starts and ends with unconfigured locations: ``harness.cli.main`` configures them for the
+    process (``--project DIR``), and a test that ran it on a temporary project must not make the next test on
+    the same worker read that project's profiles (a hostile ``a100_measured`` there priced another test's
+    records at 1e7 s)."""
+    from harness import locations
+
+    locations.reset()
+    yield
+    locations.reset()
+
+
 def shared_reference(relative: str) -> Path:
     """``REFERENCE_DIR / relative``; when it is missing the test fails where ``$CI`` is set and is skipped
     elsewhere, with the path in the message. Only the checks that the vendored conversions equal the shared

@@ -43,7 +43,7 @@ def test_a_bad_command_line_is_one_error_line(capsys, argv, needles):
     (["calibrate", "--output", "{tmp}/r.json", "--plots", ""], "--plots"),
     (["calibrate", "--cases", "", "--output", "{tmp}/r.json"], "--cases"),
     (["contract", "check", "--cases", ""], "--cases"),
-    (["estimate", ""], "CASE.yaml"),
+    (["estimate", ""], "CASE"),
     (["estimate", "{case}", "--output", ""], "--output"),
     (["import", "calculon", "--model", "m.json", "--execution", "e.json", "--system", ""], "--system"),
     (["--project", "", "estimate", "{case}"], "--project"),
