@@ -53,7 +53,7 @@ def calculon_error(error: InputError) -> InputError:
     """The same error with its field renamed to Calculon's terms (class kept)."""
     field = calculon_field(error.field)
     if isinstance(error, UnsupportedFeatureError):
-        return UnsupportedFeatureError(error.source, field)
+        return UnsupportedFeatureError(error.source, field, error.message)
     return InputError(error.source, field, error.message)
 
 
@@ -109,6 +109,11 @@ def calculon_from_input(data: EstimateInput, source: str = "configuration") -> t
     if data.model.vocabulary is not None:
         raise InputError(source, "model.vocabulary", "Calculon's model has no vocabulary (no output layer); a "
                                                      "configuration that states one cannot be compared with Calculon")
+    for section, value in (("model", data.model), ("execution", data.execution)):
+        for name in sorted(type(value).ABSENT_IF_NONE - {"vocabulary"}):
+            if getattr(value, name) is not None:
+                raise InputError(source, f"{section}.{name}", "Calculon's model has no such field; a configuration "
+                                                              "that states it cannot be compared with Calculon")
     shape = data.model.model_dump()
     e = data.execution
     layout = e.model_dump()
