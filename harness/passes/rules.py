@@ -346,6 +346,24 @@ def flash_attention(s: FlashAttentionShape, b: int, shards: int) -> PrimitiveFac
     )
 
 
+def matrix_operations(shape) -> tuple[str, float] | None:
+    """The FLOP oracle's convention for one forward task: ``("linear" | "attention", operations)`` or None.
+
+    Forward + activation gradient + weight gradient matrix operations, no recomputation, the attention products
+    over the full s x s scores (PyTorch's ``FlopCounterMode``: ``aten.mm``/``aten.addmm`` are linear, counting
+    2MNK and not the bias add; ``aten.bmm`` attention): a linear's (or overlapped linear's) three passes, a batch
+    matmul's forward and activation gradient, and for a flash kernel the materialized products it stands for
+    (``3 x 2 x score_products``: QK^T and PV forward, twice each backward), not the tiles it executes.
+    """
+    if isinstance(shape, FlashAttentionShape):
+        return "attention", 6 * score_products(shape.batch, shape.heads, shape.sequence, shape.head_size)
+    family = {"linear": "linear", "overlapped_linear": "linear", "batch_matmul": "attention"}.get(shape.kind)
+    if family is None:
+        return None
+    facts = derive(shape, 2, 1)
+    return family, facts.forward.operations + facts.activation_grad.operations + facts.weight_grad.operations
+
+
 RULES = {
     "linear": linear,
     "batch_matmul": batch_matmul,
