@@ -20,11 +20,14 @@ Everything not listed here is the project's own physics (the seed's rules in
 can so tell "physics" from "bit-compatibility with Calculon 0.1.0", and new
 semantics (overlap, fitted evidence) can choose.
 
-Rules are on by default. :func:`switched_off` turns some off for the duration
-of a ``with`` block (for experiments and the tests that prove each rule
-matters: ``tests/test_calculon_compat.py``); it clears the estimate path's
-memos on entry and exit, because lowering and pricing memoize their results.
-It is process-global: do not use it from concurrent threads.
+Rules are on by default. :func:`harness.estimate.switched_off` turns some off
+for the duration of a ``with`` block (for experiments and the tests that prove
+each rule matters: ``tests/test_calculon_compat.py``); it clears the estimate
+path's memos on entry and exit, because lowering and pricing memoize their
+results. It lives on the estimate path, not here, because this module is
+imported by the physics the memos belong to (no import cycle). The primitive
+here, :func:`rules_off`, only changes the setting. The setting is
+process-global: do not switch rules from concurrent threads.
 
 Adding a rule: one function here, decorated with :func:`rule` (its record)
 and branching on :func:`applies`, the call in the physics module, and its
@@ -72,27 +75,23 @@ def applies(function: Callable) -> bool:
 
 
 @contextlib.contextmanager
-def switched_off(*names: str) -> Iterator[None]:
+def rules_off(*names: str) -> Iterator[None]:
     """Apply the alternative form of the named rules inside the block.
 
-    The estimate path's memos (lowerings, facts, prices) are cleared on entry
-    and on exit, so no result computed under one setting is reused under the
-    other.
+    Only the setting changes: results memoized under the other setting are not
+    forgotten. Use :func:`harness.estimate.switched_off`, which also clears the
+    estimate path's memos, unless nothing memoized is involved.
     """
-    from harness.estimate import clear_caches  # the memos live on the estimate path
-
     unknown = sorted(set(names) - set(RULES))
     if unknown:
         raise KeyError(f"unknown compatibility rule(s) {unknown} (known: {', '.join(RULES)})")
     previous = set(_OFF)
     _OFF.update(names)
-    clear_caches()
     try:
         yield
     finally:
         _OFF.clear()
         _OFF.update(previous)
-        clear_caches()
 
 
 # --- composition of the iteration (harness.schedule.compose) ------------------------------------------------

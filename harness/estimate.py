@@ -14,13 +14,15 @@ it unreachable; it stays as the last line of defence.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from pydantic import Field, create_model
 
+from harness import calculon_compat as compat
 from harness.cases import EstimateInput
 from harness.cost.accumulation import accumulation_s
 from harness.cost.output_layer import per_microbatch_s
@@ -45,7 +47,7 @@ from harness.schedule.memory import (
     stage_memory,
 )
 from harness.schedule.projection import calculon_projection
-from harness.vocabulary import COMPONENTS, ESTIMATE_STATUSES, MEMORY_FIGURES
+from harness.vocabulary import COMPONENTS, ESTIMATE_STATUSES, MEMORY_FIGURES, PARALLEL_DIMENSIONS
 from harness.workload import MatrixFlopsPerBlock, WorkloadMetrics, matrix_flops_per_block, workload_metrics
 
 #: Both named views, in vocabulary order.
@@ -163,11 +165,28 @@ def clear_caches() -> None:
     _PROJECTIONS.clear()
 
 
+@contextlib.contextmanager
+def switched_off(*names: str) -> Iterator[None]:
+    """Apply the alternative form of the named Calculon compatibility rules
+    (``harness.calculon_compat.RULES``) inside the block.
+
+    The estimate path's memos (lowerings, facts, prices) are cleared on entry
+    and on exit, so no result computed under one setting is reused under the
+    other. Process-global: not for concurrent threads.
+    """
+    with compat.rules_off(*names):
+        clear_caches()
+        try:
+            yield
+        finally:
+            clear_caches()
+
+
 def check_tiers(data: EstimateInput, profile: EvidenceProfile, source: str) -> None:
     count = len(profile.networks)
-    for dim in ("tensor", "pipeline", "data"):
-        tier = getattr(data.execution.network_tiers, dim)
-        if tier >= count:
+    for dim in PARALLEL_DIMENSIONS:
+        tier = getattr(data.execution.network_tiers, dim, None)
+        if tier is not None and tier >= count:
             raise InputError(source, f"execution.network_tiers.{dim}",
                              f"tier {tier} does not exist in evidence profile {profile.name} ({count} tiers)")
     for engines, family in ((profile.matrix, "matrix"), (profile.vector, "vector")):

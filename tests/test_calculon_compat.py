@@ -23,6 +23,7 @@ from typing import Any, Callable
 import pytest
 
 from harness import calculon_compat as compat
+from harness.estimate import switched_off
 from harness.evidence.profile import load_profile
 from harness.oracles.calculon import check_record, estimate_record, estimate_values
 from harness.oracles.records import OracleRecord, RecordIndex
@@ -109,7 +110,7 @@ def test_with_every_rule_on_the_records_are_bit_identical_to_calculon(records):
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_switching_a_rule_off_breaks_parity_as_named(records, name):
     metrics, affected = EXPECTED[name]
-    with compat.switched_off(name):
+    with switched_off(name):
         result = broken(records)
     if isinstance(affected, frozenset):
         expected = set(affected)
@@ -126,7 +127,7 @@ def test_arithmetic_form_rules_move_bits_not_figures(records, name):
     by_id = {r.id: r for r in records}
     pinned = {key.rsplit(" [", 1)[0] for key in EXPECTED[name][1]}
     on = {i: estimate_record(by_id[i]) for i in pinned}
-    with compat.switched_off(name):
+    with switched_off(name):
         off = {i: estimate_record(by_id[i]) for i in pinned}
     for record_id in pinned:
         for view in on[record_id].views:
@@ -154,7 +155,7 @@ def _shape(r: OracleRecord) -> dict[str, Any]:
 def _difference(record: OracleRecord, name: str, metric: str) -> dict[str, float]:
     """``off - on`` of one metric per view."""
     on = estimate_record(record)
-    with compat.switched_off(name):
+    with switched_off(name):
         off = estimate_record(record)
     return {v: estimate_values(off.views[v])[metric] - estimate_values(on.views[v])[metric] for v in on.views}
 
@@ -215,10 +216,10 @@ def test_every_rule_is_called_where_it_says():
 
 def test_unknown_rules_are_refused_and_the_default_is_restored_after_an_error():
     with pytest.raises(KeyError, match="unknown compatibility rule"):
-        with compat.switched_off("no-such-rule"):
+        with switched_off("no-such-rule"):
             pass
     with pytest.raises(RuntimeError):
-        with compat.switched_off("total-in-calculon-order", "inference-backward-p2p-slot"):
+        with switched_off("total-in-calculon-order", "inference-backward-p2p-slot"):
             assert not compat.applies(compat.iteration_total)
             raise RuntimeError
     assert all(compat.applies(getattr(compat, rule.function)) for rule in compat.RULES.values())
@@ -232,7 +233,7 @@ def test_full_corpus_counts():
     everything = [r for _, r in index.by_id.values()]
     counts = {}
     for name in sorted(EXPECTED):
-        with compat.switched_off(name):
+        with switched_off(name):
             counts[name] = len(broken(everything))
     assert counts == {
         "total-in-calculon-order": 498, "backward-as-two-products": 198, "tensor-parallel-by-direction": 18,

@@ -43,7 +43,7 @@ def test_a_qkv_bias_under_tp_overlap_is_reported_as_unpriceable_naming_the_field
 def test_calculon_translation_refuses_every_new_field_instead_of_dropping_it():
     for shape, execution, field in (({"mlp": "swiglu"}, {}, "model.mlp"), ({"kv_heads": 2}, {}, "model.kv_heads"),
                                     ({}, {"attention_kernel": "flash"}, "execution.attention_kernel")):
-        with pytest.raises(InputError, match=f"x: {field}: Calculon's model has no such field"):
+        with pytest.raises(InputError, match=f"x: {field}: Calculon 0.1.0 has no counterpart of this field"):
             calculon_from_input(data(shape, **execution), "x")
 
 

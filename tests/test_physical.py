@@ -38,7 +38,7 @@ from harness.pipeline import lower
 from harness.schedule.differences import differences
 from harness.schedule.physical import Assumptions, physical_schedule, run_program
 from harness.schedule.projection import calculon_projection
-from harness.estimate import estimate_lowering
+from harness.estimate import estimate_lowering, switched_off
 
 from conftest import CASES_DIR
 
@@ -75,7 +75,7 @@ def _sample():
 @pytest.mark.parametrize("record_id,data", _sample(), ids=lambda v: v if isinstance(v, str) else "")
 def test_block_programs_run_as_the_closed_forms_without_compatibility_rules(record_id, data):
     concrete = _concrete(data)
-    with compat.switched_off(*compat.OVERLAP_RULES):
+    with switched_off(*compat.OVERLAP_RULES):
         for pricer in _pricers(data, concrete):
             projection = calculon_projection(concrete, pricer)
             phases = ("forward", "backward") if concrete.schedule.training else ("forward",)
@@ -92,7 +92,7 @@ def _overlap_sample(n: int, seed: int):
 @pytest.mark.parametrize("record_id,data", _overlap_sample(24, 11), ids=lambda v: v if isinstance(v, str) else "")
 def test_the_schedule_sharing_the_closed_forms_assumptions_is_the_closed_forms(record_id, data):
     concrete = lower(data).concrete()
-    with compat.switched_off(*compat.OVERLAP_RULES):
+    with switched_off(*compat.OVERLAP_RULES):
         for pricer in _pricers(data, concrete):
             closed = calculon_projection(concrete, pricer)
             shared = physical_schedule(concrete, pricer, assume=Assumptions(
@@ -188,7 +188,7 @@ def test_the_pipe_tile_is_counted_once_physically_and_twice_by_calculon():
     names = [j.name for j in program_jobs(concrete.program("forward", "base"), pricer)]
     first_tiles = [v.end_s - v.start_s for i, v in jobs.items() if names[i].endswith("tile0.send")]
     assert len(first_tiles) == 2  # the two reduce-side GEMMs all-reduce forward (f is the identity with ar)
-    with compat.switched_off("doubled-pipe-tile"):
+    with switched_off("doubled-pipe-tile"):
         physical = calculon_projection(concrete, pricer)
     calculon = calculon_projection(concrete, pricer)
     assert calculon.block_s["base_forward"] - physical.block_s["base_forward"] == pytest.approx(sum(first_tiles),

@@ -1,5 +1,7 @@
-"""``harness estimate CASE.yaml... [--view NAME] [--json]`` and
-``harness estimate --calculon-batch IN.jsonl [--output OUT.json]``.
+"""``harness estimate CASE.yaml... [--view NAME] [--json]``,
+``harness estimate --calculon-batch IN.jsonl [--output OUT.json]`` and
+``harness estimate --runs ROWS.json --system PROFILE|auto [--view NAME] [--output OUT.json]`` (measured runs,
+:mod:`harness.measurements.runs_estimate`).
 
 The command reads a case (or a Calculon-format batch line), hands only its
 anonymous estimate input to :func:`harness.estimate.estimate`, and labels the
@@ -55,6 +57,11 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true", help="JSON list of {id, status, reason, views}")
     p.add_argument("--calculon-batch", type=Path, metavar="IN.jsonl",
                    help='Calculon-format batch, one {"id", "model", "execution", "system"} per line (.gz allowed)')
+    p.add_argument("--runs", type=Path, metavar="ROWS.json",
+                   help="a blueprinting.measured-runs.v0 file: every row estimated (or unsupported, field named), "
+                        "with MAPE and signed bias per GPU, model family and precision")
+    p.add_argument("--system", metavar="PROFILE|auto",
+                   help="with --runs: the evidence profile of every row, or auto (each row's system.gpu)")
     p.add_argument("--output", type=Path, metavar="OUT.json", help="write the JSON list here instead of stdout")
     p.set_defaults(func=run)
 
@@ -153,8 +160,36 @@ def _write_entry(writer: JsonListWriter, entry: BatchLine, views, source: str, c
         clear_caches()
 
 
+def run_runs(args) -> int:
+    """``--runs``: the rows as cases, estimated (:mod:`harness.measurements.runs_estimate`); the JSON list to
+    ``--output`` (or stdout) and the summary to stdout (or stderr when the list goes to stdout)."""
+    from harness.evidence.profile import check_profile_name
+    from harness.measurements.runs_estimate import AUTO, DEFAULT_VIEW, estimate_runs, summary
+    from harness.measurements.runs_schema import read_runs
+
+    if args.cases or args.calculon_batch is not None:
+        raise InputError("--runs", "CASE.yaml", "give --runs alone, not with case files or --calculon-batch")
+    if args.system is None:
+        raise InputError("<command line>", "--system", "--runs needs --system PROFILE or --system auto")
+    if args.system != AUTO:
+        check_profile_name(args.system, "<command line>", "--system")
+    if args.output is not None:
+        check_output(args.output, inputs=[args.runs, *data_files()])
+    view = args.view or DEFAULT_VIEW
+    results = estimate_runs(read_runs(args.runs), args.system, str(args.runs))
+    _emit([r.json(view) for r in results], args.output)
+    out = sys.stdout if args.output is not None else sys.stderr
+    for line in summary(results):
+        print(line, file=out)
+    return 0
+
+
 def run(args) -> int:
     views = (COST_VIEWS[args.view],) if args.view else DEFAULT_VIEWS
+    if args.runs is not None:
+        return run_runs(args)
+    if args.system is not None:
+        raise InputError("<command line>", "--system", "--system goes with --runs (a case names its own profile)")
     if args.calculon_batch is not None:
         return run_batch(args, views)
     if not args.cases:

@@ -11,8 +11,12 @@ Rules:
   record exists);
 - the written YAML is validated by loading it back; the inputs are checked
   against the evidence profile (network tiers, datatype) before writing;
+- every field of Calculon's format is carried over (one mapping,
+  :data:`harness.interop.calculon_format.CALCULON_FIELDS`): TP/DP overlap and
+  the offload switches included, so the case estimates what Calculon and
+  ``estimate --calculon-batch`` estimate for the same JSON;
 - a bad input is one line naming the file and the field (in Calculon's
-  terms); unsupported features (overlap, offload) are refused the same way.
+  terms).
 """
 
 from __future__ import annotations
@@ -21,18 +25,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from harness.cases import CASE_SCHEMA, EstimateInput, parse_case
+from harness.cases import EstimateInput
 from harness.errors import EvidenceError, InputError
 from harness.estimate import check_tiers
 from harness.evidence.profile import check_profile_name, load_profile
 from harness.inputs import read_json
 from harness.interop.calculon_format import calculon_field, input_from_calculon
+from harness.interop.case_document import case_text
 from harness.outputs import check_output, data_files, write_text
-
-# Layout fields left out of the YAML: they can only hold their defaults here.
-UNSUPPORTED_DEFAULTS = ("tp_overlap", "dp_overlap", "offload")
 
 
 def register(sub) -> None:
@@ -76,24 +76,13 @@ def translate(model_path: Path, execution_path: Path, system: str) -> EstimateIn
     return data
 
 
-def case_document(case_id: str, data: EstimateInput, oracle_record: str | None) -> dict[str, Any]:
-    """The case YAML's content (validated by :func:`harness.cases.parse_case`)."""
-    execution = data.execution.model_dump(mode="json", exclude=set(UNSUPPORTED_DEFAULTS))
-    document = {"schema": CASE_SCHEMA, "id": case_id, "system": data.system, "model": data.model.model_dump(),
-                "execution": execution, "comparison": {"oracle_record": oracle_record} if oracle_record else {}}
-    parse_case(document, f"case {case_id}")
-    return document
-
-
 def run(args) -> int:
     if args.output is not None:
         check_output(args.output, inputs=[args.model, args.execution, *data_files()])
     data = translate(args.model, args.execution, args.system)
     case_id = args.case_id or default_id(args.model, args.execution)
-    document = case_document(case_id, data, args.oracle_record)
-    header = (f"# Imported from Calculon inputs {args.model.name} + {args.execution.name} "
-              f"by `harness import calculon`.\n")
-    text = header + yaml.safe_dump(document, sort_keys=False, default_flow_style=False, width=100)
+    text = case_text(case_id, data, f"Imported from Calculon inputs {args.model.name} + {args.execution.name} "
+                                    "by `harness import calculon`.", args.oracle_record)
     if args.output is None:
         sys.stdout.write(text)
         return 0

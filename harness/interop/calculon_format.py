@@ -8,45 +8,78 @@ terms (``execution.tensor_par``, not ``execution.tensor_parallel``), see
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from typing import Any, Iterator, Literal
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from harness.cases import EstimateInput, validate_input
 from harness.errors import InputError, UnsupportedFeatureError
 from harness.inputs import describe, validation_error
 
-MODEL_FIELDS = {"hidden": "hidden", "feedforward": "feedforward", "seq_size": "sequence_length",
-                "attn_heads": "attention_heads", "attn_size": "head_size", "num_blocks": "blocks"}
-EXECUTION_FIELDS = {
-    "tensor_par": "tensor_parallel", "pipeline_par": "pipeline_parallel", "data_par": "data_parallel",
-    "batch_size": "global_batch", "microbatch_size": "microbatch", "pipeline_interleaving": "pipeline_interleaving",
-    "datatype": "datatype", "activation_recompute": "recompute", "tensor_par_comm_type": "tp_communication",
-    "seq_par_ag_redo": "seq_par_ag_redo", "optimizer_sharding": "optimizer_sharding",
-    "fused_activation": "fused_activation", "attention_type": "attention", "training": "training",
-    "tensor_par_overlap": "tp_overlap", "data_par_overlap": "dp_overlap",
-}
-TIER_FIELDS = {"tensor_par_net": "tensor", "pipeline_par_net": "pipeline", "data_par_net": "data"}
-OFFLOAD_FIELDS = {"weight_offload": "weights", "activations_offload": "activations", "optimizer_offload": "optimizer"}
+#: Marks a Calculon field without a default (absent is an error).
+REQUIRED = object()
+
+
+@dataclasses.dataclass(frozen=True)
+class CalculonField:
+    """One field of Calculon 0.1.0's model or execution JSON and where it lives in our input."""
+
+    section: Literal["model", "execution"] = dataclasses.field(metadata={"doc": "Which Calculon JSON object."})
+    calculon: str = dataclasses.field(metadata={"doc": "Calculon's key."})
+    ours: tuple[str, ...] = dataclasses.field(metadata={"doc": "Path in our section (() = derived, num_procs)."})
+    default: Any = dataclasses.field(default=REQUIRED, metadata={"doc": "Value when absent (REQUIRED: none)."})
+
+
+#: THE mapping: every field of Calculon 0.1.0's model and execution JSON, in the order the export writes them.
+#: Import (:func:`input_from_calculon`), export (:func:`calculon_from_input`), error renaming
+#: (:func:`calculon_field`) and the case import (``harness import calculon``) all read this table and nothing else.
+#: ``num_procs`` is derived (TP x PP x DP): optional on import, checked when given, always exported.
+#: The tier fields have no default but are read through the schema, which names the missing one.
+CALCULON_FIELDS: tuple[CalculonField, ...] = (
+    *(CalculonField("model", theirs, (ours,)) for theirs, ours in (
+        ("hidden", "hidden"), ("feedforward", "feedforward"), ("seq_size", "sequence_length"),
+        ("attn_heads", "attention_heads"), ("attn_size", "head_size"), ("num_blocks", "blocks"))),
+    *(CalculonField("execution", theirs, (ours,)) for theirs, ours in (
+        ("tensor_par", "tensor_parallel"), ("pipeline_par", "pipeline_parallel"), ("data_par", "data_parallel"),
+        ("batch_size", "global_batch"), ("microbatch_size", "microbatch"),
+        ("pipeline_interleaving", "pipeline_interleaving"), ("datatype", "datatype"),
+        ("activation_recompute", "recompute"), ("tensor_par_comm_type", "tp_communication"),
+        ("seq_par_ag_redo", "seq_par_ag_redo"), ("optimizer_sharding", "optimizer_sharding"),
+        ("fused_activation", "fused_activation"), ("attention_type", "attention"), ("training", "training"),
+        ("tensor_par_overlap", "tp_overlap"), ("data_par_overlap", "dp_overlap"))),
+    *(CalculonField("execution", theirs, ("network_tiers", ours), None) for theirs, ours in (
+        ("tensor_par_net", "tensor"), ("pipeline_par_net", "pipeline"), ("data_par_net", "data"))),
+    *(CalculonField("execution", theirs, ("offload", ours), False) for theirs, ours in (
+        ("weight_offload", "weights"), ("activations_offload", "activations"), ("optimizer_offload", "optimizer"))),
+    CalculonField("execution", "num_procs", (), None),
+)
+
+#: Views of the table kept for callers that need one section's flat fields (``{calculon name: our name}``).
+MODEL_FIELDS = {f.calculon: f.ours[0] for f in CALCULON_FIELDS if f.section == "model"}
+EXECUTION_FIELDS = {f.calculon: f.ours[0] for f in CALCULON_FIELDS
+                    if f.section == "execution" and len(f.ours) == 1}
+TIER_FIELDS = {f.calculon: f.ours[1] for f in CALCULON_FIELDS if f.ours[:1] == ("network_tiers",)}
+OFFLOAD_FIELDS = {f.calculon: f.ours[1] for f in CALCULON_FIELDS if f.ours[:1] == ("offload",)}
+
+
+def calculon_names(section: str) -> tuple[str, ...]:
+    """Every Calculon key of ``section`` (``model`` or ``execution``), in the table's order."""
+    return tuple(f.calculon for f in CALCULON_FIELDS if f.section == section)
 
 
 def calculon_field(field: str) -> str:
     """Our dotted field path (``execution.network_tiers.tensor``) in Calculon's names (``execution.tensor_par_net``).
 
-    Paths without a Calculon counterpart (``system``, ``<root>``) are returned unchanged.
+    Paths without a Calculon counterpart (``system``, ``<root>``, ``model.vocabulary``) are returned unchanged;
+    a path below a mapped field keeps its tail (``execution.tensor_parallel.x`` -> ``execution.tensor_par.x``).
     """
-    parts = field.split(".")
-    if parts[0] == "model" and len(parts) == 2:
-        names = {ours: theirs for theirs, ours in MODEL_FIELDS.items()}
-        return f"model.{names.get(parts[1], parts[1])}"
-    if parts[0] != "execution" or len(parts) < 2:
-        return field
-    groups = {"network_tiers": TIER_FIELDS, "offload": OFFLOAD_FIELDS}
-    if parts[1] in groups and len(parts) == 3:
-        names = {ours: theirs for theirs, ours in groups[parts[1]].items()}
-        return f"execution.{names.get(parts[2], parts[2])}"
-    names = {ours: theirs for theirs, ours in EXECUTION_FIELDS.items()}
-    return ".".join(["execution", names.get(parts[1], parts[1]), *parts[2:]])
+    parts = tuple(field.split("."))
+    for f in CALCULON_FIELDS:
+        size = len(f.ours)
+        if size and parts[:1] == (f.section,) and parts[1:1 + size] == f.ours:
+            return ".".join((f.section, f.calculon, *parts[1 + size:]))
+    return field
 
 
 def calculon_error(error: InputError) -> InputError:
@@ -57,24 +90,33 @@ def calculon_error(error: InputError) -> InputError:
     return InputError(error.source, field, error.message)
 
 
-def _translate(data: Any, fields: dict[str, str], source: str, part: str) -> dict[str, Any]:
+def _section(data: Any, section: str, source: str) -> dict[str, Any]:
+    """Our nested section from Calculon's flat object: unknown keys and missing required ones are errors."""
     if not isinstance(data, dict):
-        raise InputError(source, part, "must be a JSON object")
-    known = set(fields) | (set(TIER_FIELDS) | set(OFFLOAD_FIELDS) | {"num_procs"} if part == "execution" else set())
-    unknown = sorted(set(data) - known)
+        raise InputError(source, section, "must be a JSON object")
+    fields = [f for f in CALCULON_FIELDS if f.section == section]
+    unknown = sorted(set(data) - {f.calculon for f in fields})
     if unknown:
-        raise InputError(source, f"{part}.{unknown[0]}", "unknown Calculon field")
-    missing = sorted(set(fields) - set(data))
+        raise InputError(source, f"{section}.{unknown[0]}", "unknown Calculon field")
+    missing = sorted(f.calculon for f in fields if f.default is REQUIRED and f.calculon not in data)
     if missing:
-        raise InputError(source, f"{part}.{missing[0]}", "required Calculon field is missing")
-    return {ours: data[theirs] for theirs, ours in fields.items()}
+        raise InputError(source, f"{section}.{missing[0]}", "required Calculon field is missing")
+    out: dict[str, Any] = {}
+    for f in fields:
+        if not f.ours:
+            continue
+        *groups, name = f.ours
+        target = out
+        for group in groups:
+            target = target.setdefault(group, {})
+        target[name] = data.get(f.calculon, f.default)
+    return out
 
 
 def input_from_calculon(model: Any, execution: Any, system: str, source: str = "<calculon>") -> EstimateInput:
     """Translate Calculon's model and execution JSON into an EstimateInput.
 
-    Raises InputError (UnsupportedFeatureError for overlap/offload) naming the
-    offending field in Calculon's terms.
+    Raises InputError naming the offending field in Calculon's terms.
     """
     try:
         return _input_from_calculon(model, execution, system, source)
@@ -83,10 +125,8 @@ def input_from_calculon(model: Any, execution: Any, system: str, source: str = "
 
 
 def _input_from_calculon(model: Any, execution: Any, system: str, source: str) -> EstimateInput:
-    shape = _translate(model, MODEL_FIELDS, source, "model")
-    layout = _translate(execution, EXECUTION_FIELDS, source, "execution")
-    layout["network_tiers"] = {ours: execution.get(theirs) for theirs, ours in TIER_FIELDS.items()}
-    layout["offload"] = {ours: execution.get(theirs, False) for theirs, ours in OFFLOAD_FIELDS.items()}
+    shape = _section(model, "model", source)
+    layout = _section(execution, "execution", source)
     procs = execution.get("num_procs")
     try:
         data = EstimateInput.model_validate({"model": shape, "execution": layout, "system": system})
@@ -100,26 +140,36 @@ def _input_from_calculon(model: Any, execution: Any, system: str, source: str) -
     return data
 
 
-def calculon_from_input(data: EstimateInput, source: str = "configuration") -> tuple[dict[str, Any], dict[str, Any]]:
-    """The inverse translation: (model JSON, execution JSON) in Calculon's names.
+def _unmapped(section: str, value: BaseModel) -> Iterator[tuple[str, Any]]:
+    """``(our dotted path, value)`` of every field of ``value`` that holds something other than its default and has
+    no Calculon counterpart (fields other engineers add to the schema are covered without a change here)."""
+    mapped = {f.ours for f in CALCULON_FIELDS if f.section == section}
+    for name, info in type(value).model_fields.items():
+        current = getattr(value, name)
+        if isinstance(current, BaseModel):
+            for sub, sub_info in type(current).model_fields.items():
+                if (name, sub) not in mapped and getattr(current, sub) != sub_info.get_default(call_default_factory=True):
+                    yield f"{section}.{name}.{sub}", getattr(current, sub)
+        elif (name,) not in mapped and current != info.get_default(call_default_factory=True):
+            yield f"{section}.{name}", current
 
-    Calculon's model has no vocabulary: a shape that states one (its plan holds the output layer) has no
-    Calculon counterpart and is refused (an InputError naming ``source`` and ``model.vocabulary``), never
-    translated without it."""
-    if data.model.vocabulary is not None:
-        raise InputError(source, "model.vocabulary", "Calculon's model has no vocabulary (no output layer); a "
-                                                     "configuration that states one cannot be compared with Calculon")
-    for section, value in (("model", data.model), ("execution", data.execution)):
-        for name in sorted(type(value).ABSENT_IF_NONE - {"vocabulary"}):
-            if getattr(value, name) is not None:
-                raise InputError(source, f"{section}.{name}", "Calculon's model has no such field; a configuration "
-                                                              "that states it cannot be compared with Calculon")
-    shape = data.model.model_dump()
-    e = data.execution
-    layout = e.model_dump()
-    model = {theirs: shape[ours] for theirs, ours in MODEL_FIELDS.items()}
-    execution = {theirs: layout[ours] for theirs, ours in EXECUTION_FIELDS.items()}
-    execution.update({theirs: getattr(e.network_tiers, ours) for theirs, ours in TIER_FIELDS.items()})
-    execution.update({theirs: getattr(e.offload, ours) for theirs, ours in OFFLOAD_FIELDS.items()})
-    execution["num_procs"] = e.processors
-    return model, execution
+
+def calculon_from_input(data: EstimateInput, source: str = "configuration") -> tuple[dict[str, Any], dict[str, Any]]:
+    """The inverse translation: (model JSON, execution JSON) in Calculon's names, every field of the format.
+
+    A field of ours that Calculon 0.1.0 has no counterpart for (``model.vocabulary``: Calculon's model has no
+    output layer) is refused when it holds anything but its default (an InputError naming ``source`` and the
+    field), never translated without it."""
+    for field, value in (*_unmapped("model", data.model), *_unmapped("execution", data.execution)):
+        if field == "model.vocabulary":
+            raise InputError(source, field, "Calculon's model has no vocabulary (no output layer); a "
+                                            "configuration that states one cannot be compared with Calculon")
+        raise InputError(source, field, f"Calculon 0.1.0 has no counterpart of this field (value {value!r}); a "
+                                        "configuration that states it cannot be compared with Calculon")
+    sections: dict[str, dict[str, Any]] = {"model": {}, "execution": {}}
+    for f in CALCULON_FIELDS:
+        value: Any = data.execution.processors if not f.ours else getattr(data, f.section)
+        for name in f.ours:
+            value = getattr(value, name)
+        sections[f.section][f.calculon] = value
+    return sections["model"], sections["execution"]

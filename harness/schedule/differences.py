@@ -30,6 +30,7 @@ from harness import calculon_compat as compat
 from harness.cost.views import Pricer
 from harness.ir.concrete import ConcretePlanIR
 from harness.schedule.physical import Assumptions, physical_projection
+from harness.estimate import switched_off
 from harness.schedule.projection import Projection, calculon_projection
 
 RELATIVE = 1e-9
@@ -77,9 +78,9 @@ def differences(c: ConcretePlanIR, pricer: Pricer) -> Differences:
     """Both projections of ``c`` under ``pricer`` and their variants (switches rules: not thread-safe)."""
     rule_off = {}
     for name in compat.OVERLAP_RULES:
-        with compat.switched_off(name):
+        with switched_off(name):
             rule_off[name] = calculon_projection(c, pricer)
-    with compat.switched_off(*compat.OVERLAP_RULES):
+    with switched_off(*compat.OVERLAP_RULES):
         closed = calculon_projection(c, pricer)
         dp = closed.components_s["data_parallel"]
         shared = physical_projection(c, pricer, Assumptions(True, True, dp))

@@ -73,7 +73,8 @@ from harness.schedule.projection import block_sums
 from harness.search.concurrent import TierPricer, Variants, offload_memory, project
 from harness.search.pareto import pareto_frontier
 from harness.search.placement import PlacementPricer, ZeroNetworkPricer
-from harness.search.results import COMPONENTS, MEMORY, Candidate, Counts, GroupOutcome, RowBuffer, TopK
+from harness.search.results import (COMPONENTS, MEMORY, Candidate, Counts, GroupOutcome, RowBuffer, TopK,
+                                    calculon_execution)
 from harness.search.space import GroupLayout, Inner, SpaceOptions
 from harness.vocabulary import SYSTEM_EVIDENCE
 
@@ -155,8 +156,7 @@ class _Plan:
         if problems:
             key.invalid = f"{problems[0][0]}: {problems[0][1]}"
             return key
-        key.family = (g.tp, g.pp, g.dp, g.batch, g.recompute, g.optimizer_sharding, g.tp_comm,
-                      inner.seq_par_ag_redo, inner.fused_activation, microbatch, inner.tp_overlap != "none")
+        key.family = TransformerPlanWork.lowering_key(execution)
         shared = context.lowerings.get(key.family)
         try:
             if shared is None:
@@ -253,9 +253,10 @@ class Context:
         self.block_sums: dict[tuple, list] = {}
 
     def tier_pricer(self, tier: int) -> TierPricer:
+        """The pricer of a plan's task messages with the tensor group on ``tier`` (the block sums' tier)."""
         pricer = self._tier_pricers.get(tier)
         if pricer is None:
-            pricer = self._tier_pricers[tier] = TierPricer(self.pricer, tier)
+            pricer = self._tier_pricers[tier] = TierPricer(self.pricer, {"tensor": tier})
         return pricer
 
     def forget(self) -> None:
@@ -356,21 +357,3 @@ def _candidate(problem: SearchProblem, layout: GroupLayout, inner: Inner, microb
         total_s=float(figures.total[index]),
         components_s={name: float(figures.components[name][index]) for name in COMPONENTS},
         memory_bytes=dict(memory))
-
-
-def calculon_execution(problem: SearchProblem, layout: GroupLayout, inner: Inner, microbatch: int,
-                       tiers: tuple[int, int, int]) -> dict[str, Any]:
-    """One execution in Calculon's execution JSON (its field names, its order)."""
-    g = layout.group
-    return {
-        "num_procs": problem.processors, "tensor_par": g.tp, "pipeline_par": g.pp, "data_par": g.dp,
-        "tensor_par_net": int(tiers[0]), "pipeline_par_net": int(tiers[1]), "data_par_net": int(tiers[2]),
-        "batch_size": g.batch, "microbatch_size": microbatch, "datatype": problem.datatype,
-        "fused_activation": inner.fused_activation, "attention_type": "multihead",
-        "activation_recompute": g.recompute, "pipeline_interleaving": g.interleaving,
-        "optimizer_sharding": g.optimizer_sharding, "tensor_par_comm_type": g.tp_comm,
-        "tensor_par_overlap": inner.tp_overlap, "seq_par_ag_redo": inner.seq_par_ag_redo,
-        "data_par_overlap": inner.dp_overlap, "weight_offload": inner.weight_offload,
-        "activations_offload": inner.activations_offload, "optimizer_offload": inner.optimizer_offload,
-        "training": True,
-    }

@@ -22,7 +22,7 @@ import bisect
 import dataclasses
 import math
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -31,11 +31,21 @@ from harness.vocabulary import COMPONENTS, MEMORY_FIGURES, SEARCH_STATUSES
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow
 
-    from harness.search.evaluate import SearchProblem
     from harness.search.space import GroupLayout, Inner
 
 MEMORY: dict[str, str] = {name: name for name in MEMORY_FIGURES}
 STATUSES = SEARCH_STATUSES
+
+
+class SearchFacts(Protocol):
+    """What a search's records need of its problem (``harness.search.evaluate.SearchProblem`` provides it; this
+    module must not import that one, which imports this)."""
+
+    @property
+    def processors(self) -> int: ...
+
+    @property
+    def datatype(self) -> str: ...
 
 
 @dataclasses.dataclass
@@ -175,7 +185,7 @@ class RowBuffer:
     one array (None: not estimated); :meth:`finish` expands them with numpy.
     """
 
-    def __init__(self, problem: "SearchProblem", layout: "GroupLayout") -> None:
+    def __init__(self, problem: SearchFacts, layout: "GroupLayout") -> None:
         self.problem = problem
         self.layout = layout
         self.placements = np.array(layout.placements, dtype=np.int64).reshape(-1, 3)
@@ -187,8 +197,6 @@ class RowBuffer:
         return np.array([table.setdefault(r, len(table)) for r in reasons], dtype=np.int32)
 
     def _fixed(self, inner: "Inner", microbatch: int) -> tuple:
-        from harness.search.evaluate import calculon_execution
-
         fixed = calculon_execution(self.problem, self.layout, inner, microbatch, (0, 0, 0))
         return tuple(fixed[name] for name in EXECUTION_COLUMNS)
 
@@ -260,3 +268,21 @@ def row_schema() -> "pyarrow.Schema":
     fields += [pa.field("status", pa.string()), pa.field("reason", pa.string())]
     fields += [pa.field(name, pa.float64()) for name in FIGURE_COLUMNS]
     return pa.schema(fields)
+
+
+def calculon_execution(problem: SearchFacts, layout: "GroupLayout", inner: "Inner", microbatch: int,
+                       tiers: tuple[int, int, int]) -> dict[str, Any]:
+    """One execution in Calculon's execution JSON (its field names, its order)."""
+    g = layout.group
+    return {
+        "num_procs": problem.processors, "tensor_par": g.tp, "pipeline_par": g.pp, "data_par": g.dp,
+        "tensor_par_net": int(tiers[0]), "pipeline_par_net": int(tiers[1]), "data_par_net": int(tiers[2]),
+        "batch_size": g.batch, "microbatch_size": microbatch, "datatype": problem.datatype,
+        "fused_activation": inner.fused_activation, "attention_type": "multihead",
+        "activation_recompute": g.recompute, "pipeline_interleaving": g.interleaving,
+        "optimizer_sharding": g.optimizer_sharding, "tensor_par_comm_type": g.tp_comm,
+        "tensor_par_overlap": inner.tp_overlap, "seq_par_ag_redo": inner.seq_par_ag_redo,
+        "data_par_overlap": inner.dp_overlap, "weight_offload": inner.weight_offload,
+        "activations_offload": inner.activations_offload, "optimizer_offload": inner.optimizer_offload,
+        "training": True,
+    }

@@ -1,0 +1,33 @@
+"""A case YAML written by the tool (``harness import calculon``, ``harness search --emit-case``).
+
+Rules: the document holds every field of the shape and the layout that is not
+absent (an optional field that is None is left out, so the digests of a shape
+without it stay as they are); it is validated by :func:`harness.cases.parse_case`
+before it is returned, so the text always reads back to exactly the input it
+was made from (``load_case(path).estimate_input() == data``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from harness.cases import CASE_SCHEMA, EstimateInput, parse_case
+
+
+def case_document(case_id: str, data: EstimateInput, oracle_record: str | None = None) -> dict[str, Any]:
+    """The case's content in the project's field names (see the module rules)."""
+    document = {"schema": CASE_SCHEMA, "id": case_id, "system": data.system,
+                "model": data.model.model_dump(mode="json", exclude_none=True),
+                "execution": data.execution.model_dump(mode="json", exclude_none=True),
+                "comparison": {"oracle_record": oracle_record} if oracle_record else {}}
+    parse_case(document, f"case {case_id}")
+    return document
+
+
+def case_text(case_id: str, data: EstimateInput, header: str, oracle_record: str | None = None) -> str:
+    """The case YAML text: ``header`` (one ``#`` comment line per line) and the document in field order."""
+    comment = "".join(f"# {line}\n" for line in header.splitlines())
+    document = case_document(case_id, data, oracle_record)
+    return comment + yaml.safe_dump(document, sort_keys=False, default_flow_style=False, width=100)

@@ -1,0 +1,331 @@
+"""A measured run (``blueprinting.measured-runs.v0`` row) as the case that describes it: one table-driven mapping.
+
+:data:`ROW_FIELDS` names every field of a row (:mod:`harness.measurements.runs_schema`) with the rule
+that turns it into case fields, in a fixed order; :func:`run_case` applies them all. A test checks that
+the table covers exactly the schema's fields: nothing of a row is silently dropped.
+
+Rules (each one an entry of the table):
+
+- **Plain facts** (:func:`to`): the row value is the case field (``model.hidden -> model.hidden``).
+- **Features** (:func:`feature`): the value that is today's behaviour (``mlp: gelu``, ``norm: layernorm``,
+  ``cp: 1``, ...) sets nothing, so the case and its digests are those of today; any other value sets the
+  agreed case field (docs: /work/BRIEF.md's agreed names, docs/modern-runs.md) when the case format has
+  it, else the row is ``unsupported`` naming the row field. Supporting a new case field therefore needs
+  no change here when its name is the agreed one; a new row value needs one entry of its translation.
+- **Refusals**: a value no case field can hold (FSDP, a partial rotary embedding, recompute of named
+  modules) makes the row ``unsupported`` naming the field, never approximated.
+- **Display only**: ``id``, ``model.name``, ``source``, ``software``, ``notes``, ``extra``,
+  ``consistency``, ``measured`` (compared with, after estimating), ``batch.gradient_accumulation`` (checked
+  by the schema) and ``model.truncated_from`` (the run ran ``layers`` blocks) never
+  reach the case.
+- **The stack** (:data:`STACKS`, chosen by the repository of ``source.where``): what every row of that
+  software runs without the row saying so (the fused attention kernel; the data-parallel gradient
+  reduction overlapped with the backward pass), each with the source line that says so.
+- **Placement** (:func:`network_tiers`): Megatron-Core's rank order puts TP fastest, then CP, then DP,
+  then PP (``tp-cp-ep-dp-pp``); a group whose span (the ranks from its first to its last member) fits
+  in one NVLink domain (``system.gpus_per_nvlink_domain``) is on tier 0, else on tier 1. The TP group
+  spans TP ranks, the CP group TP x CP, the DP group TP x CP x DP, the PP group all GPUs.
+
+Model names never reach the case: the result is an :class:`~harness.cases.EstimateInput` (shape,
+layout, profile name) and nothing else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+from pydantic import BaseModel, ValidationError
+
+from harness.cases import EstimateInput, validate_input
+from harness.errors import InputError
+from harness.ir.model import ExecutionLayout, TransformerShape
+from harness.measurements.runs_schema import MeasuredRun
+
+#: Row ``precision`` -> case ``execution.datatype`` for the recipes whose every work runs in one datatype.
+PLAIN_DATATYPES = {"bf16": "bfloat16", "fp16": "float16"}
+#: Row ``model.position_embedding`` -> case ``model.position``.
+POSITIONS = {"learned_absolute": "learned", "rope": "rope"}
+#: Row ``recompute.granularity`` -> case ``execution.recompute`` (Megatron's selective = core attention).
+RECOMPUTE = {"none": "none", "selective": "attn_only", "full": "full"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Stack:
+    """What a software stack runs for every row of its source (facts of the software, not of the row)."""
+
+    attention_kernel: str
+    dp_overlap: bool
+    citation: str
+
+
+STACKS = {
+    "NVIDIA/dgxc-benchmarking": Stack("flash", True, (
+        "NeMo 24.05/24.09 with Transformer Engine: fused (flash) attention; dgxc-benchmarking llama3.1_8b.yaml "
+        "etc.: optim distributed_fused_adam with overlap_grad_sync true")),
+    "MooreThreads/SimuMax": Stack("flash", False, (
+        "SimuMax simu_tools/megatron_scripts/scripts/run_pretrain_llama3.sh: --use-flash-attn, "
+        "--use-distributed-optimizer without --overlap-grad-reduce")),
+    "NVIDIA-NeMo/Megatron-Bridge": Stack("flash", True, (
+        "Megatron-Bridge performance recipes: Transformer Engine fused attention; CommOverlapConfig enables "
+        "the data-parallel gradient overlap with the distributed optimizer when DP > 1")),
+}
+
+
+class Draft:
+    """The case being built from one row: its fields, where each came from, and what cannot be priced."""
+
+    def __init__(self, run: MeasuredRun) -> None:
+        self.run = run
+        self.case: dict[str, Any] = {"model": {}, "execution": {"network_tiers": {}}}
+        self.origin: dict[str, str] = {}  # case path -> row field
+        self.features: set[str] = set()  # case paths set by a feature (a value the case format may not hold yet)
+        self.unsupported: list[tuple[str, str]] = []  # (row field, why)
+
+    def set(self, case_path: str, value: Any, row_field: str) -> None:
+        section, *rest = case_path.split(".")
+        target = self.case[section]
+        for key in rest[:-1]:
+            target = target.setdefault(key, {})
+        target[rest[-1]] = value
+        self.origin[case_path] = row_field
+
+    def refuse(self, row_field: str, why: str) -> None:
+        self.unsupported.append((row_field, why))
+
+
+def case_has_field(case_path: str) -> bool:
+    """Whether the case format has ``model.X`` / ``execution.X[.Y]`` (read from the case models)."""
+    section, *rest = case_path.split(".")
+    model: type[BaseModel] | None = {"model": TransformerShape, "execution": ExecutionLayout}.get(section)
+    for key in rest:
+        if model is None or key not in model.model_fields:
+            return False
+        annotation = model.model_fields[key].annotation
+        model = annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+    return True
+
+
+def value_of(run: MeasuredRun, row_field: str) -> Any:
+    value: Any = run
+    for key in row_field.split("."):
+        value = getattr(value, key)
+    return value
+
+
+Rule = Callable[[Draft, str, Any], None]
+
+
+def to(case_path: str, translate: Callable[[Any], Any] = lambda v: v) -> Rule:
+    """A plain fact: the row value (translated) is the case field."""
+    def rule(draft: Draft, row_field: str, value: Any) -> None:
+        draft.set(case_path, translate(value), row_field)
+    return rule
+
+
+def feature(case_path: str, today: Any, values: dict[Any, Any] | None = None) -> Rule:
+    """A feature: ``today`` (today's behaviour) sets nothing; another value sets ``case_path`` when the case
+    format has it (translated by ``values``, where given: a value outside it is refused), else refuses."""
+    def rule(draft: Draft, row_field: str, value: Any) -> None:
+        if value == today:
+            return
+        if values is not None and value not in values:
+            draft.refuse(row_field, f"{value!r} has no case equivalent (known: {', '.join(map(repr, values))})")
+        elif not case_has_field(case_path):
+            draft.refuse(row_field, f"{_shown(value)} needs case field {case_path}, which the harness does not "
+                                    f"have yet")
+        else:
+            draft.set(case_path, values[value] if values is not None else _plain(value), row_field)
+            draft.features.add(case_path)
+    return rule
+
+
+def _plain(value: Any) -> Any:
+    return value.model_dump() if isinstance(value, BaseModel) else value
+
+
+def _shown(value: Any) -> str:
+    return "set" if isinstance(value, BaseModel) else repr(value)
+
+
+def display(draft: Draft, row_field: str, value: Any) -> None:
+    """Display only: never part of the case."""
+
+
+def _kv_heads(draft: Draft, row_field: str, value: int | None) -> None:
+    heads = draft.run.model.heads
+    if value is None:
+        if draft.run.model.mla is None:
+            draft.refuse(row_field, "null without model.mla")
+    elif value == heads:
+        return
+    elif case_has_field("model.kv_heads"):
+        draft.set("model.kv_heads", value, row_field)
+    elif value == 1:
+        draft.set("execution.attention", "multiquery", row_field)
+    else:
+        draft.refuse(row_field, f"{value} of {heads} heads (grouped-query) needs case field model.kv_heads, which "
+                                "the harness does not have yet")
+
+
+def _attention(draft: Draft, row_field: str, value: str) -> None:
+    m = draft.run.model
+    expected = "mla" if m.mla is not None else "mha" if m.kv_heads == m.heads else "gqa"
+    if value != expected and not (value == "gqa" and m.kv_heads == 1):
+        draft.refuse(row_field, f"{value!r} contradicts kv_heads {m.kv_heads} / heads {m.heads} / mla")
+
+
+def _precision(draft: Draft, row_field: str, value: str) -> None:
+    draft.set("execution.datatype", PLAIN_DATATYPES.get(value, "bfloat16"), row_field)
+    if value not in PLAIN_DATATYPES:  # the fp8 and fp4 recipes: linear GEMMs in the low datatype, the rest bf16
+        feature("execution.precision", None)(draft, row_field, value)
+
+
+def _recompute(draft: Draft, row_field: str, value: str | None) -> None:
+    if value is None:
+        draft.refuse(row_field, "not stated by the source")
+    else:
+        draft.set("execution.recompute", RECOMPUTE[value], row_field)
+
+
+def _none_or(refusal: str) -> Rule:
+    def rule(draft: Draft, row_field: str, value: Any) -> None:
+        if value is not None:
+            draft.refuse(row_field, f"{value!r}: {refusal}")
+    return rule
+
+
+def _sequence_parallel(draft: Draft, row_field: str, value: bool) -> None:
+    draft.set("execution.tp_communication", "rs_ag" if value and draft.run.parallel.tp > 1 else "ar", row_field)
+
+
+def _distributed_optimizer(draft: Draft, row_field: str, value: bool) -> None:
+    draft.set("execution.optimizer_sharding", value and draft.run.parallel.dp > 1, row_field)
+
+
+def _tp_comm_overlap(draft: Draft, row_field: str, value: bool | None) -> None:
+    if value is None:
+        draft.refuse(row_field, "not stated by the source")
+    else:  # Transformer Engine's userbuffers: each TP collective tiled against its GEMM in TP - 1 ring steps
+        draft.set("execution.tp_overlap", "ring" if value and draft.run.parallel.tp > 1 else "none", row_field)
+
+
+def _fsdp(draft: Draft, row_field: str, value: bool) -> None:
+    if value:
+        draft.refuse(row_field, "fully sharded data parallelism (weights gathered per layer) has no case field")
+
+
+def _mtp_layers(draft: Draft, row_field: str, value: int | None) -> None:
+    if value:
+        draft.refuse(row_field, f"{value} multi-token-prediction layers have no case field")
+
+
+def _model_system(draft: Draft, row_field: str, value: Any) -> None:
+    """``system.gpu`` picks the profile (``--system auto``) and ``gpus_per_nvlink_domain`` places the groups
+    (:func:`network_tiers`); ``num_gpus`` is checked against the layout by the schema."""
+
+
+#: Every row field, in the order its rule applies (a test checks it covers the schema exactly).
+ROW_FIELDS: dict[str, Rule] = {
+    "id": display, "software": display, "notes": display, "extra": display, "consistency": display,
+    "source.where": display,  # its repository picks the stack (STACKS), after the table
+    "source.row": display, "source.quality": display,
+    "measured.iteration_s": display, "measured.derived_from": display, "measured.as_reported": display,  # compared
+    "system.gpu": _model_system, "system.num_gpus": _model_system, "system.gpus_per_nvlink_domain": _model_system,
+    "model.name": display,
+    "model.layers": to("model.blocks"),
+    "model.hidden": to("model.hidden"),
+    "model.ffn_hidden": to("model.feedforward"),
+    "model.heads": to("model.attention_heads"),
+    "model.kv_heads": _kv_heads,
+    "model.head_dim": to("model.head_size"),
+    "model.vocab": to("model.vocabulary"),
+    "model.seq_len": to("model.sequence_length"),
+    "model.mlp": feature("model.mlp", "gelu", {"gelu": "gelu", "swiglu": "swiglu", "geglu": "geglu",
+                                              "squared_relu": "squared_relu"}),
+    "model.norm": feature("model.norm", "layernorm", {"layernorm": "layernorm", "rmsnorm": "rmsnorm"}),
+    "model.attention": _attention,
+    "model.sliding_window": feature("model.sliding_window", None),
+    "model.tied_embeddings": feature("model.tied_embeddings", True),  # today the output weight is the embedding's
+    "model.position_embedding": feature("model.position", "learned_absolute", POSITIONS),
+    "model.moe": feature("model.moe", None),
+    "model.mla": feature("model.mla", None),
+    "model.mtp_layers": _mtp_layers,
+    "model.truncated_from": display,
+    "parallel.tp": to("execution.tensor_parallel"),
+    "parallel.pp": to("execution.pipeline_parallel"),
+    "parallel.vp": to("execution.pipeline_interleaving", lambda v: 1 if v is None else v),
+    "parallel.cp": feature("execution.context_parallel", 1),
+    "parallel.ep": feature("execution.expert_parallel", 1),
+    "parallel.etp": feature("execution.expert_tensor_parallel", None),
+    "parallel.dp": to("execution.data_parallel"),
+    "parallel.fsdp": _fsdp,
+    "parallel.sequence_parallel": _sequence_parallel,
+    "parallel.distributed_optimizer": _distributed_optimizer,
+    "parallel.tp_comm_overlap": _tp_comm_overlap,
+    "batch.global_batch": to("execution.global_batch"),
+    "batch.micro_batch": to("execution.microbatch"),
+    "batch.gradient_accumulation": display,  # = global / (DP x micro), checked by the schema
+    "precision": _precision,
+    "recompute.granularity": _recompute,
+    "recompute.modules": _none_or("recompute of named modules has no case field"),
+    "recompute.layers": _none_or("recompute of some layers only has no case field"),
+}
+
+
+def network_tiers(run: MeasuredRun) -> dict[str, int]:
+    """Tier 0 for a group whose rank span fits in one NVLink domain, else tier 1 (module rules)."""
+    p, domain = run.parallel, run.system.gpus_per_nvlink_domain
+    spans = {"tensor": p.tp, "context": p.tp * p.cp, "data": p.tp * p.cp * p.dp, "pipeline": run.system.num_gpus}
+    return {dim: 0 if span <= domain else 1 for dim, span in spans.items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class RunCase:
+    """A row's case (``input`` None when unsupported or invalid) and why not."""
+
+    input: EstimateInput | None
+    unsupported: tuple[tuple[str, str], ...]  # (row field, why), in table order
+    invalid: tuple[str, str] | None = None  # (field, message): the row describes no valid case
+
+    @property
+    def reason(self) -> str | None:
+        if self.invalid is not None:
+            return f"{self.invalid[0]}: {self.invalid[1]}"
+        return "; ".join(f"{field}: {why}" for field, why in self.unsupported) or None
+
+
+def run_case(run: MeasuredRun, system: str, source: str = "<runs>") -> RunCase:
+    """The case of one row on the profile ``system`` (every rule of :data:`ROW_FIELDS`, then the stack and
+    the placement); validated as a case file is."""
+    draft = Draft(run)
+    for row_field, rule in ROW_FIELDS.items():
+        rule(draft, row_field, value_of(run, row_field))
+    repository = run.source.where.split("@")[0]
+    stack = STACKS.get(repository)
+    if stack is None:
+        draft.refuse("source.where", f"no stack rule for {repository!r} (known: {', '.join(STACKS)})")
+    else:
+        feature("execution.attention_kernel", "materialized")(draft, "stack.attention_kernel", stack.attention_kernel)
+        draft.set("execution.dp_overlap", stack.dp_overlap and run.parallel.dp > 1, "stack.dp_overlap")
+    for dim, tier in network_tiers(run).items():
+        if dim != "context" or run.parallel.cp > 1:
+            draft.set(f"execution.network_tiers.{dim}", tier, "system.gpus_per_nvlink_domain")
+    if run.parallel.cp > 1:
+        draft.features.add("execution.network_tiers.context")
+    if draft.unsupported:
+        return RunCase(None, tuple(draft.unsupported))
+    data = {**draft.case, "system": system}
+    try:
+        case = EstimateInput.model_validate(data)
+        validate_input(source, case)
+    except ValidationError as error:
+        first = error.errors(include_url=False)[0]
+        path = ".".join(str(k) for k in first["loc"])
+        row_field = draft.origin.get(path, path)
+        if path in draft.features:
+            return RunCase(None, ((row_field, f"the case format refuses {path}: {first['msg']}"),))
+        return RunCase(None, (), (row_field, f"{path}: {first['msg']}"))
+    except InputError as error:
+        return RunCase(None, (), (draft.origin.get(error.field, error.field), error.message))
+    return RunCase(case, ())

@@ -1,0 +1,148 @@
+"""``harness estimate --runs ROWS.json --system PROFILE|auto``: every measured run estimated, or refused with its field.
+
+Per row (:func:`estimate_runs`), in file order, ``{"id", "status", "reason", "total_s", "measured_s",
+"error_pct", "views"}``:
+
+- ``status`` is ``ok`` or ``infeasible`` (the estimate path's: figures given; infeasible = the harness
+  thinks the layout does not fit the system, e.g. its memory), ``unsupported`` (the row has a feature the
+  harness cannot price: ``reason`` names the row field(s), :mod:`harness.measurements.runs`; no figures) or
+  ``invalid`` (the row describes no valid case, or the estimate failed for it: ``reason`` says why);
+- ``total_s`` and ``error_pct`` are those of the chosen view (``--view``, default ``system_evidence``),
+  ``error_pct = 100 x (total_s - measured_s) / measured_s``; ``views`` holds both views'.
+
+The profile: ``--system NAME`` prices every row on NAME; ``--system auto`` prices each row on the profile
+named as its ``system.gpu`` (``h100_sxm_80g``, ``b200``, ``gb200``); a GPU without one is ``unsupported``
+with field ``system.gpu``. A row whose NVLink domain is larger than the profile's tier 0 is
+``unsupported`` (field ``system.gpus_per_nvlink_domain``): the placement would not be the run's.
+An evidence profile that cannot price a row's datatype is ``unsupported`` (the profile's error).
+
+:func:`summary` groups the rows with figures by GPU, model family (the first word of the display name,
+up to its first ``-``: ``Llama``, ``Qwen3``, ``GPT``; display only, after estimating) and precision:
+count, MAPE (mean of ``|error_pct|``) and signed bias (mean of ``error_pct``), per view; and counts the
+unsupported rows by the first field refused and by every field refused. Nothing is fitted here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter, defaultdict
+from typing import Any, Iterable
+
+from harness.cost.views import COST_VIEWS
+from harness.errors import EvidenceError, HarnessError, InputError
+from harness.estimate import DEFAULT_VIEWS, estimate
+from harness.evidence.profile import EvidenceProfile, load_profile
+from harness.measurements.runs import run_case
+from harness.measurements.runs_schema import MeasuredRun
+
+AUTO = "auto"
+DEFAULT_VIEW = "system_evidence"
+STATUSES = ("ok", "infeasible", "unsupported", "invalid")
+
+
+@dataclasses.dataclass(frozen=True)
+class RowResult:
+    """One row's outcome (``fields``: the row fields refused, for counting)."""
+
+    run: MeasuredRun
+    status: str
+    reason: str | None
+    totals_s: dict[str, float]
+    fields: tuple[str, ...] = ()
+
+    def error_pct(self, view: str) -> float | None:
+        total = self.totals_s.get(view)
+        return None if total is None else 100.0 * (total - self.run.measured.iteration_s) / self.run.measured.iteration_s
+
+    def json(self, view: str = DEFAULT_VIEW) -> dict[str, Any]:
+        return {"id": self.run.id, "status": self.status, "reason": self.reason, "total_s": self.totals_s.get(view),
+                "measured_s": self.run.measured.iteration_s, "error_pct": self.error_pct(view),
+                "views": {name: {"total_s": total, "error_pct": self.error_pct(name)}
+                          for name, total in self.totals_s.items()}}
+
+
+def _profile(name: str, cache: dict[str, EvidenceProfile | str]) -> EvidenceProfile | str:
+    """The profile ``name``, or the reason it cannot be loaded (kept per name)."""
+    if name not in cache:
+        try:
+            cache[name] = load_profile(name)
+        except EvidenceError as error:
+            cache[name] = error.message
+    return cache[name]
+
+
+def estimate_run(run: MeasuredRun, system: str, source: str, profiles: dict, views=DEFAULT_VIEWS) -> RowResult:
+    """One row's outcome on the profile ``system`` (a name, or :data:`AUTO`)."""
+    name = run.system.gpu if system == AUTO else system
+    case = run_case(run, name, source)
+    if case.invalid is not None:
+        return RowResult(run, "invalid", case.reason, {})
+    problems = list(case.unsupported)
+    profile = _profile(name, profiles)
+    domain = run.system.gpus_per_nvlink_domain
+    if isinstance(profile, str):
+        problems.append(("system.gpu", f"no evidence profile for {name!r} ({profile})"))
+    elif profile.networks and domain > profile.networks[0].size_processors:
+        problems.append(("system.gpus_per_nvlink_domain", f"{domain} GPUs, but tier 0 of evidence profile {name} "
+                                                          f"holds {profile.networks[0].size_processors}"))
+    if problems or case.input is None:
+        return RowResult(run, "unsupported", "; ".join(f"{field}: {why}" for field, why in problems), {},
+                         tuple(field for field, _ in problems))
+    try:
+        est = estimate(case.input, views, source=f"{source}: {run.id}")
+    except EvidenceError as error:  # the profile cannot price this row (a datatype it has no engine for)
+        return RowResult(run, "unsupported", f"{error.field}: {error.message}", {}, (error.field,))
+    except InputError as error:
+        if error.message.startswith(f"evidence profile {name} has no"):
+            return RowResult(run, "unsupported", f"{error.field}: {error.message}", {}, (error.field,))
+        return RowResult(run, "invalid", f"{error.field}: {error.message}", {})
+    except HarnessError as error:
+        return RowResult(run, "invalid", str(error), {})
+    return RowResult(run, est.status, est.reason, {v: est.views[v].total_s for v in est.views})
+
+
+def estimate_runs(runs: Iterable[MeasuredRun], system: str, source: str, views=DEFAULT_VIEWS) -> list[RowResult]:
+    profiles: dict[str, EvidenceProfile | str] = {}
+    return [estimate_run(run, system, source, profiles, views) for run in runs]
+
+
+def family(run: MeasuredRun) -> str:
+    """The display family: the first word of ``model.name`` up to its first ``-`` (``Nemotron-4 15B`` ->
+    ``Nemotron``)."""
+    return run.model.name.split()[0].split("-")[0]
+
+
+def _stats(errors: list[float]) -> str:
+    mape = sum(abs(e) for e in errors) / len(errors)
+    bias = sum(errors) / len(errors)
+    return f"n={len(errors):3d}  MAPE {mape:6.1f} %  bias {bias:+7.1f} %"
+
+
+def summary(results: list[RowResult]) -> list[str]:
+    """The printed summary (module rules)."""
+    lines = []
+    statuses = Counter(r.status for r in results)
+    lines.append(f"{len(results)} rows: " + ", ".join(f"{statuses[s]} {s}" for s in STATUSES))
+    first = Counter(r.fields[0] for r in results if r.status == "unsupported" and r.fields)
+    every = Counter(f for r in results if r.status == "unsupported" for f in dict.fromkeys(r.fields))
+    if first:
+        lines.append("unsupported, by the first field refused: "
+                     + ", ".join(f"{field} {count}" for field, count in first.most_common()))
+        lines.append("unsupported, by every field refused: "
+                     + ", ".join(f"{field} {count}" for field, count in every.most_common()))
+    for reason, count in Counter(r.reason for r in results if r.status == "invalid").most_common():
+        lines.append(f"invalid ({count}): {reason}")
+    estimated = [r for r in results if r.totals_s]
+    for view in COST_VIEWS:
+        rows = [r for r in estimated if view in r.totals_s]
+        if not rows:
+            continue
+        lines.append(f"{view}: all {_stats([r.error_pct(view) for r in rows])}")
+        for label, key in (("gpu", lambda r: r.run.system.gpu), ("family", lambda r: family(r.run)),
+                           ("precision", lambda r: r.run.precision)):
+            groups: dict[str, list[float]] = defaultdict(list)
+            for r in rows:
+                groups[key(r)].append(r.error_pct(view))
+            for group in sorted(groups):
+                lines.append(f"  {label:9s} {group:14s} {_stats(groups[group])}")
+    return lines

@@ -1,0 +1,271 @@
+"""Measured runs (``blueprinting.measured-runs.v0``) as cases: the row -> case table, the refusals, the estimate.
+
+Expected cases are written out by hand from the row (and the placement rule of harness.measurements.runs);
+the estimate of a supported row is compared with the estimate of the same case written as a case file.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import typing
+
+import pytest
+from pydantic import BaseModel
+
+from harness.measurements import runs as runs_module
+from harness.measurements.runs import ROW_FIELDS, STACKS, Stack, case_has_field, run_case
+from harness.measurements.runs_estimate import RowResult, estimate_runs, family, summary
+from harness.measurements.runs_schema import MeasuredRun, read_runs
+from tests.conftest import one_error_line, run_cli, shared_reference
+
+REPOSITORY = "example/stack"
+
+
+def gpt_row(**changes) -> dict:
+    """A GPT-3-175B-like run on 128 GPUs (multi-head, GeLU, LayerNorm, learned positions, tied embeddings)."""
+    row = {
+        "id": "test/gpt/bf16/128",
+        "source": {"where": f"{REPOSITORY}@0000 README.md", "row": "GPT 175B", "quality": "ok"},
+        "software": "a test stack", "system": {"gpu": "h100_sxm_80g", "num_gpus": 128, "gpus_per_nvlink_domain": 8},
+        "model": {"name": "GPT-3 175B", "layers": 96, "hidden": 12288, "ffn_hidden": 49152, "heads": 96,
+                  "kv_heads": 96, "head_dim": 128, "vocab": 51200, "seq_len": 2048, "mlp": "gelu",
+                  "norm": "layernorm", "attention": "mha", "sliding_window": None, "tied_embeddings": True,
+                  "position_embedding": "learned_absolute", "moe": None, "mla": None, "mtp_layers": None,
+                  "truncated_from": None},
+        "parallel": {"tp": 8, "pp": 8, "vp": 12, "cp": 1, "ep": 1, "etp": None, "dp": 2, "fsdp": False,
+                     "sequence_parallel": True, "distributed_optimizer": True, "tp_comm_overlap": True},
+        "batch": {"global_batch": 256, "micro_batch": 1, "gradient_accumulation": 128},
+        "precision": "bf16",
+        "recompute": {"granularity": "none", "modules": None, "layers": None},
+        "measured": {"iteration_s": 20.0, "derived_from": "step_time", "as_reported": {"step": 20.0}},
+        "consistency": [], "notes": "", "extra": {},
+    }
+    for path, value in changes.items():
+        target = row
+        *keys, last = path.split("__")
+        for key in keys:
+            target = target[key]
+        target[last] = value
+    return row
+
+
+def run_of(row: dict) -> MeasuredRun:
+    return MeasuredRun.model_validate(row)
+
+
+@pytest.fixture
+def plain_stack(monkeypatch):
+    """A stack that runs today's attention (materialized), so that a GPT row maps with today's case fields."""
+    monkeypatch.setitem(STACKS, REPOSITORY, Stack("materialized", True, "test stack"))
+
+
+def schema_fields(model: type[BaseModel], prefix: str = "") -> set[str]:
+    """Every leaf field of the row schema: a section is descended into, a feature object (moe, mla) is one."""
+    out = set()
+    for name, info in model.model_fields.items():
+        annotation = info.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel) and prefix == "":
+            out |= schema_fields(annotation, f"{name}.")
+        else:
+            out.add(prefix + name)
+    return out
+
+
+def test_the_table_covers_every_row_field_exactly():
+    assert set(ROW_FIELDS) == schema_fields(MeasuredRun)
+
+
+def test_a_gpt_row_is_the_case_written_by_hand(plain_stack):
+    case = run_case(run_of(gpt_row()), "h100_80g_nvl8")
+    assert case.unsupported == () and case.invalid is None
+    assert case.input.model.model_dump(exclude_none=True) == {
+        "hidden": 12288, "feedforward": 49152, "sequence_length": 2048, "attention_heads": 96, "head_size": 128,
+        "blocks": 96, "vocabulary": 51200}
+    e = case.input.execution
+    assert (e.tensor_parallel, e.pipeline_parallel, e.data_parallel, e.pipeline_interleaving) == (8, 8, 2, 12)
+    assert (e.global_batch, e.microbatch, e.datatype, e.recompute) == (256, 1, "bfloat16", "none")
+    assert (e.tp_communication, e.tp_overlap, e.optimizer_sharding, e.dp_overlap) == ("rs_ag", "ring", True, True)
+    # TP spans 8 ranks (tier 0 of an 8-GPU domain), DP spans 8 x 2 = 16 and PP all 128 (tier 1)
+    assert (e.network_tiers.tensor, e.network_tiers.data, e.network_tiers.pipeline) == (0, 1, 1)
+    assert e.attention == "multihead" and case.input.system == "h100_80g_nvl8"
+
+
+def test_one_node_layout_places_everything_on_tier_0_and_shards_nothing_without_dp(plain_stack):
+    row = gpt_row(system__num_gpus=8, parallel__tp=4, parallel__pp=1, parallel__vp=None, parallel__dp=2,
+                  parallel__sequence_parallel=False, parallel__tp_comm_overlap=False,
+                  batch__global_batch=16, batch__gradient_accumulation=8)
+    e = run_case(run_of(row), "h100_80g_nvl8").input.execution
+    assert (e.network_tiers.tensor, e.network_tiers.data, e.network_tiers.pipeline) == (0, 0, 0)
+    assert (e.tp_communication, e.tp_overlap, e.optimizer_sharding, e.dp_overlap) == ("ar", "none", True, True)
+    assert e.pipeline_interleaving == 1
+    row = gpt_row(system__num_gpus=8, parallel__tp=8, parallel__pp=1, parallel__vp=None, parallel__dp=1,
+                  batch__global_batch=16, batch__gradient_accumulation=16)
+    e = run_case(run_of(row), "h100_80g_nvl8").input.execution
+    assert (e.tp_communication, e.tp_overlap, e.optimizer_sharding, e.dp_overlap) == ("rs_ag", "ring", False, False)
+
+
+def test_multi_query_is_todays_attention_or_kv_heads(plain_stack):
+    case = run_case(run_of(gpt_row(model__kv_heads=1, model__attention="gqa")), "h100_80g_nvl8")
+    if case_has_field("model.kv_heads"):
+        assert case.input.model.kv_heads == 1
+    else:
+        assert case.input.execution.attention == "multiquery"
+
+
+@pytest.mark.parametrize("changes, field, case_path", [
+    ({"model__mlp": "swiglu"}, "model.mlp", "model.mlp"),
+    ({"model__norm": "rmsnorm"}, "model.norm", "model.norm"),
+    ({"model__kv_heads": 8, "model__attention": "gqa"}, "model.kv_heads", "model.kv_heads"),
+    ({"model__tied_embeddings": False}, "model.tied_embeddings", "model.tied_embeddings"),
+    ({"model__position_embedding": "rope"}, "model.position_embedding", "model.position"),
+    ({"model__sliding_window": 4096}, "model.sliding_window", "model.sliding_window"),
+    ({"parallel__cp": 2, "parallel__dp": 1, "batch__gradient_accumulation": 256}, "parallel.cp",
+     "execution.context_parallel"),
+    ({"precision": "fp8_delayed"}, "precision", "execution.precision"),
+])
+def test_a_feature_is_set_when_the_case_format_has_it_else_refused_by_name(plain_stack, changes, field, case_path):
+    case = run_case(run_of(gpt_row(**changes)), "h100_80g_nvl8")
+    if case_has_field(case_path):
+        assert field not in dict(case.unsupported)
+    else:
+        assert case.input is None and field in dict(case.unsupported)
+        assert case_path in dict(case.unsupported)[field]
+
+
+@pytest.mark.parametrize("changes, field", [
+    ({"parallel__fsdp": True}, "parallel.fsdp"),
+    ({"model__position_embedding": "rope (50% of head dim)"}, "model.position_embedding"),
+    ({"recompute__granularity": None}, "recompute.granularity"),
+    ({"recompute__layers": 4}, "recompute.layers"),
+    ({"parallel__tp_comm_overlap": None}, "parallel.tp_comm_overlap"),
+    ({"model__mtp_layers": 1}, "model.mtp_layers"),
+    ({"model__attention": "gqa"}, "model.attention"),  # contradicts kv_heads = heads
+    ({"source__where": "other/stack@1 x"}, "source.where"),
+])
+def test_what_no_case_field_holds_is_refused_by_name(plain_stack, changes, field):
+    case = run_case(run_of(gpt_row(**changes)), "h100_80g_nvl8")
+    assert case.input is None and field in dict(case.unsupported), case
+
+
+def test_every_stack_needs_the_flash_kernel():
+    """The shipped stacks all run a fused attention kernel: until the case format has it, refused by name."""
+    case = run_case(run_of(gpt_row(source__where="NVIDIA/dgxc-benchmarking@35a9 gpt3/README.md")), "h100_80g_nvl8")
+    if not case_has_field("execution.attention_kernel"):
+        assert "stack.attention_kernel" in dict(case.unsupported)
+    else:
+        assert case.input.execution.attention_kernel == "flash"
+
+
+def test_model_names_never_reach_the_case(plain_stack):
+    a = run_case(run_of(gpt_row()), "h100_80g_nvl8").input
+    b = run_case(run_of(gpt_row(id="other", model__name="Anything else")), "h100_80g_nvl8").input
+    assert a == b and "GPT" not in a.model_dump_json()
+
+
+def _write_runs(tmp_path, rows) -> str:
+    path = tmp_path / "runs.json"
+    path.write_text(json.dumps({"schema": "blueprinting.measured-runs.v0", "rows": rows}))
+    return str(path)
+
+
+CASE_YAML = """schema: blueprinting.case.v0
+id: by-hand
+system: h100_80g_nvl8
+model: {hidden: 12288, feedforward: 49152, sequence_length: 2048, attention_heads: 96, head_size: 128, blocks: 96,
+        vocabulary: 51200}
+execution: {tensor_parallel: 8, pipeline_parallel: 8, data_parallel: 2, global_batch: 256, microbatch: 1,
+            pipeline_interleaving: 12, datatype: bfloat16, recompute: none, tp_communication: rs_ag,
+            optimizer_sharding: true, tp_overlap: ring, dp_overlap: true,
+            network_tiers: {tensor: 0, pipeline: 1, data: 1}}
+"""
+
+
+def test_cli_estimates_a_row_as_its_case_file_and_reports_the_error(plain_stack, tmp_path, capsys):
+    """The row's estimate is the estimate of the case written by hand; error_pct = 100 (total - 20) / 20."""
+    bf16_profile = _profile_with_bfloat16(tmp_path)
+    (tmp_path / "cases").mkdir()
+    case_file = tmp_path / "case.yaml"
+    case_file.write_text(CASE_YAML.replace("h100_80g_nvl8", bf16_profile))
+    rows = _write_runs(tmp_path, [gpt_row(), gpt_row(id="fsdp", parallel__fsdp=True)])
+    status, out, err = run_cli(capsys, "--project", tmp_path, "estimate", case_file, "--json")
+    assert status == 0, err
+    by_hand = json.loads(out)[0]
+    expected = {v: figures["total_s"] for v, figures in by_hand["views"].items()}
+    status, out, err = run_cli(capsys, "--project", tmp_path, "estimate", "--runs", rows, "--system", bf16_profile,
+                               "--output", tmp_path / "out.json")
+    assert status == 0, err
+    first, second = json.loads((tmp_path / "out.json").read_text())
+    assert (first["status"], by_hand["status"]) == ("ok", "ok")
+    assert first["total_s"] == expected["system_evidence"]
+    assert first["views"]["peak_only"]["total_s"] == expected["peak_only"]
+    assert first["error_pct"] == pytest.approx(100 * (expected["system_evidence"] - 20.0) / 20.0)
+    assert second["status"] == "unsupported" and second["reason"].startswith("parallel.fsdp: ")
+    assert second["total_s"] is None and second["measured_s"] == 20.0
+    assert "2 rows: 1 ok, 0 infeasible, 1 unsupported, 0 invalid" in out
+    assert "unsupported, by the first field refused: parallel.fsdp 1" in out
+
+
+def _profile_with_bfloat16(tmp_path) -> str:
+    """The H100 profile with its float16 engines also as bfloat16 (the bf16 rows need a bfloat16 engine)."""
+    import yaml
+
+    from harness import locations
+
+    source = locations.current().profile_path("h100_80g_nvl8")
+    profile = yaml.safe_load(source.read_text())
+    for family in ("matrix", "vector"):
+        profile[family].setdefault("bfloat16", copy.deepcopy(profile[family]["float16"]))
+    profile["name"] = "h100_test_bf16"
+    (tmp_path / "evidence").mkdir()
+    (tmp_path / "evidence" / "h100_test_bf16.yaml").write_text(yaml.safe_dump(profile))
+    return "h100_test_bf16"
+
+
+def test_auto_system_names_the_missing_profile(plain_stack, tmp_path):
+    (tmp_path / "evidence").mkdir()
+    results = estimate_runs([run_of(gpt_row(system__gpu="gb300"))], "auto", "runs.json")
+    assert results[0].status == "unsupported" and results[0].fields == ("system.gpu",)
+    assert "'gb300'" in results[0].reason
+
+
+def test_a_larger_nvlink_domain_than_the_profile_is_refused(plain_stack):
+    results = estimate_runs([run_of(gpt_row(system__gpus_per_nvlink_domain=72))], "h100_80g_nvl8", "runs.json")
+    assert results[0].fields == ("system.gpus_per_nvlink_domain",) and "holds 8" in results[0].reason
+
+
+def test_summary_mape_and_bias_by_hand():
+    """Errors +10 % and -20 % on one GPU: MAPE 15 %, bias -5 %; the family is the name's first word."""
+    a, b = run_of(gpt_row()), run_of(gpt_row(id="b", model__name="Llama 3 8B", measured__iteration_s=10.0))
+    results = [RowResult(a, "ok", None, {"peak_only": 22.0}), RowResult(b, "ok", None, {"peak_only": 8.0})]
+    assert results[0].error_pct("peak_only") == pytest.approx(10.0)
+    assert results[1].error_pct("peak_only") == pytest.approx(-20.0)
+    text = "\n".join(summary(results))
+    assert "peak_only: all n=  2  MAPE   15.0 %  bias    -5.0 %" in text
+    assert "gpu       h100_sxm_80g   n=  2  MAPE   15.0 %  bias    -5.0 %" in text
+    assert "family    GPT            n=  1  MAPE   10.0 %  bias   +10.0 %" in text
+    assert (family(a), family(b)) == ("GPT", "Llama")
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"parallel__tp": "4"}, "rows.0.parallel.tp"),
+    ({"parallel__dp": 4}, "rows.0"),  # TP x PP x CP x DP != num_gpus
+    ({"model__unknown": 1}, "rows.0.model.unknown"),
+    ({"precision": "fp6"}, "rows.0.precision"),
+    ({"measured__iteration_s": -1.0}, "rows.0.measured.iteration_s"),
+])
+def test_bad_rows_are_one_line_naming_file_and_field(tmp_path, capsys, change, field):
+    path = _write_runs(tmp_path, [gpt_row(**change)])
+    status, out, err = run_cli(capsys, "estimate", "--runs", path, "--system", "auto")
+    one_error_line(status, err, path, field)
+
+
+def test_duplicate_ids_and_missing_system_are_errors(tmp_path, capsys):
+    path = _write_runs(tmp_path, [gpt_row(), gpt_row()])
+    one_error_line(*run_cli(capsys, "estimate", "--runs", path, "--system", "auto")[::2], path, "rows.1.id")
+    one_error_line(*run_cli(capsys, "estimate", "--runs", path)[::2], "--system")
+
+
+def test_the_shared_rows_read():
+    rows = read_runs(shared_reference("measurements/modern/runs-train.json"))
+    assert len(rows) == 142
