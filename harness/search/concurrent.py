@@ -56,6 +56,7 @@ class TierPricer:
         self.compute_s = pricer.compute_s
         self.memory_s = pricer.memory_s
         self.tier2_s = pricer.tier2_s
+        self.work = pricer.work
         self._tasks: dict[int, tuple[PlanTask, TaskCost]] = {}
 
     def message_s(self, message: Message | None) -> float:

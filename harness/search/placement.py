@@ -46,6 +46,8 @@ class PlacementPricer:
     def __init__(self, pricer: Pricer, plan: PortablePlanIR, placements: np.ndarray, networks: int) -> None:
         self._pricer = pricer
         self.profile, self.view, self.work = pricer.profile, pricer.view, pricer.work
+        self.roofline, self.compute_s, self.memory_s, self.tier2_s = (pricer.roofline, pricer.compute_s,
+                                                                       pricer.memory_s, pricer.tier2_s)
         self._networks = networks
         self._tensor, self._pipeline, self._data = placements[:, 0], placements[:, 1], placements[:, 2]
         p = plan.pipeline
@@ -97,6 +99,8 @@ class ZeroNetworkPricer:
     def __init__(self, pricer: Pricer) -> None:
         self._pricer = pricer
         self.profile, self.view, self.work = pricer.profile, pricer.view, pricer.work
+        self.roofline, self.compute_s, self.memory_s, self.tier2_s = (pricer.roofline, pricer.compute_s,
+                                                                       pricer.memory_s, pricer.tier2_s)
 
     def message_s(self, message: Message | None) -> float:
         return 0.0
