@@ -52,7 +52,7 @@ def test_a_corpus_round_trips(tmp_path):
 @pytest.mark.parametrize("lines, field, line, message", [
     ([RECORD], "kind", 1, "the first line of a corpus must be its header"),
     ([HEADER, "{not json"], "<json>", 2, "not valid JSON"),
-    ([HEADER, {**RECORD, "measured_iteration_s": -1.0}], "measured_iteration_s", 2, "greater than 0"),
+    ([HEADER, {**RECORD, "measured_iteration_s": -1.0}], "measured_iteration_s", 2, "greater than or equal to 0.0001"),
     ([HEADER, {**RECORD, "measured_iteration_s": "1.5"}], "measured_iteration_s", 2, "valid number"),
     ([HEADER, {**RECORD, "execution": {**RECORD["execution"], "tensor_parallel": 3}}], "execution.tensor_parallel", 2,
      "TP=3 does not divide"),
@@ -242,10 +242,21 @@ def test_the_shipped_revision_carries_its_provenance_and_the_tiers_of_a100_80g()
            [(t.size_processors, t.must_be_filled) for t in base.networks]
 
 
+def _priced_records(count: int) -> list[dict]:
+    """``count`` records of RECORD's shape (growing batches) whose times are the shipped revision's estimates:
+    data the fitted structure can reproduce with interior parameters (a fit is refused otherwise)."""
+    from harness.measurements.corpus import IterationRecord
+
+    records = [{**RECORD, "id": f"r{i}", "execution": {**RECORD["execution"], "global_batch": 2 * (i + 1)}}
+               for i in range(count)]
+    fitted = load_profile("a100_measured")
+    parsed = [IterationRecord.model_validate(r) for r in records]
+    times = Design(parsed, fitted).predict(fitted)
+    return [{**r, "measured_iteration_s": float(t)} for r, t in zip(records, times)]
+
+
 def test_evidence_fit_writes_a_revision_and_refuses_a_bad_corpus(tmp_path, capsys):
-    corpus = write_lines(tmp_path / "c.jsonl", HEADER, *[
-        {**RECORD, "id": f"r{i}", "measured_iteration_s": 0.3 + 0.01 * i,
-         "execution": {**RECORD["execution"], "global_batch": 2 * (i + 1)}} for i in range(8)])
+    corpus = write_lines(tmp_path / "c.jsonl", HEADER, *_priced_records(8))
     out = tmp_path / "evidence" / "tiny_fit.yaml"
     assert main(["evidence", "fit", "--base", "a100_80g", "--measurements", str(corpus), str(SWEEPS),
                  "--output", str(out)]) == 0
