@@ -25,7 +25,7 @@ def pricers():
     plan = lower(load_case(CASES_DIR / "gpt3-175B_full.yaml").estimate_input()).plan
     placements = np.array([[0, 1, 1], [1, 1, 1]], dtype=np.int64)
     return pricer, {"Pricer": pricer, "PlacementPricer": PlacementPricer(pricer, plan, placements, 2),
-                    "ZeroNetworkPricer": ZeroNetworkPricer(pricer), "TierPricer": TierPricer(pricer, 1)}
+                    "ZeroNetworkPricer": ZeroNetworkPricer(pricer), "TierPricer": TierPricer(pricer, {"tensor": 1})}
 
 
 def test_the_protocols_name_every_member_their_consumers_read():
