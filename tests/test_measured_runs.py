@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import copy
 import json
-import typing
 
 import pytest
 from pydantic import BaseModel
 
-from harness.measurements import runs as runs_module
-from harness.measurements.runs import ROW_FIELDS, STACKS, Stack, case_has_field, run_case
+from harness.cases import case_has_field
+from harness.measurements.runs import ROW_FIELDS, STACKS, Stack, run_case
 from harness.measurements.runs_estimate import RowResult, estimate_runs, family, summary
 from harness.measurements.runs_schema import MeasuredRun, read_runs
 from tests.conftest import one_error_line, run_cli, shared_reference
