@@ -60,7 +60,7 @@ import re
 import stat
 import zlib
 from pathlib import Path
-from typing import Any, Iterator, TypeVar
+from typing import Any, Iterable, Iterator, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -706,6 +706,25 @@ def finite_number(text: Any, source: str, field: str, *, line: int | None = None
     if maximum is not None and value > maximum:
         raise InputError(source, field, f"must be <= {maximum:g}, got {value:g}", line=line)
     return value
+
+
+def json_number(value: Any, source: str, field: str, *, minimum: float | None = None,
+                maximum: float | None = None) -> float:
+    """A finite JSON number (never a string or a boolean: no coercion), optionally bounded; errors name the
+    field."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputError(source, field, f"must be a number, got {describe(value)}")
+    return finite_number(value, source, field, minimum=minimum, maximum=maximum)
+
+
+def only_keys(data: dict, known: Iterable[str], source: str, where: str, why: str = "not read by this importer") -> None:
+    """Every key of ``data`` is one of ``known``: an unknown key is one InputError naming it (a key that is
+    silently ignored is a setting the user believes was applied)."""
+    known = set(known)
+    for key in data:
+        if key not in known:
+            raise InputError(source, f"{where}.{key}" if where else str(key),
+                             f"unknown field ({why}; known: {', '.join(sorted(known))})")
 
 
 # -------------------------------------------------------------------------------------------- validation

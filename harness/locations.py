@@ -106,6 +106,10 @@ class Locations:
     def vendor_dir(self) -> Path:
         return self._first(VENDOR_SUBDIR, "vendored Calculon records")
 
+    def corpora_dirs(self) -> tuple[Path, ...]:
+        """Where the measurement corpora live (``measurements/`` of each root): data, never an output."""
+        return tuple(r / "measurements" for r in self._roots())
+
     def contract_path(self) -> Path:
         return self._first(CONTRACT_FILE, "baseline contract")
 

@@ -7,10 +7,16 @@ Rules:
   command's inputs (also through a symbolic or hard link), the same path as
   another output of the command, a read-only file, or whose nearest existing
   ancestor is not a writable directory is refused with one line naming the
-  path and the option, before anything is computed. The tool's own data
-  (:func:`data_files`: evidence profiles, vendored records, the contract) are
-  inputs of every command; only the commands that write them by design
-  (``oracle record``, ``contract write``) may replace them.
+  path and the option, before anything is computed.
+- **The tool's own data is never an output** (one guard for every command):
+  :func:`data_files` (case files, evidence profiles, vendored records,
+  measurement corpora, the contract; symbolic links resolved) are refused by
+  :func:`check_output` before the work and again by :func:`atomic_output` at
+  the write, whichever command writes. Only a command that writes a kind by
+  design names it (``replaces_data``): ``oracle record`` and ``oracle
+  import-reference --replace`` (vendor), ``contract write`` (contract),
+  ``evidence fit|derive|import nccl-tests --replace`` (evidence). A ``--plots``
+  directory may not be (or lie inside) a data directory.
 - **Parents**: missing parent directories of an output are created (like
   ``mkdir -p``), by every command, when the file is written.
 - **Atomic**: the content goes to a temporary file in the target's directory
@@ -41,9 +47,17 @@ from harness.errors import InputError
 PathLike = str | os.PathLike
 
 
-def data_files(*, evidence: bool = True, vendor: bool = True, contract: bool = True) -> list[Path]:
-    """The tool's own data files of the current locations (:mod:`harness.locations`): every evidence profile,
-    every vendored record file and the baseline contract. Commands pass them as inputs to :func:`check_output`."""
+#: The kinds of the tool's own data (:func:`data_files`); an output may replace a file of a kind only when its
+#: command writes that kind by design and says so (``replaces_data``).
+DATA_KINDS = ("cases", "evidence", "vendor", "contract", "corpora")
+
+
+def data_files(*, evidence: bool = True, vendor: bool = True, contract: bool = True, cases: bool = True,
+               corpora: bool = True) -> list[Path]:
+    """The tool's own data files of the current locations (:mod:`harness.locations`): every case file, evidence
+    profile, vendored record file, measurement corpus and the baseline contract (every file of the case, vendor
+    and measurements directories, whatever its name). :func:`check_output` and :func:`atomic_output` protect
+    them from every output."""
     from harness import locations
     from harness.errors import HarnessError
 
@@ -52,13 +66,32 @@ def data_files(*, evidence: bool = True, vendor: bool = True, contract: bool = T
         files: list[Path] = []
         if evidence:
             files += [p for d in where.evidence_dirs() if d.is_dir() for p in sorted(d.glob("*.yaml"))]
+        if cases and where.cases_dir().is_dir():
+            files += [p for p in sorted(where.cases_dir().rglob("*")) if not p.is_dir()]
         if vendor and where.vendor_dir().is_dir():
-            files += [p for p in sorted(where.vendor_dir().rglob("*")) if p.is_file()]
+            files += [p for p in sorted(where.vendor_dir().rglob("*")) if not p.is_dir()]
+        if corpora:
+            files += [p for d in where.corpora_dirs() if d.is_dir() for p in sorted(d.rglob("*")) if not p.is_dir()]
         if contract:
             files.append(where.contract_path())
     except HarnessError:  # no project and no packaged data: nothing of ours to protect
         return []
     return files
+
+
+def _data_except(replaces_data: Iterable[str]) -> list[Path]:
+    kinds = set(replaces_data)
+    unknown = kinds - set(DATA_KINDS)
+    if unknown:
+        raise ValueError(f"replaces_data: unknown kinds {sorted(unknown)} (known: {DATA_KINDS})")
+    return data_files(**{kind: kind not in kinds for kind in DATA_KINDS})
+
+
+def _refuse_data(target: Path, replaces_data: Iterable[str], option: str, shown: str) -> None:
+    for source in _data_except(replaces_data):
+        if _same_file(target, _resolved(source)):
+            raise InputError(shown, option, f"would overwrite {os.fspath(source)}, the tool's own data (cases, "
+                                            "evidence, vendored records, corpora, the contract)")
 
 
 def _resolved(path: PathLike) -> Path:
@@ -87,7 +120,21 @@ def _writable_ancestor(path: Path, option: str, shown: str) -> None:
         raise InputError(shown, option, f"cannot be written: the directory {ancestor} is not writable")
 
 
-def _is_stream_device(path: Path) -> bool:
+def _data_dirs() -> list[Path]:
+    from harness import locations
+    from harness.errors import HarnessError
+
+    try:
+        where = locations.current()
+        dirs = [*where.evidence_dirs(), where.cases_dir(), where.vendor_dir(), *where.corpora_dirs()]
+    except HarnessError:
+        return []
+    return [_resolved(d) for d in dirs if d.is_dir()]
+
+
+def _is_stream_device(path: PathLike) -> bool:
+    """An existing character device or FIFO, the path as given (``/dev/stdout`` is a link to a pipe that
+    :func:`os.path.realpath` cannot name)."""
     try:
         mode = os.stat(path).st_mode
     except OSError:
@@ -96,8 +143,9 @@ def _is_stream_device(path: Path) -> bool:
 
 
 def check_output(path: PathLike, *, option: str = "--output", inputs: Iterable[PathLike] = (),
-                 others: Iterable[PathLike] = ()) -> Path:
-    """Check an output file path before the work (see the module rules); returns it as a Path."""
+                 others: Iterable[PathLike] = (), replaces_data: Iterable[str] = ()) -> Path:
+    """Check an output file path before the work (see the module rules); returns it as a Path. The tool's data
+    (:func:`data_files`) are always protected, but for the kinds in ``replaces_data`` (:data:`DATA_KINDS`)."""
     shown = os.fspath(path)
     if not shown:
         raise InputError("<empty path>", option, "an output path is needed")
@@ -108,7 +156,8 @@ def check_output(path: PathLike, *, option: str = "--output", inputs: Iterable[P
         if other is not None and _same_file(target, _resolved(other)):
             raise InputError(shown, option, f"is also the path of another output ({os.fspath(other)})")
     _refuse_inputs(target, inputs, option, shown)
-    if _is_stream_device(target):
+    _refuse_data(target, replaces_data, option, shown)
+    if _is_stream_device(path):
         return Path(path)
     if target.exists():
         if not target.is_file():
@@ -129,10 +178,14 @@ def _refuse_inputs(target: Path, inputs: Iterable[PathLike], option: str, shown:
 
 def check_output_dir(path: PathLike, *, option: str, inputs: Iterable[PathLike] = ()) -> Path:
     """Check an output directory before the work: an existing one must be a writable directory, a missing
-    one must be creatable (its nearest existing ancestor a writable directory)."""
+    one must be creatable (its nearest existing ancestor a writable directory), and it may not be one of the
+    tool's data directories (cases, evidence, vendored records, corpora)."""
     shown = os.fspath(path)
     target = _resolved(path)
     _refuse_inputs(target, inputs, option, shown)
+    for directory in _data_dirs():
+        if _same_file(target, directory) or directory in target.parents:
+            raise InputError(shown, option, f"is inside {directory}, a directory of the tool's own data")
     if target.exists():
         if not target.is_dir():
             raise InputError(shown, option, "exists and is not a directory")
@@ -153,19 +206,23 @@ def _new_file_mode(existing: Path) -> int:
 
 
 @contextlib.contextmanager
-def atomic_output(path: PathLike, mode: str = "w", *, option: str = "--output") -> Iterator[IO]:
+def atomic_output(path: PathLike, mode: str = "w", *, option: str = "--output",
+                  replaces_data: Iterable[str] = ()) -> Iterator[IO]:
     """A file object whose content replaces ``path`` atomically when the block ends without error.
 
     ``mode`` is ``"w"`` (UTF-8 text) or ``"wb"``. On an exception the
-    temporary file is removed and ``path`` is left as it was.
+    temporary file is removed and ``path`` is left as it was. The tool's data
+    (:func:`data_files`) is refused here too (the one guard every write passes),
+    but for the kinds in ``replaces_data``.
     """
     if mode not in ("w", "wb"):
         raise ValueError(f"atomic_output: mode {mode!r} (use 'w' or 'wb')")
     shown = os.fspath(path)
     target = _resolved(path)
-    if _is_stream_device(target):
+    _refuse_data(target, replaces_data, option, shown)
+    if _is_stream_device(path):
         try:
-            with open(target, mode, **({"encoding": "utf-8"} if mode == "w" else {})) as handle:
+            with open(path, mode, **({"encoding": "utf-8"} if mode == "w" else {})) as handle:
                 yield handle
         except OSError as error:
             raise InputError(shown, option, f"cannot write: {error.strerror or error}") from None
@@ -195,18 +252,18 @@ def _remove(path: str) -> None:
         os.unlink(path)
 
 
-def write_text(path: PathLike, text: str, *, option: str = "--output") -> Path:
-    """Replace ``path`` with ``text`` (UTF-8) atomically."""
-    with atomic_output(path, "w", option=option) as handle:
+def write_text(path: PathLike, text: str, *, option: str = "--output", replaces_data: Iterable[str] = ()) -> Path:
+    """Replace ``path`` with ``text`` (UTF-8) atomically (see :func:`atomic_output`)."""
+    with atomic_output(path, "w", option=option, replaces_data=replaces_data) as handle:
         handle.write(text)
     return Path(path)
 
 
-def write_bytes(path: PathLike, data: bytes, *, option: str = "--output") -> Path:
+def write_bytes(path: PathLike, data: bytes, *, option: str = "--output", replaces_data: Iterable[str] = ()) -> Path:
     """Replace ``path`` with ``data`` atomically; a ``.gz`` name is written gzip-compressed with a fixed
     header (mtime 0, the target's name), so equal data gives equal bytes."""
     path = Path(path)
-    with atomic_output(path, "wb", option=option) as handle:
+    with atomic_output(path, "wb", option=option, replaces_data=replaces_data) as handle:
         if path.suffix == ".gz":
             with gzip.GzipFile(filename=path.name, fileobj=handle, mode="wb", mtime=0) as compressed:
                 compressed.write(data)

@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     args.output = output
     lines = generate(seed, count, args.overlap)
     data = "".join(line + "\n" for line, _ in lines).encode("utf-8")
-    write_bytes(args.output, data)  # atomic; .gz with a fixed header (mtime 0), so the bytes are reproducible
+    write_bytes(args.output, data, replaces_data=("vendor",))  # atomic; .gz with a fixed header (mtime 0), so the bytes are reproducible
     counts = feature_counts([config.input for _, config in lines], OVERLAP_FEATURES if args.overlap else FEATURES)
     width = max(len(name) for name in counts)
     for name, number in counts.items():

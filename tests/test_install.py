@@ -177,7 +177,7 @@ def test_every_command_runs_from_another_directory(installed, tmp_path):
 
 def _command_inputs(directory: Path) -> dict[str, Path]:
     """Tiny inputs of search, the evidence importers, fit and report, and oracle import-reference."""
-    from test_measurements import HEADER, RECORD, nccl_text, write_lines
+    from test_measurements import HEADER, _priced_records, nccl_text, write_lines
 
     directory.mkdir(parents=True)
     paths = {name: directory / name for name in ("small.json", "vtrain.csv", "table4.json", "nccl.txt", "c.jsonl",
@@ -192,9 +192,7 @@ def _command_inputs(directory: Path) -> dict[str, Path]:
                                             "microbatch_size": 4},
         "rows": [{"sequence_parallel": True, "recompute": "attn_only", "forward_ms": 1.5, "backward_ms": 3.25}]}))
     paths["nccl.txt"].write_text(nccl_text(8, [2**20, 2**24, 2**28], [20.0, 120.0, 220.0], csv=False))
-    write_lines(paths["c.jsonl"], HEADER, *[
-        {**RECORD, "id": f"r{i}", "measured_iteration_s": 0.3 + 0.01 * i,
-         "execution": {**RECORD["execution"], "global_batch": 2 * (i + 1)}} for i in range(8)])
+    write_lines(paths["c.jsonl"], HEADER, *_priced_records(8))
     shutil.copy(ROOT / "measurements" / "vtrain" / "vtrain-allreduce-a100.jsonl", paths["sweeps.jsonl"])
     vendored = json.loads((ROOT / "vendor" / "calculon-0.1.0" / "records" / "cases.json").read_text())
     first = vendored["records"][0]

@@ -150,6 +150,20 @@ def test_hierarchical_groups_run_inside_the_island_then_across_islands(base):
                                                                            (300e9 * 0.65), rel=1e-12)
 
 
+def test_hierarchical_counts_a_partial_island_as_an_island(base):
+    """12 processors over 8-processor islands are ceil(12 / 8) = 2 islands, not floor = 1: the second tier's
+    all-reduce (given a ring model, multiplier 2, offset -1, so that the count matters) moves
+    bytes x 2 x (1 - 1/2) of the 1/8 slice; over one island it would move nothing."""
+    ring = {**base.networks[1].collectives, "all_reduce": base.networks[0].collectives["all_reduce"]}
+    networks = (base.networks[0], base.networks[1].model_copy(update={"collectives": ring}), *base.networks[2:])
+    profile = with_families(base, networks=networks,
+                            hierarchical_collectives=HierarchicalCollectives(kind="island_then_next_tier"))
+    msg = Message(collective="all_reduce", message_bytes=8e8, participants=12, network_tier=0)
+    inside = 1e-5 + 8e8 * 2 * (1 - 1 / 8) / (300e9 * 0.65)  # one island: 8 processors on tier 0
+    across = 2e-5 + 8e8 / 8 * 2 * (1 - 1 / 2) / (25e9 * 0.9)  # 2 islands on tier 1
+    assert Pricer(profile, SYSTEM, "float16").message_s(msg) == pytest.approx(inside + across, rel=1e-12)
+
+
 def test_partitioned_p2p_sends_one_tp_slice_then_all_gathers(base):
     data = load_case(CASES_DIR / "gpt3-175B_full.yaml").estimate_input()  # TP 8, PP 8, ar
     plan = lower(data).plan

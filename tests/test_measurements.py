@@ -52,7 +52,7 @@ def test_a_corpus_round_trips(tmp_path):
 @pytest.mark.parametrize("lines, field, line, message", [
     ([RECORD], "kind", 1, "the first line of a corpus must be its header"),
     ([HEADER, "{not json"], "<json>", 2, "not valid JSON"),
-    ([HEADER, {**RECORD, "measured_iteration_s": -1.0}], "measured_iteration_s", 2, "greater than 0"),
+    ([HEADER, {**RECORD, "measured_iteration_s": -1.0}], "measured_iteration_s", 2, "greater than or equal to 0.0001"),
     ([HEADER, {**RECORD, "measured_iteration_s": "1.5"}], "measured_iteration_s", 2, "valid number"),
     ([HEADER, {**RECORD, "execution": {**RECORD["execution"], "tensor_parallel": 3}}], "execution.tensor_parallel", 2,
      "TP=3 does not divide"),
@@ -242,10 +242,21 @@ def test_the_shipped_revision_carries_its_provenance_and_the_tiers_of_a100_80g()
            [(t.size_processors, t.must_be_filled) for t in base.networks]
 
 
+def _priced_records(count: int) -> list[dict]:
+    """``count`` records of RECORD's shape (growing batches) whose times are the shipped revision's estimates:
+    data the fitted structure can reproduce with interior parameters (a fit is refused otherwise)."""
+    from harness.measurements.corpus import IterationRecord
+
+    records = [{**RECORD, "id": f"r{i}", "execution": {**RECORD["execution"], "global_batch": 2 * (i + 1)}}
+               for i in range(count)]
+    fitted = load_profile("a100_measured")
+    parsed = [IterationRecord.model_validate(r) for r in records]
+    times = Design(parsed, fitted).predict(fitted)
+    return [{**r, "measured_iteration_s": float(t)} for r, t in zip(records, times)]
+
+
 def test_evidence_fit_writes_a_revision_and_refuses_a_bad_corpus(tmp_path, capsys):
-    corpus = write_lines(tmp_path / "c.jsonl", HEADER, *[
-        {**RECORD, "id": f"r{i}", "measured_iteration_s": 0.3 + 0.01 * i,
-         "execution": {**RECORD["execution"], "global_batch": 2 * (i + 1)}} for i in range(8)])
+    corpus = write_lines(tmp_path / "c.jsonl", HEADER, *_priced_records(8))
     out = tmp_path / "evidence" / "tiny_fit.yaml"
     assert main(["evidence", "fit", "--base", "a100_80g", "--measurements", str(corpus), str(SWEEPS),
                  "--output", str(out)]) == 0
@@ -258,3 +269,49 @@ def test_evidence_fit_writes_a_revision_and_refuses_a_bad_corpus(tmp_path, capsy
                  "--output", str(tmp_path / "x.yaml")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "bad.jsonl" in err and "line 2" in err, err
+
+
+def test_fit_weights_give_each_target_class_its_share():
+    """3 one-node and 1 multi-node iterations (island 8), a layer pass with its 2 block passes and 4
+    microbenchmarks, layer weight 0.5, benchmark weight 2: the iteration classes weigh the same in total, a
+    unit of (3 + 1) / 2 = 2 targets; squared weights one-node 2/3 each, multi-node 2, a layer pass 0.5 x 2 / 2,
+    a benchmark 2 x 2 / 4; an unselected target 0 (harness.measurements.fit.weights, by hand)."""
+    from types import SimpleNamespace
+
+    from harness.measurements.design import Target
+
+    def iteration(processors):
+        return SimpleNamespace(kind="iteration", execution=SimpleNamespace(processors=processors))
+
+    records = [iteration(8), iteration(4), iteration(1), iteration(16), SimpleNamespace(kind="layer_pass"),
+               *[SimpleNamespace(kind="gemm")] * 4, iteration(8)]
+    targets = [Target(0, "iteration", 0), Target(1, "iteration", 0), Target(2, "iteration", 0),
+               Target(3, "iteration", 0), Target(4, "layer_forward", 0), Target(4, "layer_backward", 1),
+               *[Target(i, "gemm", 0) for i in range(5, 9)], Target(9, "iteration", 0)]
+    selected = np.array([True] * 10 + [False])
+    got = fitting.weights(SimpleNamespace(records=records, targets=targets), selected, 8, 0.5, 2.0)
+    expected = np.sqrt([2 / 3] * 3 + [2.0] + [0.5] * 2 + [1.0] * 4 + [0.0])
+    np.testing.assert_allclose(got, expected, rtol=1e-15)
+
+
+def test_the_fit_weighs_a_class_by_its_share_not_by_its_record_count(small):
+    """One-node runs measured 10 % slow and multi-node runs 10 % fast cannot both fit; with the class weights
+    the compromise (a linear loss: the cost is the sum of squared weighted residuals) does not move when
+    every one-node record is counted twice (each then weighs half), while an unweighted fit would move
+    towards the one-node runs."""
+    records, template, design = small
+    island = 8
+    one_node = [r for r in records if fitting.node_class(r, island) == "one_node"]
+    assert one_node and len(one_node) < len(records)
+    truth = fitting.with_values(template, {p.name: p.start for p in fitting.PARAMETERS})
+
+    def skewed(design_):
+        factor = np.array([1.1 if fitting.node_class(design_.records[t.record], island) == "one_node" else 0.9
+                           for t in design_.targets])
+        return design_.predict(truth) * factor
+
+    doubled = Design([*records, *one_node], template)
+    once = fitting.fit_design(design, template, skewed(design), loss="linear")
+    twice = fitting.fit_design(doubled, template, skewed(doubled), loss="linear")
+    for name, value in once.values.items():
+        assert twice.values[name] == pytest.approx(value, rel=1e-3), name

@@ -289,11 +289,9 @@ def test_sigterm_mid_batch_leaves_no_temporary_file_and_the_old_output(tmp_path)
 @pytest.fixture
 def fit_corpus(tmp_path):
     """An iteration corpus the fit accepts (the tests of the fit's corpus, tests/test_measurements.py)."""
-    from test_measurements import HEADER, RECORD, SWEEPS, write_lines
+    from test_measurements import HEADER, SWEEPS, _priced_records, write_lines
 
-    corpus = write_lines(tmp_path / "c.jsonl", HEADER, *[
-        {**RECORD, "id": f"r{i}", "measured_iteration_s": 0.3 + 0.01 * i,
-         "execution": {**RECORD["execution"], "global_batch": 2 * (i + 1)}} for i in range(8)])
+    corpus = write_lines(tmp_path / "c.jsonl", HEADER, *_priced_records(8))
     return [corpus, SWEEPS]
 
 

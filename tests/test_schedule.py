@@ -68,6 +68,16 @@ def test_interleaving_with_microbatches_not_a_multiple_of_pp_adds_chunks():
     assert c.components_s["pipeline_bubble"] == pytest.approx((1 + 1) * chunk)
 
 
+def test_extra_chunks_count_the_stages_left_idle_not_the_microbatches_left_over():
+    """PP 4 and 5 microbatches: 5 mod 4 = 1 microbatch left over, 4 - 1 = 3 stages without one; each of the
+    (3 - 1) extra chunks of an interleaving of 3 waits on those 3 stages: (3 - 1) x 3 = 6 extra chunks
+    (the earlier cases have shortage = PP - shortage and cannot tell the two apart)."""
+    c = run(blocks=48, pp=4, microbatches=5, interleaving=3)  # 12 blocks per stage, 4 per chunk
+    chunk = 3 * BASE_FW + EDGE_FW + 3 * BASE_BW + EDGE_BW
+    assert c.chunks.bubble_extra_chunks == 6
+    assert c.components_s["pipeline_bubble"] == pytest.approx((3 + 6) * chunk)
+
+
 def test_microbatches_fewer_than_pp():
     plain = run(blocks=8, pp=4, microbatches=2)
     interleaved = run(blocks=16, pp=4, microbatches=2, interleaving=2)

@@ -489,3 +489,48 @@ def test_unreachable_scheduler_is_a_one_line_error(small_model, capsys, monkeypa
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--scheduler: cannot use the Dask scheduler at 'tcp://127.0.0.1:1'" in err
+
+
+# --- the pruning bound and memory tier 2, one processor (no network: the bound is the total) ------------
+
+def test_the_pruning_bound_is_below_every_total_and_is_the_total_without_network():
+    """With one processor there is no message, so every plan's bound is at most the total of each of its
+    executions, and the bound of a plan without offload or overlap is its total lowered by the relative
+    margin BOUND_MARGIN = 1e-9 only (module rules of harness.search.evaluate; a larger space with network
+    time is the pruning test above, which compares pruned and unpruned top K)."""
+    from harness.search.evaluate import BOUND_MARGIN, Context, _Plan, option_of
+
+    for processors in (1,):
+        problem = small_problem(load_profile("a100_80g"), processors, prune=False)
+        context, checked = Context(problem), 0
+        for layout in space(problem):
+            placements = np.array(layout.placements, dtype=np.int64).reshape(-1, 3)
+            options = [option_of(inner) for inner in layout.inner]
+            for inner in layout.inner:
+                for microbatch in layout.microbatches:
+                    plan = _Plan.build(context, layout, inner, microbatch)
+                    bound = None if plan.invalid else plan.bound()
+                    if bound is None:
+                        continue
+                    fastest = float(plan.figures(option_of(inner), placements, options).total.min())
+                    assert bound <= fastest, (processors, layout.group, inner, microbatch)
+                    if processors == 1 and not any(option_of(inner)) and inner.tp_overlap == "none":
+                        assert bound == pytest.approx(fastest * (1 - BOUND_MARGIN), rel=1e-12)
+                        checked += 1
+        assert checked > 0
+
+
+def test_an_execution_that_overflows_memory_tier_2_is_infeasible():
+    """With 1 MiB of memory tier 2, every offloading execution whose tier-2 total exceeds it is infeasible for
+    that reason (Calculon's order: tier 1 first, then tier 2), and none is reported ok."""
+    base = load_profile("a100_80g")
+    small_tier2 = base.model_copy(update={"name": "small_tier2", "memory_tier2": base.memory_tier2.model_copy(
+        update={"capacity_bytes": 2**20})})
+    _, table = _rows(small_problem(small_tier2, 1, prune=False, rows=True))
+    rows = table.to_pylist()
+    over = [r for r in rows if r["tier2_total_bytes"] is not None and r["tier2_total_bytes"] > 2**20]
+    assert over, "the space has offloading executions over 1 MiB of tier 2"
+    for row in over:
+        assert row["status"] == "infeasible"
+        if row["tier1_total_bytes"] <= base.memory_tier1.capacity_bytes:
+            assert row["reason"].startswith("memory tier 2 needs"), row["reason"]

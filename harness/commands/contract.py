@@ -28,7 +28,7 @@ def run(args) -> int:
     from harness.cases import case_paths
     from harness.experiment.contract import evaluate, load_contract, write_contract
     from harness.experiment.run import run_experiment
-    from harness.outputs import check_output, data_files
+    from harness.outputs import check_output
 
     where = locations.current()
     cases = args.cases or where.cases_dir()
@@ -37,7 +37,7 @@ def run(args) -> int:
         if os.environ.get("CI"):
             raise HarnessError("the baseline contract is never rewritten under CI; update it locally for review")
         path = args.contract or where.writable(locations.CONTRACT_FILE, "the baseline contract")
-        check_output(path, option="--contract", inputs=[*inputs, *data_files(contract=False)])
+        check_output(path, option="--contract", inputs=inputs, replaces_data=("contract",))
         print(f"wrote {write_contract(run_experiment(cases), path)}")
         return 0
     path = args.contract or where.contract_path()

@@ -22,7 +22,12 @@
   cross-validation, attribution); exit 1 when a budget is broken.
 
 Every output is checked before the work and written atomically; a bad input
-is one line naming its file, line and field. A profile output
+is one line naming its file, line and field. A fit is a claim: ``fit`` prints
+its residuals per class and any parameter on a bound, and refuses (exit 1,
+nothing written) when a class is reproduced worse than the stated tolerance or
+a parameter sits on a bound (``report`` refuses the same refit). Repeated
+collective sweeps (same collective, tier and participant count) are an error
+unless ``--combine-sweeps`` says how to combine them. A profile output
 (``fit --output``, ``derive --output``, ``nccl-tests --profile-output``) that already exists is
 refused unless ``--replace`` is given (refitting a shipped revision, e.g.
 ``evidence/a100_measured.yaml``, is a deliberate replacement).
@@ -64,7 +69,8 @@ def register(sub) -> None:
     n = kinds.add_parser("nccl-tests", help="nccl-tests *_perf tables -> collective sweeps (network curves)")
     n.add_argument("files", nargs="+", type=Path, metavar="FILE")
     n.add_argument("--tier", type=int, required=True, metavar="N", help="network tier the processors share")
-    n.add_argument("--collective", choices=OPS, default="all_reduce", help="the benchmark (default all_reduce)")
+    n.add_argument("--collective", choices=OPS, help="check the benchmark (default: what the table's columns say; "
+                                                     "needed only for a CSV reduce_scatter/all_gather table)")
     n.add_argument("--participants", type=int, metavar="N", help="check the table's participant count")
     n.add_argument("--output", type=Path, required=True, metavar="CORPUS.jsonl")
     n.add_argument("--name", default="nccl-tests", help="corpus name")
@@ -74,6 +80,7 @@ def register(sub) -> None:
     n.add_argument("--apply", metavar="BASE", help="also write BASE with these curves (family collective_curves)")
     n.add_argument("--profile-output", type=Path, metavar="evidence/NAME.yaml", help="where --apply writes")
     n.add_argument("--replace", action="store_true", help="replace an existing --profile-output profile")
+    _combine_option(n)
     n.set_defaults(func=run_import_nccl)
 
     f = verbs.add_parser("fit", help="fit an evidence revision to measurement corpora")
@@ -87,6 +94,7 @@ def register(sub) -> None:
                    help="weight of layer_pass records relative to one node class (default 0: a check, not fitted)")
     f.add_argument("--benchmark-weight", type=float, default=1.0,
                    help="weight of gemm/memory_transfer records relative to one node class (default 1)")
+    _combine_option(f)
     f.set_defaults(func=run_fit)
 
     d = verbs.add_parser("derive", help="a profile without some of its measured families (another software stack)")
@@ -110,7 +118,19 @@ def register(sub) -> None:
                    help="corpora compared but never fitted (component-level truth, other targets)")
     r.add_argument("--output", type=Path, default=Path("out/measured/report.json"), metavar="JSON")
     r.add_argument("--plots", type=Path, metavar="DIR", help="also write PNG plots here")
+    _combine_option(r)
     r.set_defaults(func=run_report)
+
+
+#: ``--combine-sweeps`` choices (:data:`harness.measurements.nccl_tests.COMBINE`, which checks them again; named
+#: here so that building the command line imports no measurement code).
+COMBINE_CHOICES = ("fastest",)
+
+
+def _combine_option(parser) -> None:
+    parser.add_argument("--combine-sweeps", choices=COMBINE_CHOICES, metavar="HOW",
+                        help="combine sweeps of the same collective, tier and participant count (fastest: the "
+                             "faster time at each size); without it such sweeps are an error")
 
 
 def _name(value: str, option: str) -> str:
@@ -138,9 +158,9 @@ def _check_new_profile(path: Path, option: str, replace: bool) -> None:
 def run_import_vtrain(args) -> int:
     from harness.measurements.corpus import write_corpus
     from harness.measurements.vtrain import header, import_vtrain
-    from harness.outputs import check_output, data_files
+    from harness.outputs import check_output
 
-    check_output(args.output, inputs=[*args.files, *data_files()])
+    check_output(args.output, inputs=args.files)
     records = import_vtrain(args.files)
     write_corpus(args.output, header(), records)
     print(f"{len(records)} iteration records -> {args.output}")
@@ -150,9 +170,9 @@ def run_import_vtrain(args) -> int:
 def run_import_korthikanti(args) -> int:
     from harness.measurements.corpus import write_corpus
     from harness.measurements.korthikanti import header, import_table4, import_table5
-    from harness.outputs import check_output, data_files
+    from harness.outputs import check_output
 
-    check_output(args.output, inputs=[args.table4, *data_files()])
+    check_output(args.output, inputs=[args.table4])
     records = import_table4(args.table4) + (import_table5(args.cases) if args.cases else [])
     write_corpus(args.output, header(), records)
     print(f"{len(records)} records -> {args.output}")
@@ -179,10 +199,11 @@ def run_import_runs(args) -> int:
 
 def run_import_nccl(args) -> int:
     from harness.evidence.profile import dump_profile, load_profile
-    from harness.measurements.corpus import CorpusHeader, Environment, Source, write_corpus
-    from harness.measurements.nccl_tests import parse_nccl_tests, sweep_curve, sweep_ids, with_sweeps
+    from harness.inputs import validate
+    from harness.measurements.corpus import CorpusHeader, write_corpus
+    from harness.measurements.nccl_tests import combined_sweeps, parse_nccl_tests, sweep_curve, sweep_ids, with_sweeps
     from harness.ir.model import MAX_TIER
-    from harness.outputs import check_output, data_files, write_text
+    from harness.outputs import check_output, write_text
 
     if not 0 <= args.tier <= MAX_TIER:
         raise InputError("<command line>", "--tier", f"must be a network tier index in [0, {MAX_TIER}], got "
@@ -191,41 +212,54 @@ def run_import_nccl(args) -> int:
         raise InputError("<command line>", "--participants", f"must be in [2, 2^30], got {args.participants}")
     if (args.apply is None) != (args.profile_output is None):
         raise HarnessError("--apply BASE and --profile-output PATH go together")
-    protected = [*args.files, *data_files(evidence=False)]
+    protected = list(args.files)
     if args.apply:
         protected.append(_profile_input(args.apply, "--apply"))
-    check_output(args.output, inputs=[*protected, *data_files()],
-                 others=[args.profile_output] if args.profile_output else [])
+    check_output(args.output, inputs=protected, others=[args.profile_output] if args.profile_output else [])
     if args.profile_output:
-        check_output(args.profile_output, option="--profile-output", inputs=protected, others=[args.output])
+        check_output(args.profile_output, option="--profile-output", inputs=protected, others=[args.output],
+                     replaces_data=("evidence",))
         _check_new_profile(args.profile_output, "--profile-output", args.replace)
     base = load_profile(args.apply) if args.apply else None
     if base is not None and args.tier >= len(base.networks):  # before anything is written
         raise InputError("<command line>", "--tier", f"tier {args.tier} does not exist in evidence profile "
                                                      f"{base.name}")
+    if args.profile_output:
+        _name(args.profile_output.stem, "--profile-output")
+    try:  # every option is checked before a table is read or a file written
+        header = validate(CorpusHeader, {
+            "kind": "corpus", "schema_name": "blueprinting.measurement-corpus", "schema_version": 0,
+            "name": _name(args.name, "--name"), "description": "nccl-tests collective sweeps",
+            "source": {"citation": args.citation, "licence": args.licence},
+            "environment": {"hardware": args.hardware, "software": "nccl-tests"},
+            "placement": f"the processors of each table share network tier {args.tier}"}, "<command line>")
+    except InputError as error:
+        option = {"source.citation": "--citation", "source.licence": "--licence",
+                  "environment.hardware": "--hardware"}.get(error.field, error.field)
+        raise InputError("<command line>", option, error.message) from None
     ids = sweep_ids(args.files)  # unique, or the same file twice is refused, before any table is read
     sweeps = [parse_nccl_tests(path, args.collective, args.tier, args.participants, record_id)
               for path, record_id in zip(args.files, ids)]
-    header = CorpusHeader(kind="corpus", schema_name="blueprinting.measurement-corpus", schema_version=0,
-                          name=_name(args.name, "--name"), description="nccl-tests collective sweeps",
-                          source=Source(citation=args.citation, licence=args.licence),
-                          environment=Environment(hardware=args.hardware, software="nccl-tests"),
-                          placement=f"the processors of each table share network tier {args.tier}")
-    write_corpus(args.output, header, sweeps)
+    collectives = sorted({s.collective for s in sweeps})
+    if base is not None:  # every curve is checked against the tier before anything is written
+        combined = combined_sweeps(sweeps, args.combine_sweeps, "<command line>")
+        files = dict(zip(ids, map(str, args.files)))
+        curves = [sweep_curve(sweep, base.networks[args.tier], files.get(sweep.id, "<command line>"))
+                  for sweep in combined]
+        profile = with_sweeps(base, combined, "<command line>").model_copy(update={
+            "name": args.profile_output.stem,
+            "description": f"{base.name} with measured {', '.join(collectives)} curves on tier {args.tier}",
+            "provenance": f"{base.provenance}; tier {args.tier} {', '.join(collectives)} curves from nccl-tests "
+                          f"tables ({', '.join(s.id for s in combined)}) by 'harness evidence import nccl-tests'"})
+    write_corpus(args.output, header, sweeps)  # the tables as measured (repeated runs are combined by their users)
     print(f"{len(sweeps)} collective sweeps -> {args.output}")
     if base is not None:
-        for sweep in sweeps:
-            curve = sweep_curve(sweep, base.networks[args.tier], sweep.id)
+        for sweep, curve in zip(combined, curves):
             effs = [p.efficiency for p in curve.points]
-            print(f"  {sweep.id}: {sweep.participants} participants, {len(curve.points)} points, efficiency "
-                  f"{min(effs):.3f} .. {max(effs):.3f} of {base.networks[args.tier].bandwidth_bytes_per_s:g} B/s")
-        name = args.profile_output.stem
-        profile = with_sweeps(base, sweeps, str(args.output)).model_copy(update={
-            "name": _name(name, "--profile-output"),
-            "description": f"{base.name} with measured {args.collective} curves on tier {args.tier}",
-            "provenance": f"{base.provenance}; tier {args.tier} {args.collective} curves from nccl-tests tables "
-                          f"({', '.join(s.id for s in sweeps)}) by 'harness evidence import nccl-tests'"})
-        write_text(args.profile_output, dump_profile(profile), option="--profile-output")
+            print(f"  {sweep.id}: {sweep.collective}, {sweep.participants} participants, {len(curve.points)} points, "
+                  f"efficiency {min(effs):.3f} .. {max(effs):.3f} of "
+                  f"{base.networks[args.tier].bandwidth_bytes_per_s:g} B/s")
+        write_text(args.profile_output, dump_profile(profile), option="--profile-output", replaces_data=("evidence",))
         print(f"profile {profile.name} (revision {profile.revision()[:12]}) -> {args.profile_output}")
     return 0
 
@@ -242,8 +276,8 @@ def _progress(total: int, label: str):
 def run_fit(args) -> int:
     from harness.evidence.profile import dump_profile, load_profile
     from harness.measurements.experiment import fit_revision, load_inputs
-    from harness.measurements.fit import MAX_EVALUATIONS
-    from harness.outputs import check_output, data_files, write_text
+    from harness.measurements.fit import MAX_EVALUATIONS, FitRefused, residual_summary
+    from harness.outputs import check_output, write_text
 
     name = _name(args.name or args.output.stem, "--name")
     if args.output.stem != name:
@@ -251,40 +285,57 @@ def run_fit(args) -> int:
     for option, weight in (("--layer-weight", args.layer_weight), ("--benchmark-weight", args.benchmark_weight)):
         if not (0 <= weight < math.inf):
             raise InputError("<command line>", option, f"weights must be finite and >= 0, got {weight}")
-    check_output(args.output, inputs=[*args.measurements, _profile_input(args.base, "--base"),
-                                      *data_files(evidence=False)])
+    check_output(args.output, inputs=[*args.measurements, _profile_input(args.base, "--base")],
+                 replaces_data=("evidence",))
     _check_new_profile(args.output, "--output", args.replace)
     base = load_profile(args.base)
     inputs = load_inputs(args.measurements)
     progress, update = _progress(MAX_EVALUATIONS, "fitting (model evaluations)")
-    with progress:
-        revision = fit_revision(inputs, base, name, layer_weight=args.layer_weight,
-                                benchmark_weight=args.benchmark_weight, progress=update)
-    write_text(args.output, dump_profile(revision.profile))
+    try:
+        with progress:
+            revision = fit_revision(inputs, base, name, layer_weight=args.layer_weight,
+                                    benchmark_weight=args.benchmark_weight, progress=update,
+                                    combine=args.combine_sweeps)
+    except FitRefused as refused:
+        return _refused(refused)
+    write_text(args.output, dump_profile(revision.profile), replaces_data=("evidence",))
     print(f"{name}: revision {revision.profile.revision()} -> {args.output}")
     print(f"  {revision.result.evaluations} evaluations, {revision.result.status}; evaluator vs estimate path "
           f"{revision.evaluator_rel:.1e}")
     for p in revision.profile.fit.parameters:
         error = "" if p.standard_error is None else f" +- {p.standard_error:g}"
         print(f"  {p.name:24s} {p.value:<12g}{error:14s} {p.unit} (bounds {p.lower:g} .. {p.upper:g})")
+    print("residuals (training targets, predicted vs measured):")
+    for line in residual_summary(revision.design, revision.result):
+        print(line)
     return 0
+
+
+def _refused(refused) -> int:
+    """A fit that is not a claim (:class:`~harness.measurements.fit.FitRefused`): its residuals on stdout, one
+    error line, exit 1, nothing written."""
+    print("residuals (training targets, predicted vs measured):")
+    for line in refused.summary:
+        print(line)
+    print(f"error: {refused}", file=sys.stderr)
+    return 1
 
 
 def run_derive(args) -> int:
     from harness.evidence.derive import derive_profile
     from harness.evidence.profile import dump_profile, load_profile
-    from harness.outputs import check_output, data_files, write_text
+    from harness.outputs import check_output, write_text
 
     name = _name(args.name or args.output.stem, "--name")
     if args.output.stem != name:
         raise InputError(str(args.output), "--output", f"a profile file is named after its profile: {name}.yaml")
     if name == args.source:
         raise InputError("<command line>", "--name", f"the derived profile needs a name of its own, not {name}")
-    check_output(args.output, inputs=[_profile_input(args.source, "--from"), *data_files(evidence=False)])
+    check_output(args.output, inputs=[_profile_input(args.source, "--from")], replaces_data=("evidence",))
     _check_new_profile(args.output, "--output", args.replace)
     source = load_profile(args.source, referrer="<command line>", field="--from")
     profile = derive_profile(source, args.without, name, args.reason)
-    write_text(args.output, dump_profile(profile))
+    write_text(args.output, dump_profile(profile), replaces_data=("evidence",))
     print(f"{name}: revision {profile.revision()} -> {args.output}")
     print(f"  {source.name} (revision {source.revision()[:12]}) without {', '.join(args.without)}")
     return 0
@@ -293,19 +344,24 @@ def run_derive(args) -> int:
 def run_report(args) -> int:
     from harness.evidence.profile import load_profile
     from harness.measurements.experiment import load_inputs, run_report as build
+    from harness.measurements.fit import FitRefused
     from harness.measurements.tables import print_measured_report
-    from harness.outputs import check_output, check_output_dir, data_files, write_text
+    from harness.outputs import check_output, check_output_dir, write_text
 
     _profile_input(args.base, "--base")
     _profile_input(args.profile, "--profile")
-    check_output(args.output, inputs=[*args.measurements, *args.check, *data_files()])
+    check_output(args.output, inputs=[*args.measurements, *args.check])
     if args.plots:
         check_output_dir(args.plots, option="--plots", inputs=args.measurements + args.check)
     base = load_profile(args.base)
     shipped = load_profile(args.profile)
     inputs = load_inputs(args.measurements)
     checks = load_inputs(args.check, fitting=False) if args.check else None
-    report = build(inputs, base, shipped, shipped.name, checks=checks, progress=lambda m: print(m, file=sys.stderr))
+    try:
+        report = build(inputs, base, shipped, shipped.name, checks=checks, combine=args.combine_sweeps,
+                       progress=lambda m: print(m, file=sys.stderr))
+    except FitRefused as refused:
+        return _refused(refused)
     write_text(args.output, json.dumps(report, indent=1, allow_nan=False) + "\n")
     print_measured_report(report)
     print(f"report: {args.output}")

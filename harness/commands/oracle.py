@@ -1,5 +1,5 @@
 """``harness oracle record --calculon-src PATH [--cases DIR | --batch IN.jsonl | --search ...] [--output REL]`` and
-``harness oracle import-reference REFERENCE.json --output REL [--no-layers]``.
+``harness oracle import-reference REFERENCE.json --output REL [--no-layers] [--replace]``.
 
 ``record`` runs a local Calculon checkout on every case, or on every line of a
 Calculon-format batch (see :mod:`harness.interop.calculon_batch`; every line
@@ -17,7 +17,9 @@ instead (its stock search command, in-process, debug logging off; see
 ``import-reference`` converts a shared reference record file
 (:mod:`harness.oracles.reference`) into the same format, numbers unchanged,
 after checking that it comes from the manifest's Calculon (source digest), so
-that the tests that use it run wherever the project is checked out.
+that the tests that use it run wherever the project is checked out. An existing
+vendored file (a record file, the differential batch, a search record) is
+replaced only with ``--replace``; the manifest is never an ``--output``.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from harness.oracles.runner import CalculonRunner
 from harness.oracles.search_record import record_search
 from harness.search.request import check_workers, search_problem
 from harness.search.space import FUSED_CHOICES, SpaceOptions
-from harness.outputs import check_output, data_files
+from harness.outputs import check_output
 
 
 def view_list(text: str) -> tuple[str, ...]:
@@ -82,14 +84,15 @@ def register(sub) -> None:
     i.add_argument("--output", required=True, help="record file, relative to the vendor directory (.gz: gzip)")
     i.add_argument("--vendor", type=Path, help=f"vendor directory (default: the project's {locations.VENDOR_SUBDIR})")
     i.add_argument("--no-layers", dest="keep_layers", action="store_false", help="drop per-layer figures")
+    i.add_argument("--replace", action="store_true", help="replace an existing vendored record file")
     i.set_defaults(func=run_import_reference)
 
 
 def _check_vendor_outputs(vendor: Path, output: str, protected: list) -> None:
     """Before Calculon runs: the record file and the manifest are writable outputs that replace no input, and
     an existing manifest is a valid one (else it would refuse the write only after the work)."""
-    check_output(vendor / output, option="--output", inputs=protected)
-    check_output(vendor / "MANIFEST.json", option="--vendor", inputs=protected)
+    check_output(vendor / output, option="--output", inputs=protected, replaces_data=("vendor",))
+    check_output(vendor / "MANIFEST.json", option="--vendor", inputs=protected, replaces_data=("vendor",))
     if (vendor / "MANIFEST.json").is_file():
         load_manifest(vendor)
 
@@ -102,7 +105,7 @@ def run_search_record(args, vendor: Path) -> int:
     check_workers(args.cpus, "--cpus")
     if args.output == "records/cases.json":
         raise InputError("<command line>", "--output", "give the search record's path, e.g. search/NAME.json")
-    _check_vendor_outputs(vendor, args.output, [args.model, *data_files(vendor=False)])
+    _check_vendor_outputs(vendor, args.output, [args.model])
     options = SpaceOptions(fused_activation=FUSED_CHOICES[args.fused_activation], tp_overlap=not args.no_tp_overlap,
                            dp_overlap=not args.no_dp_overlap, mbs_break=args.mbs_break)
     problem = search_problem(args.model, args.system, args.procs, args.max_batch, args.datatype, top=args.top,
@@ -124,7 +127,7 @@ def run_record(args) -> int:
         return run_search_record(args, vendor)
     cases = args.cases or locations.current().cases_dir()
     sources = [args.batch] if args.batch is not None else case_paths(cases)
-    _check_vendor_outputs(vendor, args.output, [*sources, *data_files(vendor=False)])
+    _check_vendor_outputs(vendor, args.output, sources)
     if args.batch is not None:  # every input is validated before Calculon is loaded
         inputs = require_valid(args.batch)
     else:
@@ -147,7 +150,10 @@ def run_import_reference(args) -> int:
 
     check_record_name(args.output)
     vendor = args.vendor or locations.current().writable(locations.VENDOR_SUBDIR, "vendored Calculon records")
-    check_output(vendor / args.output, option="--output", inputs=[args.reference])
+    target = vendor / args.output
+    _check_vendor_outputs(vendor, args.output, [args.reference])
+    if not args.replace and (target.exists() or target.is_symlink()):
+        raise InputError(str(target), "--output", "exists: give --replace to replace this vendored record file")
     reference = read_reference(args.reference)
     identity = load_manifest(vendor).oracle
     if reference.source_tree_sha256 != identity.source_tree_sha256:

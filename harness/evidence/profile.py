@@ -66,7 +66,7 @@ import os
 import stat
 import time
 from pathlib import Path
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, ClassVar, Literal, get_args
 
 import yaml
 from pydantic import ConfigDict, Field, Strict, field_validator, model_validator
@@ -88,6 +88,7 @@ from harness.evidence.families import (
 from harness.inputs import decode, parse_yaml, read_bytes, validate
 from harness.ir.base import Artifact, Frozen
 from harness.ir.distributed import CollectiveOp
+from harness.ir.model import Datatype
 from harness.names import PROFILE_NAME, PROFILE_NAME_RULE
 from harness.vocabulary import CURVE_FAMILIES
 
@@ -101,6 +102,11 @@ MIN_PARTICIPANT_OFFSET, MAX_PARTICIPANT_OFFSET = -2.0, 1e3
 MAX_THRESHOLD = MAX_SIZE  # the one bound of a request size (harness.evidence.families.MAX_SIZE)
 MAX_PROFILE_TEXT = 10_000  # characters of a description or provenance
 RACY_NS = 2_000_000_000  # coarser than any file-system timestamp granularity (FAT: 2 s)
+
+#: The datatypes an engine is keyed by: every case datatype (:data:`harness.ir.model.Datatype`) and ``float4``
+#: (Blackwell's FP4 Tensor Core rate, for the NVFP4 recipe; a profile may state it before any case prices it).
+ENGINE_DATATYPES = (*get_args(Datatype), *(("float4",) if "float4" not in get_args(Datatype) else ()))
+EngineDatatype = Literal[ENGINE_DATATYPES]
 
 
 class StrictEvidence(Frozen):
@@ -226,8 +232,8 @@ class EvidenceProfile(Artifact):
     provenance: str = Field(max_length=MAX_PROFILE_TEXT, description="Where the numbers come from.")
     processing_mode: Literal["no_overlap", "roofline"] = Field(
         description="no_overlap sums compute and memory time of a task; roofline takes the max.")
-    matrix: dict[str, ComputeEngine] = Field(description="Matrix engine per datatype.")
-    vector: dict[str, ComputeEngine] = Field(description="Vector engine per datatype.")
+    matrix: dict[EngineDatatype, ComputeEngine] = Field(description="Matrix engine per datatype.")
+    vector: dict[EngineDatatype, ComputeEngine] = Field(description="Vector engine per datatype.")
     memory_tier1: MemoryTier = Field(description="Processor memory (HBM).")
     memory_tier2: MemoryTier = Field(description="Offload memory.")
     networks: tuple[NetworkTier, ...] = Field(min_length=1, max_length=64, strict=False,

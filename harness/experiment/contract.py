@@ -169,4 +169,4 @@ def write_contract(report: Report, path: Path | None = None) -> Path:
     installed package's)."""
     path = locations.current().writable(locations.CONTRACT_FILE, "the baseline contract") if path is None else path
     return write_text(path, json.dumps(build_contract(report), indent=1, sort_keys=True, allow_nan=False) + "\n",
-                      option="--contract")
+                      option="--contract", replaces_data=("contract",))

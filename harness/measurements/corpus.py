@@ -55,6 +55,9 @@ SCHEMA_VERSION = 0
 MAX_TEXT = 10_000
 MAX_SECONDS = 1e7
 MAX_SWEEP_POINTS = 1 << 16
+#: The shortest training iteration a record may state: 100 microseconds (one iteration runs the forward and
+#: backward passes of every block and the optimizer step: hundreds of kernels of microseconds each at least).
+MIN_ITERATION_S = 1e-4
 
 
 class _Strict(Frozen):
@@ -121,7 +124,7 @@ class IterationRecord(_Configured):
     """A measured training iteration."""
 
     kind: Literal["iteration"] = Field(description="Record kind.")
-    measured_iteration_s: Seconds = Field(description="Measured seconds per iteration.")
+    measured_iteration_s: Seconds = Field(ge=MIN_ITERATION_S, description="Measured seconds per iteration.")
 
 
 class LayerPassRecord(_Configured):

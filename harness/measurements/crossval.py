@@ -20,7 +20,10 @@ record is held out exactly once. Metrics (per node class ``one_node`` /
 ``multi_node``, and per group): MAPE ``mean |e|`` and bias ``mean e`` of ``e
 = 100 (predicted - measured) / measured``, and the worst rows. Layer-pass
 records and microbenchmarks are never held out (they are component-level
-checks and inputs, reported separately).
+checks and inputs, reported separately). A fold with fewer training iteration
+records than fitted parameters is not fitted (:func:`fold_problem`): its
+held-out records get no prediction and the report says
+:data:`NOT_ENOUGH_DATA`, never a figure.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import numpy as np
 
 from harness.cost.views import COST_VIEWS
 from harness.measurements.design import Design
-from harness.measurements.fit import fit_design, node_class
+from harness.measurements.fit import PARAMETERS, fit_design, node_class
 from harness.measurements.oracle import MeasurementsOracle
 from harness.vocabulary import PEAK_ONLY, SYSTEM_EVIDENCE
 
@@ -91,6 +94,20 @@ class CrossValidation:
     predicted_s: np.ndarray  # per target, system_evidence (NaN for targets that are not held out)
     measured_s: np.ndarray  # per target, released after the held-out predictions (NaN elsewhere)
     fits: dict[str, dict[str, float]]  # group -> fitted values
+    not_enough_data: tuple[str, ...] = ()  # groups whose fold was not fitted (see :func:`fold_problem`)
+
+
+#: What a fold reports instead of a figure when it cannot be fitted.
+NOT_ENOUGH_DATA = "not enough data for this fold"
+
+
+def fold_problem(design: Design, training: list[int], parameters: int) -> str | None:
+    """Why a fold cannot be fitted (``None``: it can): it must train on at least as many iteration records as
+    the fit has parameters (fewer: the fold's parameters are whatever the optimizer started from)."""
+    count = sum(1 for i in training if design.records[i].kind == "iteration")
+    if count < parameters:
+        return f"{NOT_ENOUGH_DATA}: {count} training iteration records for {parameters} parameters"
+    return None
 
 
 def iteration_targets(design: Design) -> np.ndarray:
@@ -107,12 +124,16 @@ def cross_validate(design: Design, template, oracle: MeasurementsOracle, groupin
     predicted = np.full(len(design.targets), np.nan)
     measured = np.full(len(design.targets), np.nan)
     fits = {}
+    skipped: list[str] = []
     for group in sorted(set(groups) - {""}):
         if progress is not None:
             progress(group)
         held = groups == group
         held_records = sorted({design.targets[i].record for i in np.flatnonzero(held)})
         training = sorted({t.record for t, h in zip(design.targets, held) if not h} - set(held_records))
+        if fold_problem(design, training, len(fit_options.get("parameters", PARAMETERS))):
+            skipped.append(group)
+            continue
         values = dict(zip(training, oracle.training(design.records[i] for i in training)))
         result = fit_design(design, template, design.per_target(values), island=island, datatype=datatype,
                             **fit_options)
@@ -124,7 +145,7 @@ def cross_validate(design: Design, template, oracle: MeasurementsOracle, groupin
         released = {i: oracle.compare(design.records[i], f"cv:{grouping}:{group}") for i in held_records}
         measured[held] = design.per_target(released)[held]
         fits[group] = result.values
-    return CrossValidation(grouping, tuple(groups), predicted, measured, fits)
+    return CrossValidation(grouping, tuple(groups), predicted, measured, fits, tuple(skipped))
 
 
 def _valid(design: Design, predicted: np.ndarray, measured: np.ndarray, mask: np.ndarray | None) -> np.ndarray:

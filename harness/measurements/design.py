@@ -184,7 +184,7 @@ class Design:
             m_coef.append(coefficient)
 
         for task in plan.tasks:  # as harness.schedule.block.block_times reads them
-            if task.phase == "forward" and task.primitive != "tp_collective":
+            if task.phase == "forward" and task.exchange != "collective":
                 items.add(t, c["forward_s"], task.forward)
                 items.add(t, c["activation_grad_s"], task.activation_grad)
                 items.add(t, c["weight_grad_s"], task.weight_grad)

@@ -1,9 +1,12 @@
 """Fit a revision from corpora, and the measured-evidence report that proves (or refutes) it generalizes.
 
 ``fit_revision``: read the corpora, build the fitted structure on the base
-profile (:func:`harness.measurements.fit.template`), fit it, check the fast
-evaluator against the real estimate path (at most :data:`CHECK_REL` apart),
-and return the revision with its provenance.
+profile (:func:`harness.measurements.fit.template`), fit it, refuse the fit
+when it is not a claim its data supports (a class reproduced worse than
+:data:`~harness.measurements.fit.FIT_TOLERANCE_MAPE_PCT`, a parameter on a
+bound, fewer targets than parameters: :class:`~harness.measurements.fit.FitRefused`),
+check the fast evaluator against the real estimate path (at most
+:data:`CHECK_REL` apart), and return the revision with its provenance.
 
 ``run_report``: refit from the corpora (and say whether the refit reproduces
 the shipped revision's digest), estimate every iteration record with the
@@ -35,7 +38,17 @@ from harness.explain import shapley
 from harness.measurements import crossval as cv
 from harness.measurements.corpus import Corpus, read_corpus
 from harness.measurements.design import Design
-from harness.measurements.fit import FitResult, fit_design, node_class, provenance, template
+from harness.measurements.fit import (
+    FitRefused,
+    FitResult,
+    claim_problems,
+    fit_design,
+    node_class,
+    provenance,
+    residual_summary,
+    template,
+)
+from harness.measurements.nccl_tests import combined_sweeps
 from harness.measurements.oracle import POLICY, MeasurementsOracle
 from harness.vocabulary import CURVE_FAMILIES, PEAK_ONLY, SYSTEM_EVIDENCE
 
@@ -97,16 +110,25 @@ class FittedRevision:
 
 def fit_revision(inputs: FitInputs, base: EvidenceProfile, name: str, *, layer_weight: float = 0.0,
                  benchmark_weight: float = 1.0, progress: Callable[[int], None] | None = None,
-                 oracle: MeasurementsOracle | None = None) -> FittedRevision:
-    """Fit the revision ``name`` on ``base`` to the corpora (see the module rules)."""
-    skeleton = template(base, inputs.sweeps, name)
+                 oracle: MeasurementsOracle | None = None, combine: str | None = None) -> FittedRevision:
+    """Fit the revision ``name`` on ``base`` to the corpora (see the module rules); a fit that does not hold
+    as a claim (:func:`~harness.measurements.fit.claim_problems`) is :class:`~harness.measurements.fit.FitRefused`.
+    ``combine``: how repeated collective sweeps are combined (:func:`~harness.measurements.nccl_tests.combined_sweeps`;
+    ``None``: they are an error)."""
+    sources = ", ".join(c.path for c in inputs.corpora)
+    sweeps = combined_sweeps(inputs.sweeps, combine, sources)
+    skeleton = template(base, sweeps, name)
     design = Design(inputs.records, skeleton)
     oracle = oracle or MeasurementsOracle(inputs.records)
     measured = design.per_target(dict(enumerate(oracle.training(inputs.records))))
     result = fit_design(design, skeleton, measured, layer_weight=layer_weight, benchmark_weight=benchmark_weight,
                         datatype=design.datatype, progress=progress)
+    problems = claim_problems(design, result)
+    if problems:
+        raise FitRefused(problems, residual_summary(design, result))
     used = {c.path: sum(1 for r in c.records if r.kind in FIT_KINDS + ("collective_sweep",)) for c in inputs.corpora}
-    fit = provenance(result, base, inputs.corpora, used, design.datatype, layer_weight, benchmark_weight)
+    fit = provenance(result, base, inputs.corpora, used, design.datatype, layer_weight, benchmark_weight, sweeps,
+                     combine)
     profile = result.profile.model_copy(update={
         "fit": fit,
         "description": f"{name}: {base.name} refitted to measured runs ({', '.join(c.header.name for c in inputs.corpora)})",
@@ -211,12 +233,12 @@ def check_records(checks: FitInputs, template_profile: EvidenceProfile, base: Ev
 
 def run_report(inputs: FitInputs, base: EvidenceProfile, shipped: EvidenceProfile | None, name: str, *,
                checks: FitInputs | None = None, budgets: Budgets = Budgets(),
-               progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+               progress: Callable[[str], None] | None = None, combine: str | None = None) -> dict[str, Any]:
     """The measured-evidence report (see the module rules); ``violations`` lists the broken budgets."""
     say = progress or (lambda _message: None)
     oracle = MeasurementsOracle(inputs.records)
     say("fitting the revision from the corpora")
-    refit = fit_revision(inputs, base, name, oracle=oracle)
+    refit = fit_revision(inputs, base, name, oracle=oracle, combine=combine)
     fitted = shipped or refit.profile
     design = refit.design
     iterations = [i for i, r in enumerate(inputs.records) if r.kind == "iteration"]
@@ -264,6 +286,7 @@ def run_report(inputs: FitInputs, base: EvidenceProfile, shipped: EvidenceProfil
                             "measured_s": float(result.measured_s[i]), "predicted_s": float(result.predicted_s[i]),
                             "error_pct": e} for i, e in worst],
             "fits": result.fits,
+            "not_enough_data": {g: cv.NOT_ENOUGH_DATA for g in result.not_enough_data},
         }
 
     violations = []
@@ -271,6 +294,9 @@ def run_report(inputs: FitInputs, base: EvidenceProfile, shipped: EvidenceProfil
         data = cross[grouping]
         for c, limit in (("one_node", budgets.one_node_mape_pct), ("multi_node", budgets.multi_node_mape_pct)):
             m = data["classes"][c]
+            if not m["count"]:
+                violations.append(f"{grouping} cross-validation, {c}: not enough data (no held-out {c} record "
+                                  f"was predicted: the {limit} % budget cannot be checked)")
             if m["count"] and not m["mape_pct"] <= limit:
                 violations.append(f"{grouping} cross-validation, {c}: MAPE {m['mape_pct']:.2f} % exceeds {limit} %")
             if m["count"] and not abs(m["bias_pct"]) <= budgets.abs_bias_pct:

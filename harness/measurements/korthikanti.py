@@ -16,6 +16,13 @@
 
 Sequence parallelism is ``rs_ag`` TP communication; selective recompute is
 ``attn_only``. Tier placement follows the cases (TP on tier 0).
+
+Rules: the file is read strictly (:mod:`harness.inputs`): an unknown key
+anywhere, a key the importer sets itself (``datatype``,
+``activation_recompute``, ``tensor_par_comm_type``), a string where a number
+is due (no coercion), a time outside [:data:`MIN_PASS_MS`, ``MAX_SECONDS``]
+or an empty ``rows`` is one InputError naming the file and the field, before
+anything is written.
 """
 
 from __future__ import annotations
@@ -24,10 +31,11 @@ from pathlib import Path
 
 from harness.cases import load_cases
 from harness.errors import InputError
-from harness.inputs import finite_number, read_json, validate
+from harness.inputs import describe, json_number, only_keys, read_json, validate
 from harness.interop.calculon_format import EXECUTION_FIELDS, MODEL_FIELDS
 from harness.ir.model import ExecutionLayout, TransformerShape
 from harness.measurements.corpus import (
+    MAX_SECONDS,
     CorpusHeader,
     Environment,
     IterationRecord,
@@ -39,6 +47,12 @@ CITATION = ("Korthikanti et al. 2022, Reducing Activation Recomputation in Large
             "(arXiv 2205.05198)")
 LICENCE = "Numbers published in the paper (facts), carried into this format with their citation."
 RECOMPUTE = {"none": "none", "full": "full", "attn_only": "attn_only"}
+ROW_FIELDS = ("sequence_parallel", "recompute", "forward_ms", "backward_ms", "experiment")
+#: Execution fields each row (or the paper) decides: a file that sets them is refused, not overridden.
+#: The shortest pass of one Transformer block a row may state (1 microsecond: a block launches tens of kernels).
+MIN_PASS_MS = 1e-3
+IMPORTER_SET = {"datatype": "float16, the paper's mixed precision", "activation_recompute": "each row's recompute",
+                "tensor_par_comm_type": "each row's sequence_parallel"}
 
 
 def header() -> CorpusHeader:
@@ -63,10 +77,21 @@ def import_table4(path: Path | str) -> list[LayerPassRecord]:
     for key in ("model", "execution", "rows"):
         if key not in data:
             raise InputError(source, key, "required field is missing")
+    only_keys(data, ("model", "execution", "rows"), source, "")
     model = data["model"]
     execution = data["execution"]
-    if not isinstance(model, dict) or not isinstance(execution, dict) or not isinstance(data["rows"], list):
-        raise InputError(source, "model", "model and execution must be objects, rows a list")
+    for key, value, kind in (("model", model, dict), ("execution", execution, dict), ("rows", data["rows"], list)):
+        if not isinstance(value, kind):
+            raise InputError(source, key, f"must be {'an object' if kind is dict else 'a list'}, got "
+                                          f"{describe(value)}")
+    if not data["rows"]:
+        raise InputError(source, "rows", "no row (an import of nothing is not a success)")
+    only_keys(model, MODEL_FIELDS, source, "model")
+    for key in execution:
+        if key in IMPORTER_SET:
+            raise InputError(source, f"execution.{key}", f"set by the importer ({IMPORTER_SET[key]}): remove it")
+    only_keys(execution, set(EXECUTION_FIELDS) - set(IMPORTER_SET), source, "execution",
+              "not read by this importer: tiers and offload follow the paper's runs")
     shape = validate(TransformerShape, {ours: model.get(theirs) for theirs, ours in MODEL_FIELDS.items()}, source,
                      prefix=("model",))
     ours = {o: execution.get(t) for t, o in EXECUTION_FIELDS.items() if t in execution}
@@ -75,21 +100,28 @@ def import_table4(path: Path | str) -> list[LayerPassRecord]:
         where = f"rows.{index}"
         if not isinstance(row, dict):
             raise InputError(source, where, "must be an object")
-        for key in ("sequence_parallel", "recompute", "forward_ms", "backward_ms"):
+        for key in ROW_FIELDS[:4]:
             if key not in row:
                 raise InputError(source, f"{where}.{key}", "required field is missing")
-        if row["recompute"] not in RECOMPUTE or not isinstance(row["sequence_parallel"], bool):
-            raise InputError(source, f"{where}.recompute", f"{row['recompute']!r}: one of {', '.join(RECOMPUTE)}, "
-                                                           "with a boolean sequence_parallel")
+        only_keys(row, ROW_FIELDS, source, where)
+        if not isinstance(row["recompute"], str) or row["recompute"] not in RECOMPUTE:
+            raise InputError(source, f"{where}.recompute", f"must be one of {', '.join(RECOMPUTE)}, got "
+                                                           f"{describe(row['recompute'])}")
+        if not isinstance(row["sequence_parallel"], bool):
+            raise InputError(source, f"{where}.sequence_parallel", f"must be a boolean, got "
+                                                                   f"{describe(row['sequence_parallel'])}")
+        if not isinstance(row.get("experiment", ""), str):
+            raise InputError(source, f"{where}.experiment", f"must be a string, got {describe(row['experiment'])}")
         layout = validate(ExecutionLayout, {
             **ours, "datatype": "float16", "recompute": RECOMPUTE[row["recompute"]],
             "tp_communication": "rs_ag" if row["sequence_parallel"] else "ar",
             "network_tiers": {"tensor": 0, "pipeline": 1, "data": 1}}, source, prefix=(where,))
-        forward = finite_number(row["forward_ms"], source, f"{where}.forward_ms", minimum=1e-9) / 1000
-        backward = finite_number(row["backward_ms"], source, f"{where}.backward_ms", minimum=1e-9) / 1000
-        record = LayerPassRecord(kind="layer_pass", id=f"table4-row-{index + 1}", model=shape, execution=layout,
-                                 measured_forward_s=forward, measured_backward_s=backward,
-                                 note=str(row.get("experiment", "")))
+        forward, backward = (json_number(row[key], source, f"{where}.{key}", minimum=MIN_PASS_MS,
+                                         maximum=MAX_SECONDS * 1000) / 1000 for key in ("forward_ms", "backward_ms"))
+        record = validate(LayerPassRecord, {
+            "kind": "layer_pass", "id": f"table4-row-{index + 1}", "model": shape, "execution": layout,
+            "measured_forward_s": forward, "measured_backward_s": backward, "note": row.get("experiment", "")},
+            source, prefix=(where,))
         record.check_layout(source)
         records.append(record)
     return records

@@ -13,7 +13,8 @@ ways only, each logged in order:
   :meth:`register_estimate`; otherwise :class:`OracleIsolationError`.
 
 A record's values are a tuple of seconds: ``(iteration,)`` for an iteration
-record, ``(forward, backward)`` for a layer_pass record.
+record, ``(forward, backward)`` for a layer_pass record, ``(seconds,)`` for a
+microbenchmark (gemm, memory_transfer).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import dataclasses
 from typing import Iterable
 
 from harness.errors import OracleIsolationError
-from harness.measurements.corpus import IterationRecord, LayerPassRecord
+from harness.measurements.corpus import GemmRecord, IterationRecord, LayerPassRecord, MemoryTransferRecord
 from harness.vocabulary import VIEWS
 
 POLICY = ("A record's measured seconds are released for comparison only after both estimates (" + ", ".join(VIEWS)
@@ -30,10 +31,13 @@ POLICY = ("A record's measured seconds are released for comparison only after bo
           "(never a held-out record's); the estimate path cannot import measurement code (import-linter contract).")
 
 
-def measured_values(record: IterationRecord | LayerPassRecord) -> tuple[float, ...]:
+def measured_values(record: IterationRecord | LayerPassRecord | GemmRecord | MemoryTransferRecord) -> tuple[float, ...]:
+    """The record's measured seconds, in the order of its design targets (see the module rules)."""
     if record.kind == "iteration":
         return (record.measured_iteration_s,)
-    return (record.measured_forward_s, record.measured_backward_s)
+    if record.kind == "layer_pass":
+        return (record.measured_forward_s, record.measured_backward_s)
+    return (record.measured_s,)  # a microbenchmark: gemm, memory_transfer
 
 
 @dataclasses.dataclass

@@ -11,7 +11,10 @@ CLASSES = ("one_node", "multi_node")
 
 
 def _cell(m: dict[str, Any]) -> str:
-    return "-" if not m or not m["count"] else f"{m['mape_pct']:.2f} / {m['bias_pct']:+.2f} / {m['max_abs_pct']:.1f}"
+    """A metrics cell; no record: "not enough data" (never a figure)."""
+    if not m or not m["count"]:
+        return "not enough data"
+    return f"{m['mape_pct']:.2f} / {m['bias_pct']:+.2f} / {m['max_abs_pct']:.1f}"
 
 
 def metrics_table(report: dict[str, Any]) -> Table:
@@ -42,6 +45,8 @@ def groups_table(report: dict[str, Any]) -> Table:
         for group, per in data["groups"].items():
             for c, m in per.items():
                 table.add_row(grouping, group, c, str(m["count"]), _cell(m))
+        for group, reason in data.get("not_enough_data", {}).items():
+            table.add_row(grouping, group, "-", "0", reason)
     return table
 
 

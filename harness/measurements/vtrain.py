@@ -25,15 +25,23 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.errors import InputError
-from harness.inputs import finite_number, read_csv_rows
+from pydantic import ValidationError
+
+from harness.inputs import finite_number, read_csv_rows, validation_error
 from harness.ir.model import ExecutionLayout, TransformerShape
-from harness.measurements.corpus import CorpusHeader, Environment, IterationRecord, Source
+from harness.measurements.corpus import MIN_ITERATION_S, CorpusHeader, Environment, IterationRecord, Source
 
 NODE_PROCESSORS = 8
 COLUMNS = {"gpus": "# GPUs", "global_batch": "global batch", "microbatch": "micro batch", "hidden": "hidden size",
            "heads": "attention heads", "layers": "# layers", "sequence": "sequence length",
            "tp": "tensor parallelism", "dp": "data parallelism", "pp": "pipeline parallelism",
            "iteration_ms": "iteration time (ms)"}
+#: The CSV column of each schema field a row sets (for errors in the file's own terms).
+COLUMN_OF_FIELD = {"hidden": COLUMNS["hidden"], "feedforward": COLUMNS["hidden"], "head_size": COLUMNS["heads"],
+                   "sequence_length": COLUMNS["sequence"], "attention_heads": COLUMNS["heads"],
+                   "blocks": COLUMNS["layers"], "tensor_parallel": COLUMNS["tp"], "pipeline_parallel": COLUMNS["pp"],
+                   "data_parallel": COLUMNS["dp"], "global_batch": COLUMNS["global_batch"],
+                   "microbatch": COLUMNS["microbatch"], "measured_iteration_s": COLUMNS["iteration_ms"]}
 LICENCE = ("MIT (Copyright (c) 2024, VIA Research Group at KAIST); the notice and permission text are in "
            "measurements/vtrain/LICENSE")
 PLACEMENT = ("tensor on tier 0; pipeline on tier 0 when TP x PP <= 8 (one node) else tier 1; data on tier 0 when "
@@ -73,7 +81,7 @@ def import_vtrain(paths: list[Path | str]) -> list[IterationRecord]:
         for row in read_csv_rows(path, required=tuple(COLUMNS.values())):
             v = {key: _integer(row, column, source) for key, column in COLUMNS.items() if key != "iteration_ms"}
             ms = finite_number(row.values[COLUMNS["iteration_ms"]], source, COLUMNS["iteration_ms"], line=row.line,
-                               minimum=1e-6)
+                               minimum=MIN_ITERATION_S * 1000)
             if v["tp"] * v["pp"] * v["dp"] != v["gpus"]:
                 raise InputError(source, COLUMNS["gpus"], f"{v['gpus']} != TP x PP x DP = "
                                                           f"{v['tp'] * v['pp'] * v['dp']}", line=row.line)
@@ -94,9 +102,10 @@ def import_vtrain(paths: list[Path | str]) -> list[IterationRecord]:
                         network_tiers={"tensor": 0, "pipeline": 0 if v["tp"] * v["pp"] <= NODE_PROCESSORS else 1,
                                        "data": 0 if one_node else 1}),
                     measured_iteration_s=ms / 1000)
-            except ValueError as error:  # a value the layout schema refuses (bounds)
-                message = str(error).splitlines()[-1].strip()
-                raise InputError(source, "<row>", message, line=row.line) from None
+            except ValidationError as error:  # a value the schema refuses (bounds): the column, plain words
+                found = validation_error(source, error)
+                column = COLUMN_OF_FIELD.get(found.field.rpartition(".")[2], found.field)
+                raise InputError(source, column, found.message, line=row.line) from None
             record.check_layout(source, row.line)
             records.append(record)
         if len(records) == before:

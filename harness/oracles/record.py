@@ -153,5 +153,5 @@ def write_vendored(identity: OracleIdentity, relative: str, data: dict, vendor: 
         files[relative] = sha256_file(path)
         write_text(manifest_path, json.dumps(
             {"schema": MANIFEST_SCHEMA, "oracle": identity.model_dump(), "files": dict(sorted(files.items()))},
-            indent=1, sort_keys=True) + "\n", option="--vendor")
+            indent=1, sort_keys=True) + "\n", option="--vendor", replaces_data=("vendor",))
     return path

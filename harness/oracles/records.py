@@ -132,9 +132,10 @@ def read_json(path: Path) -> Any:
 
 
 def write_json(path: Path, data: Any) -> None:
-    """Write compact, sorted, strict JSON atomically (gzip-compressed with a fixed header for ``.gz``)."""
+    """Write compact, sorted, strict JSON atomically (gzip-compressed with a fixed header for ``.gz``): a
+    vendored record file (vendored records are this writer's data, :mod:`harness.outputs`)."""
     text = json.dumps(data, indent=None, sort_keys=True, separators=(",", ":"), allow_nan=False) + "\n"
-    outputs.write_bytes(path, text.encode("utf-8"), option="--output")
+    outputs.write_bytes(path, text.encode("utf-8"), option="--output", replaces_data=("vendor",))
 
 
 def vendor_dir(vendor: Path | None = None) -> Path:

@@ -11,6 +11,10 @@ Rules:
   K-th best sample rate the driver has merged so far (a floor: exact, since
   it is the rate of executions already found), so every worker prunes with
   what all have found;
+- memory is bounded: the search holds at most ``min(K, executions)`` reported
+  executions, and a K whose executions would not fit in 1 GB (or half the
+  available memory) is refused before any work (:func:`check_top_memory`,
+  :data:`CANDIDATE_BYTES`);
 - the driver merges the groups' top K lists (:class:`TopK`: the result is the
   same for any split and any completion order), adds the counts, and hands
   the groups' rows to ``on_rows`` in group order (the Parquet file is written
@@ -18,7 +22,11 @@ Rules:
 - ``workers=1`` without a scheduler runs in this process (no cluster);
   ``workers=W`` starts a ``LocalCluster`` of W single-threaded worker
   processes (forked where the platform allows: :func:`start_method`);
-  ``scheduler="tcp://HOST:PORT"`` uses an existing cluster.
+  ``scheduler="tcp://HOST:PORT"`` uses an existing cluster, which must
+  connect and answer its handshake within :data:`CONNECT_TIMEOUT_S`
+  (:func:`probe_scheduler`; a silent listener or an HTTP port is refused
+  naming the address, never waited on), and whose every later message has
+  the same deadline (Dask's ``comm.timeouts``).
 """
 
 from __future__ import annotations
@@ -38,9 +46,19 @@ from harness.search.pareto import pareto_frontier
 from harness.search.results import Candidate, Counts, GroupOutcome, TopK
 from harness.search.space import GroupLayout, layouts
 
+#: Memory one reported execution takes while a search holds its top K: 2.1 kB measured in one process
+#: (``python scripts/measure_top_memory.py``: 22B on 4 processors, every execution kept), doubled for a cluster
+#: (a worker's running top K and the driver's merged one each hold a copy).
+CANDIDATE_BYTES = 4096
+#: What a search's top K may take (:func:`check_top_memory`): at most 1 GB (about 244,000 executions), and at most
+#: half of the machine's available memory.
+TOP_MEMORY_BYTES = 10**9
+TOP_MEMORY_SHARE = 0.5
 TASKS_PER_WORKER = 8
 IN_FLIGHT_PER_WORKER = 2  # tasks queued per worker; the others wait, to carry the floor known when they start
-CONNECT_TIMEOUT_S = 10  # an existing scheduler must answer within this
+CONNECT_TIMEOUT_S = 10  # an existing scheduler must connect and answer its handshake within this
+#: A Dask message starts with its length (8 bytes, little-endian): a scheduler's handshake is a few kilobytes.
+MAX_HANDSHAKE_BYTES = 1 << 20
 
 # Per worker process: search token -> running top K (the pruning bound), shared by the worker's threads (a
 # TopK is thread-safe; _RUNNING_LOCK makes finding or creating one atomic).
@@ -167,6 +185,7 @@ def run_search(problem: SearchProblem, *, workers: int | None = None, scheduler:
     start = time.perf_counter()
     items = space(problem)
     total = sum(i.executions for i in items)
+    check_top_memory(problem.top, total)
     started = (lambda: on_start(total)) if on_start else (lambda: None)
     order = [i.group.index for i in items]
     merger = _Merger(problem, on_rows, on_progress)
@@ -184,10 +203,79 @@ def run_search(problem: SearchProblem, *, workers: int | None = None, scheduler:
                      time.perf_counter() - start, used, where, merger.merged_points(), merger.frontier)
 
 
+def available_memory_bytes() -> int | None:
+    """The machine's available physical memory (``None`` where the platform does not say)."""
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_top_memory(top: int, executions: int) -> None:
+    """The bound on ``--top``: a search holds ``min(top, executions)`` reported executions of
+    :data:`CANDIDATE_BYTES` each, which must fit in :data:`TOP_MEMORY_BYTES` and in :data:`TOP_MEMORY_SHARE`
+    of the available memory; else an InputError naming ``--top`` and the largest K that fits, before any
+    worker starts (a search that would die of memory after minutes is refused at once)."""
+    available = available_memory_bytes()
+    budget = TOP_MEMORY_BYTES if available is None else min(TOP_MEMORY_BYTES, TOP_MEMORY_SHARE * available)
+    held = min(top, executions)
+    if held * CANDIDATE_BYTES <= budget:
+        return
+    raise InputError("<command line>", "--top", f"{top} would hold up to {held} of the space's {executions} "
+                                                f"executions ({held * CANDIDATE_BYTES / 1e9:.2g} GB at "
+                                                f"{CANDIDATE_BYTES} bytes each), more than the "
+                                                f"{budget / 1e9:.2g} GB a search's top K may take: at most "
+                                                f"{int(budget // CANDIDATE_BYTES)}")
+
+
 def start_method() -> str:
     """How the embedded cluster starts its worker processes: ``fork`` where the platform has it (a worker
     starts with the harness already imported: a fraction of a second instead of seconds), else ``spawn``."""
     return "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+
+
+def probe_scheduler(address: str, deadline_s: float = CONNECT_TIMEOUT_S) -> None:
+    """Check that ``tcp://HOST:PORT`` is a Dask scheduler before Dask waits on it: it must accept a connection
+    and send the start of its handshake (a Dask server speaks first) within ``deadline_s``, and that start must
+    be a Dask message length. A silent listener, an HTTP server or a dashboard port is an InputError naming the
+    address (Dask's own client would wait for it forever, or read a banner as a message length). Other schemes
+    are left to Dask."""
+    import socket
+    import struct
+    from urllib.parse import urlsplit
+
+    def refuse(reason: str) -> InputError:
+        return InputError("<command line>", "--scheduler", f"cannot use the Dask scheduler at {address!r}: {reason}")
+
+    parts = urlsplit(address if "://" in address else f"tcp://{address}")
+    if parts.scheme != "tcp":
+        return
+    try:
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        raise refuse("not a HOST:PORT address") from None
+    if not host or port is None:
+        raise refuse("not a HOST:PORT address")
+    start = time.monotonic()
+    try:
+        with socket.create_connection((host, port), timeout=deadline_s) as connection:
+            prefix = b""
+            while len(prefix) < 8:
+                left = deadline_s - (time.monotonic() - start)
+                if left <= 0:
+                    raise socket.timeout
+                connection.settimeout(left)
+                chunk = connection.recv(8 - len(prefix))
+                if not chunk:
+                    raise refuse("it closed the connection without a Dask handshake")
+                prefix += chunk
+    except socket.timeout:
+        raise refuse(f"no Dask handshake within {deadline_s:g} s (a silent listener, or not a Dask scheduler)") from None
+    except OSError as error:
+        raise refuse(error.strerror or str(error)) from None
+    (length,) = struct.unpack("<Q", prefix)
+    if not 0 < length <= MAX_HANDSHAKE_BYTES:
+        raise refuse(f"it answered {prefix!r}, not a Dask handshake (an HTTP server or a dashboard port?)")
 
 
 def _run_dask(problem: SearchProblem, items: list[GroupLayout], order: list[int], merger: _Merger,
@@ -204,9 +292,12 @@ def _run_dask(problem: SearchProblem, items: list[GroupLayout], order: list[int]
         client = Client(cluster)
         where = f"LocalCluster of {workers} workers"
     else:
+        probe_scheduler(scheduler)
         try:
-            client = Client(scheduler, timeout=CONNECT_TIMEOUT_S)
-        except (OSError, TimeoutError, ValueError) as error:
+            with dask.config.set({"distributed.comm.timeouts.connect": CONNECT_TIMEOUT_S,
+                                  "distributed.comm.timeouts.tcp": CONNECT_TIMEOUT_S}):
+                client = Client(scheduler, timeout=CONNECT_TIMEOUT_S)
+        except (OSError, TimeoutError, ValueError, AssertionError) as error:
             raise InputError("<command line>", "--scheduler",
                              f"cannot use the Dask scheduler at {scheduler!r}: {str(error).splitlines()[0]}") from None
         where = f"cluster at {scheduler}"
