@@ -47,7 +47,7 @@ from harness.schedule.memory import (
     stage_memory,
 )
 from harness.schedule.projection import calculon_projection
-from harness.vocabulary import COMPONENTS, ESTIMATE_STATUSES, MEMORY_FIGURES
+from harness.vocabulary import COMPONENTS, ESTIMATE_STATUSES, MEMORY_FIGURES, PARALLEL_DIMENSIONS
 from harness.workload import WorkloadMetrics, workload_metrics
 
 #: Both named views, in vocabulary order.
@@ -174,9 +174,9 @@ def switched_off(*names: str) -> Iterator[None]:
 
 def check_tiers(data: EstimateInput, profile: EvidenceProfile, source: str) -> None:
     count = len(profile.networks)
-    for dim in ("tensor", "pipeline", "data"):
-        tier = getattr(data.execution.network_tiers, dim)
-        if tier >= count:
+    for dim in PARALLEL_DIMENSIONS:
+        tier = getattr(data.execution.network_tiers, dim, None)
+        if tier is not None and tier >= count:
             raise InputError(source, f"execution.network_tiers.{dim}",
                              f"tier {tier} does not exist in evidence profile {profile.name} ({count} tiers)")
     for engines, family in ((profile.matrix, "matrix"), (profile.vector, "vector")):

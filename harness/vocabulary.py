@@ -135,6 +135,22 @@ CURVE_FAMILIES = Vocabulary(
                                   "after the first (read two gradients, write one, per weight).", "measured"),
 )
 
+# --- parallel dimensions ---------------------------------------------------------------------------------------
+# The named dimensions of a layout's processor mesh (harness.ir.mesh holds each one's rules: the layout field of
+# its degree, its network tier, what it splits); processors are the product of their degrees. kind: "required" =
+# every layout states its degree and tier; "optional" = a layout without it has degree 1 and keeps its digests
+# (its fields are absent). A new dimension is one entry here plus its rules in harness.ir.mesh.
+
+PARALLEL_DIMENSIONS = Vocabulary(
+    "parallel dimension",
+    Term("tensor", "Tensor parallelism: the weights of a block split over the group; activations exchanged by its "
+                   "collectives.", "required"),
+    Term("pipeline", "Pipeline parallelism: the blocks split into stages; boundary activations sent point to point.",
+         "required"),
+    Term("data", "Data parallelism: the global batch split over replicas; weight gradients reduced over the group.",
+         "required"),
+)
+
 # --- timing components ---------------------------------------------------------------------------------------
 # kind: "pipeline" = per-microbatch work the first stage is busy with while the pipeline runs;
 #       "step" = once per iteration after the pipeline; "bubble" = the first stage's idle time.

@@ -2,6 +2,8 @@
 
 - ``evidence import vtrain CSV... --output CORPUS.jsonl``: the vTrain CSVs as
   a measurement corpus (iteration records);
+- ``evidence import runs ROWS.json --gpu GPU --output CORPUS.jsonl``: the rows of one GPU of a
+  measured-runs file as iteration records (:mod:`harness.measurements.runs_corpus`);
 - ``evidence import korthikanti --table4 JSON [--cases DIR] --output
   CORPUS.jsonl``: Korthikanti et al. Table 4 (layer passes) and Table 5 (the
   cases' paper values, iteration records);
@@ -58,6 +60,12 @@ def register(sub) -> None:
     k.add_argument("--cases", type=Path, metavar="DIR", help="case directory whose paper values are Table 5")
     k.add_argument("--output", type=Path, required=True, metavar="CORPUS.jsonl")
     k.set_defaults(func=run_import_korthikanti)
+    r = kinds.add_parser("runs", help="measured runs (blueprinting.measured-runs.v0) of one GPU as iteration records")
+    r.add_argument("runs", type=Path, metavar="ROWS.json")
+    r.add_argument("--gpu", required=True, help="the rows of this system.gpu (e.g. h100_sxm_80g, b200, gb200)")
+    r.add_argument("--name", help="corpus name (default: runs-<gpu>)")
+    r.add_argument("--output", type=Path, required=True, metavar="CORPUS.jsonl")
+    r.set_defaults(func=run_import_runs)
     n = kinds.add_parser("nccl-tests", help="nccl-tests *_perf tables -> collective sweeps (network curves)")
     n.add_argument("files", nargs="+", type=Path, metavar="FILE")
     n.add_argument("--tier", type=int, required=True, metavar="N", help="network tier the processors share")
@@ -169,6 +177,24 @@ def run_import_korthikanti(args) -> int:
     records = import_table4(args.table4) + (import_table5(args.cases) if args.cases else [])
     write_corpus(args.output, header(), records)
     print(f"{len(records)} records -> {args.output}")
+    return 0
+
+
+def run_import_runs(args) -> int:
+    from harness.measurements.corpus import write_corpus
+    from harness.measurements.runs_corpus import header, import_runs
+    from harness.measurements.runs_schema import read_runs
+    from harness.outputs import check_output, data_files
+
+    check_output(args.output, inputs=[args.runs, *data_files()])
+    name = _name(args.name or f"runs-{args.gpu}", "--name")
+    runs = read_runs(args.runs)
+    records, left_out = import_runs(args.runs, runs, args.gpu)
+    write_corpus(args.output, header(args.runs, args.gpu, [r for r in runs if r.system.gpu == args.gpu], name),
+                 records)
+    print(f"{len(records)} iteration records -> {args.output}")
+    for reason, count in left_out.most_common():
+        print(f"  left out {count}: {reason}")
     return 0
 
 

@@ -15,21 +15,28 @@ Invariants (checked between passes):
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar, Literal, Union
+from typing import Annotated, ClassVar, Literal, Union, get_args
 
 from pydantic import Field
 
 from harness.ir.base import Artifact, Frozen
+from harness.ir.mesh import TENSOR, Group
 from harness.ir.model import ExecutionLayout, TransformerShape
 
 CollectiveOp = Literal["all_reduce", "reduce_scatter", "all_gather", "p2p"]
 Phase = Literal["forward", "recompute", "recommunication"]
+#: How a primitive communicates (a class property of its shape, :data:`EXCHANGE`): ``none``: it computes and
+#: sends nothing; ``collective``: a communication task whose time is its messages plus its local work on them
+#: (the block sums keep it apart from compute); ``tiled``: a compute task whose GEMM is tiled against its
+#: collective (TP overlap: priced by the ConcretePlanIR's projection).
+Exchange = Literal["none", "collective", "tiled"]
 
 
 class LinearShape(Frozen):
     """Y[m,k] = X[m,n] x W[n,k]."""
 
     INTERNED: ClassVar[bool] = True
+    EXCHANGE: ClassVar[Exchange] = "none"
 
     kind: Literal["linear"] = "linear"
     m: int = Field(gt=0, description="Rows of X and Y (local tokens).")
@@ -41,6 +48,7 @@ class BatchMatmulShape(Frozen):
     """batch x (C[m,k] = A[m,n] x B[n,k]); both inputs are activations."""
 
     INTERNED: ClassVar[bool] = True
+    EXCHANGE: ClassVar[Exchange] = "none"
 
     kind: Literal["batch_matmul"] = "batch_matmul"
     batch: int = Field(gt=0, description="Independent matrix products (local heads x samples).")
@@ -53,6 +61,7 @@ class NormShape(Frozen):
     """Layer norm over ``elements`` activations with 2 x hidden parameters."""
 
     INTERNED: ClassVar[bool] = True
+    EXCHANGE: ClassVar[Exchange] = "none"
 
     kind: Literal["layer_norm"] = "layer_norm"
     elements: int = Field(gt=0, description="Activation elements normalized.")
@@ -63,6 +72,7 @@ class PointwiseShape(Frozen):
     """Element-wise primitive over ``elements`` activations."""
 
     INTERNED: ClassVar[bool] = True
+    EXCHANGE: ClassVar[Exchange] = "none"
 
     kind: Literal["softmax", "dropout", "gelu"]
     elements: int = Field(gt=0, description="Activation elements processed.")
@@ -73,6 +83,7 @@ class ResidualShape(Frozen):
     """Element-wise sum of two operands."""
 
     INTERNED: ClassVar[bool] = True
+    EXCHANGE: ClassVar[Exchange] = "none"
 
     kind: Literal["residual"] = "residual"
     elements_a: int = Field(gt=0, description="Elements of the first operand.")
@@ -83,6 +94,7 @@ class ForkShape(Frozen):
     """Fan-out of one activation to ``users`` consumers (gradients summed)."""
 
     INTERNED: ClassVar[bool] = True
+    EXCHANGE: ClassVar[Exchange] = "none"
 
     kind: Literal["fork"] = "fork"
     elements: int = Field(gt=0, description="Activation elements forked.")
@@ -98,6 +110,8 @@ class CollectiveShape(Frozen):
     """
 
     INTERNED: ClassVar[bool] = True
+    EXCHANGE: ClassVar[Exchange] = "collective"
+    GROUP: ClassVar[Group] = TENSOR  #: the group its messages span
 
     kind: Literal["tp_collective"] = "tp_collective"
     role: Literal["f", "g"] = Field(description="f: enters a TP region; g: leaves it (conjugate).")
@@ -124,6 +138,8 @@ class OverlappedLinearShape(Frozen):
     """
 
     INTERNED: ClassVar[bool] = True
+    EXCHANGE: ClassVar[Exchange] = "tiled"
+    GROUP: ClassVar[Group] = TENSOR  #: the group its messages span
 
     kind: Literal["overlapped_linear"] = "overlapped_linear"
     role: Literal["f", "g"] = Field(description="f: all-gather side (enters the TP region); g: reduce side.")
@@ -144,6 +160,7 @@ class CrossEntropyShape(Frozen):
     """Softmax cross-entropy of ``tokens`` rows over a vocabulary split across ``participants`` TP ranks."""
 
     INTERNED: ClassVar[bool] = True
+    EXCHANGE: ClassVar[Exchange] = "none"
 
     kind: Literal["cross_entropy"] = "cross_entropy"
     tokens: int = Field(gt=0, description="Rows (tokens of one microbatch).")
@@ -151,11 +168,17 @@ class CrossEntropyShape(Frozen):
     participants: int = Field(gt=0, description="Processors sharing the vocabulary (the TP group).")
 
 
-TaskShape = Annotated[
-    Union[LinearShape, BatchMatmulShape, NormShape, PointwiseShape, ResidualShape, ForkShape, CollectiveShape,
-          OverlappedLinearShape, CrossEntropyShape],
-    Field(discriminator="kind"),
-]
+SHAPES = (LinearShape, BatchMatmulShape, NormShape, PointwiseShape, ResidualShape, ForkShape, CollectiveShape,
+          OverlappedLinearShape, CrossEntropyShape)
+TaskShape = Annotated[Union[SHAPES], Field(discriminator="kind")]
+
+#: primitive kind -> its shape class (every value of every shape's ``kind`` Literal).
+SHAPE_OF: dict[str, type] = {kind: cls for cls in SHAPES for kind in get_args(cls.model_fields["kind"].annotation)}
+
+
+def exchange(primitive: str) -> Exchange:
+    """How the primitive ``primitive`` communicates (its shape's :data:`Exchange` class property)."""
+    return SHAPE_OF[primitive].EXCHANGE
 
 
 class Retention(Frozen):

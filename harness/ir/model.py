@@ -22,6 +22,7 @@ from typing import ClassVar, Literal
 
 from pydantic import ConfigDict, Field
 
+from harness.ir import mesh
 from harness.ir.base import Artifact, Frozen
 
 Datatype = Literal["float8", "float16", "bfloat16", "float32"]
@@ -69,7 +70,7 @@ class TransformerShape(StrictInput):
 
 
 class NetworkTiers(StrictInput):
-    """Network tier index used by each parallel dimension."""
+    """Network tier index used by each parallel dimension (harness.vocabulary.PARALLEL_DIMENSIONS)."""
 
     tensor: int = Field(ge=0, le=MAX_TIER, description="Network tier of the tensor-parallel group.")
     pipeline: int = Field(ge=0, le=MAX_TIER, description="Network tier of the pipeline-parallel peers.")
@@ -115,7 +116,8 @@ class ExecutionLayout(StrictInput):
 
     @property
     def processors(self) -> int:
-        return self.tensor_parallel * self.pipeline_parallel * self.data_parallel
+        """The product of every parallel degree (harness.ir.mesh)."""
+        return mesh.processors(self)
 
     @property
     def bytes_per_element(self) -> int:

@@ -17,7 +17,8 @@ from typing import ClassVar, Literal
 from pydantic import Field
 
 from harness.ir.base import Artifact, Frozen
-from harness.ir.distributed import CollectiveOp, Phase, Retention
+from harness.ir.distributed import CollectiveOp, Exchange, Phase, Retention, exchange
+from harness.ir.mesh import DATA, PIPELINE, TENSOR, DimensionName, Group
 from harness.ir.model import Datatype, RecomputeMode
 
 Engine = Literal["matrix", "vector"]
@@ -25,14 +26,21 @@ PASSES = ("forward", "activation_grad", "weight_grad", "optimizer")
 
 
 class Work(Frozen):
-    """Work of one task in one pass."""
+    """Work of one task in one pass.
+
+    Its operations run at the peak (and on the curve) of its engine for :attr:`datatype`; absent, the plan's
+    datatype. One plan may so hold fp8 GEMMs, bf16 pointwise work and fp32 optimizer steps.
+    """
 
     CANONICAL_MEMO: ClassVar[bool] = True
+    ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"datatype"})  # plans of one datatype keep their digests
 
     operations: float = Field(ge=0, description="Arithmetic operations (FLOPs) of the pass.")
     bytes_read: float = Field(ge=0, description="Bytes read from memory tier 1.")
     bytes_written: float = Field(ge=0, description="Bytes written to memory tier 1.")
     engine: Engine = Field(description="Processing engine the operations need (matrix or vector).")
+    datatype: Datatype | None = Field(None, description="Datatype the operations run in (selects the engine's peak "
+                                                        "and curve); absent: the plan's datatype.")
 
     @property
     def bytes_accessed(self) -> float:
@@ -54,14 +62,22 @@ class Message(Frozen):
 
 
 class TaskMessages(Frozen):
-    """TP messages of a collective task; None is the identity (nothing sent)."""
+    """Messages of a collective task; None is the identity (nothing sent). They span :attr:`spans`."""
 
     CANONICAL_MEMO: ClassVar[bool] = True
+    ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"group"})  # the tensor group's messages keep their digests
 
     forward_base: Message | None = Field(description="Forward message in a base block.")
     forward_edge: Message | None = Field(description="Forward message in a chunk's edge block.")
     backward_base: Message | None = Field(description="Backward message in a base block.")
     backward_edge: Message | None = Field(description="Backward message in a chunk's edge block.")
+    group: Group | None = Field(None, description="The parallel group the messages span (harness.ir.mesh); "
+                                                  "absent: the tensor group.")
+
+    @property
+    def spans(self) -> Group:
+        """The group the messages span (absent: the tensor group)."""
+        return TENSOR if self.group is None else self.group
 
 
 class Capacity(Frozen):
@@ -95,9 +111,14 @@ class PlanTask(Frozen):
     activation_grad: Work = Field(description="Activation-gradient (dgrad) pass.")
     weight_grad: Work = Field(description="Weight-gradient (wgrad) pass.")
     optimizer: Work = Field(description="Optimizer step (per block, not per microbatch).")
-    messages: TaskMessages | None = Field(None, description="TP messages (collectives only).")
+    messages: TaskMessages | None = Field(None, description="Messages (communicating primitives only).")
     capacity: Capacity = Field(description="Bytes held (zero for clones).")
     retention: Retention = Field(description="Memory semantics.")
+
+    @property
+    def exchange(self) -> Exchange:
+        """How the task's primitive communicates (:data:`harness.ir.distributed.Exchange`)."""
+        return exchange(self.primitive)
 
 
 class Schedule(Frozen):
@@ -119,7 +140,9 @@ class Schedule(Frozen):
 
 
 class PipelineTraffic(Frozen):
-    """Boundary-activation messages sent by a chunk's edge block."""
+    """Boundary-activation messages sent by a chunk's edge block (between peers of the pipeline group)."""
+
+    spans: ClassVar[Group] = PIPELINE
 
     forward: Message | None = Field(description="Forward boundary message (None without PP).")
     backward: Message | None = Field(description="Backward boundary message (None without PP).")
@@ -128,16 +151,26 @@ class PipelineTraffic(Frozen):
 
 
 class DataParallelTraffic(Frozen):
-    """Gradient synchronization per block (training with DP > 1)."""
+    """Gradient synchronization per block (training with DP > 1) over the group of ranks holding the same
+    weights (:attr:`spans`)."""
+
+    ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"group"})  # the data group's traffic keeps its digests
 
     gradient_bytes: float = Field(ge=0, description="Logical gradient message of one block.")
     messages: tuple[Message, ...] = Field(description="all_reduce, or reduce_scatter + all_gather with optimizer sharding.")
+    group: Group | None = Field(None, description="The parallel group the gradients are reduced over "
+                                                  "(harness.ir.mesh); absent: the data group.")
+
+    @property
+    def spans(self) -> Group:
+        """The group the gradients are reduced over (absent: the data group)."""
+        return DATA if self.group is None else self.group
 
 
 class NetworkUse(Frozen):
     """A parallel group placed on a network tier."""
 
-    dimension: Literal["tensor", "pipeline", "data"] = Field(description="Parallel dimension.")
+    dimension: DimensionName = Field(description="Parallel dimension (harness.vocabulary.PARALLEL_DIMENSIONS).")
     network_tier: int = Field(ge=0, description="Tier index.")
     group_size: int = Field(gt=1, description="Processors in the group.")
 
@@ -150,7 +183,7 @@ class PortablePlanIR(Artifact):
 
     datatype: Datatype = Field(description="Element datatype (selects the profile's peak and curves).")
     bytes_per_element: int = Field(gt=0, description="Bytes per element of the datatype.")
-    processors: int = Field(gt=0, description="TP x PP x DP.")
+    processors: int = Field(gt=0, description="The product of the parallel degrees (harness.ir.mesh).")
     tasks: tuple[PlanTask, ...] = Field(description="Block tasks with workload facts, in DAG order.")
     schedule: Schedule = Field(description="Schedule shape.")
     pipeline: PipelineTraffic = Field(description="Pipeline boundary traffic.")

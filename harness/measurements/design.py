@@ -90,6 +90,8 @@ class _Builder:
         size = work.bytes_read + work.bytes_written
         if coefficient == 0 or (work.operations == 0 and size == 0):
             return
+        if work.datatype is not None:  # the design's arrays price every work at the plan's datatype
+            raise ValueError(f"the fit's design prices one datatype per plan; a work states {work.datatype}")
         self.target.append(target)
         self.coefficient.append(coefficient)
         self.operations.append(work.operations)
@@ -184,7 +186,7 @@ class Design:
             m_coef.append(coefficient)
 
         for task in plan.tasks:  # as harness.schedule.block.block_times reads them
-            if task.phase == "forward" and task.primitive != "tp_collective":
+            if task.phase == "forward" and task.exchange != "collective":
                 items.add(t, c["forward_s"], task.forward)
                 items.add(t, c["activation_grad_s"], task.activation_grad)
                 items.add(t, c["weight_grad_s"], task.weight_grad)

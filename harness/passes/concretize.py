@@ -26,22 +26,28 @@ Binds the plan's tasks to queues (rules in :mod:`harness.ir.concrete`):
 
 Options (typed, recorded in the PassCheckpoint; :meth:`TransformerConcretize.for_layout`
 takes them from a layout): ``tp_overlap`` (none, ring, pipe), ``dp_overlap``,
-the three offload switches and the network tier of each parallel dimension
-(the plan only names the tiers of the dimensions that send something). No
+the three offload switches and the network tier of each parallel dimension,
+``<dimension>_tier`` for every dimension of ``harness.vocabulary.PARALLEL_DIMENSIONS``
+(generated from it: the plan only names the tiers of the dimensions that send
+something). The queue map names every dimension of kind ``required`` and every
+``optional`` one whose group is larger than one processor. A task's messages go
+to the queue of their group's tier (:func:`harness.ir.mesh.group_tier_of`). No
 duration is produced and no hardware property is read.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
+from typing import Callable, Literal
 
+from harness.ir import mesh
 from harness.ir.concrete import Buffer, Command, ConcreteOptions, ConcretePlanIR, Program, Queue
 from harness.ir.model import ExecutionLayout, Offload
 from harness.ir.portable import Message, PlanTask, PortablePlanIR, Work
 from harness.passes.base import ModulePass
 from harness.passes.rules import reduction_operations
 from harness.schedule.memory import BlockMemory, StageMemory, block_memory, stage_memory
+from harness.vocabulary import PARALLEL_DIMENSIONS
 
 COMPUTE = "compute"
 TIER2 = "memory.tier2"
@@ -54,9 +60,9 @@ def network_queue(tier: int) -> str:
 class _Builder:
     """Commands of one program with chained or explicit dependencies."""
 
-    def __init__(self, b: int, tp_queue: str) -> None:
+    def __init__(self, b: int, queue_of_group: Callable[[mesh.Group], str]) -> None:
         self.b = b
-        self.tp_queue = tp_queue
+        self.queue_of_group = queue_of_group  # the network queue a task's messages (of a group) travel on
         self.commands: list[Command] = []
         self.last: tuple[str, ...] = ()
 
@@ -81,7 +87,8 @@ class _Builder:
                    work: Work | None, reducing: bool = True) -> None:
         if message is None:
             return
-        self.add(f"{task.name}/{pass_name}.send", self.tp_queue, "collective", task.name, pass_name, component,
+        self.add(f"{task.name}/{pass_name}.send", self.queue_of_group(task.messages.spans), "collective", task.name,
+                 pass_name, component,
                  work=work, message=message, reduction=self.reduction(message) if reducing else 0.0)
 
     def tiled(self, task: PlanTask, pass_name: str, component: str, net_component: str, work: Work,
@@ -93,7 +100,7 @@ class _Builder:
         reduction = self.reduction(message) if reducing else 0.0
         prefix = f"{task.name}/{pass_name}"
         step: tuple[str, ...] = self.last
-        name, tp_queue, append = task.name, self.tp_queue, self.commands.append
+        name, tp_queue, append = task.name, self.queue_of_group(task.messages.spans), self.commands.append
         make = Command.trusted_ordered
         # the commands of a tile step, fields in declaration order (the hot loop of the pass)
         for i in range(tiles):
@@ -138,8 +145,14 @@ def offload_transfer_bytes(recompute: str, o: Offload, block: BlockMemory) -> tu
     return max(weights, acts), size
 
 
+#: The network tier options of the pass, one ``<dimension>_tier`` per parallel dimension (generated from the
+#: vocabulary, so that a new dimension has its option without an edit here).
+_TierOptions = dataclasses.make_dataclass(
+    "_TierOptions", [(f"{d}_tier", int, dataclasses.field(default=0)) for d in PARALLEL_DIMENSIONS], frozen=True)
+
+
 @dataclasses.dataclass(frozen=True)
-class TransformerConcretize(ModulePass[PortablePlanIR, ConcretePlanIR]):
+class TransformerConcretize(ModulePass[PortablePlanIR, ConcretePlanIR], _TierOptions):
     """Bind the plan to queues; tile overlapped pairs; place buffers."""
 
     name = "transformer-concretize"
@@ -149,22 +162,22 @@ class TransformerConcretize(ModulePass[PortablePlanIR, ConcretePlanIR]):
     offload_weights: bool = False
     offload_activations: bool = False
     offload_optimizer: bool = False
-    tensor_tier: int = 0
-    pipeline_tier: int = 0
-    data_tier: int = 0
 
     @classmethod
     def for_layout(cls, e: ExecutionLayout) -> "TransformerConcretize":
         """The pass with the options a layout asks for."""
         return cls(tp_overlap=e.tp_overlap, dp_overlap=e.dp_overlap, offload_weights=e.offload.weights,
                    offload_activations=e.offload.activations, offload_optimizer=e.offload.optimizer,
-                   tensor_tier=e.network_tiers.tensor, pipeline_tier=e.network_tiers.pipeline,
-                   data_tier=e.network_tiers.data)
+                   **{f"{d}_tier": mesh.tier(e, d) for d in PARALLEL_DIMENSIONS})
+
+    def tiers(self) -> dict[str, int]:
+        """The network tier of each parallel dimension (the ``<dimension>_tier`` options)."""
+        return {d: getattr(self, f"{d}_tier") for d in PARALLEL_DIMENSIONS}
 
     def requires(self, ir: PortablePlanIR) -> None:
         if not ir.tasks:
             raise self.fail("the PortablePlanIR has no tasks")
-        overlapped = any(t.primitive == "overlapped_linear" for t in ir.tasks)
+        overlapped = any(t.exchange == "tiled" for t in ir.tasks)
         if overlapped != (self.tp_overlap != "none"):
             raise self.fail(f"tp_overlap={self.tp_overlap} but the plan {'has' if overlapped else 'has no'} "
                             "overlapped linears")
@@ -177,12 +190,13 @@ class TransformerConcretize(ModulePass[PortablePlanIR, ConcretePlanIR]):
         offload = Offload.trusted(weights=self.offload_weights, activations=self.offload_activations,
                                   optimizer=self.offload_optimizer)
         options = ConcreteOptions.trusted(tp_overlap=self.tp_overlap, dp_overlap=self.dp_overlap, offload=offload)
-        tiers = {"tensor": self.tensor_tier, "pipeline": self.pipeline_tier, "data": self.data_tier}
+        tiers = self.tiers()
         sizes = {use.dimension: use.group_size for use in plan.network_use}
         used: dict[int, list[str]] = {}
         for dim, tier in tiers.items():
             if sizes.get(dim, 1) > 1:
                 used.setdefault(tier, []).append(dim)
+        mapped = [d for d in PARALLEL_DIMENSIONS if PARALLEL_DIMENSIONS.kind(d) == "required" or sizes.get(d, 1) > 1]
         o = offload
         offloading = o.weights or o.activations or o.optimizer
         queues = [Queue.trusted(name=COMPUTE, kind="compute", network_tier=None, dimensions=())]
@@ -190,7 +204,7 @@ class TransformerConcretize(ModulePass[PortablePlanIR, ConcretePlanIR]):
                    for t, d in sorted(used.items())]
         if offloading:
             queues.append(Queue.trusted(name=TIER2, kind="memory_tier2", network_tier=None, dimensions=()))
-        queue_of = {dim: network_queue(t) for dim, t in tiers.items()}
+        queue_of = {dim: network_queue(tiers[dim]) for dim in mapped}
         queue_of["offload"] = TIER2
         tiles = sizes.get("tensor", 1) if self.tp_overlap != "none" else 1
         block = block_memory(plan)
@@ -207,6 +221,10 @@ class TransformerConcretize(ModulePass[PortablePlanIR, ConcretePlanIR]):
         b = plan.bytes_per_element
         training = plan.schedule.training
         mode = options.tp_overlap
+        tiers, sizes = self.tiers(), {use.dimension: use.group_size for use in plan.network_use}
+
+        def queue_of_group(spans: mesh.Group) -> str:
+            return network_queue(mesh.group_tier_of(sizes, tiers, spans))
         recomputed = {t.clone_of for t in plan.tasks if t.phase == "recompute"}
         resent = {t.clone_of: t for t in plan.tasks if t.phase == "recommunication"}
         forward = [t for t in plan.tasks if t.phase == "forward"]
@@ -218,15 +236,15 @@ class TransformerConcretize(ModulePass[PortablePlanIR, ConcretePlanIR]):
         built: dict[str, _Builder] = {}
         for kind in ("base", "edge"):
             edge = kind == "edge"
-            fw = _Builder(b, queue_of["tensor"])
+            fw = _Builder(b, queue_of_group)
             if edge and same:
                 fw.commands, fw.last = list(built["forward"].commands), built["forward"].last
             for task in forward if not (edge and same) else ():
                 msgs = task.messages
-                if task.primitive == "tp_collective":
+                if task.exchange == "collective":
                     fw.collective(task, "forward", "tensor_parallel", msgs.forward_edge if edge else msgs.forward_base,
                                   task.forward)
-                elif task.primitive == "overlapped_linear":
+                elif task.exchange == "tiled":
                     fw.tiled(task, "forward", "forward", "tensor_parallel", task.forward,
                              msgs.forward_edge if edge else msgs.forward_base, tiles, mode)
                 else:
@@ -239,28 +257,28 @@ class TransformerConcretize(ModulePass[PortablePlanIR, ConcretePlanIR]):
             programs.append(Program.trusted(kind="forward", block=kind, commands=tuple(fw.commands)))
             if not training:
                 continue
-            bw = _Builder(b, queue_of["tensor"])
+            bw = _Builder(b, queue_of_group)
             if edge and same:
                 bw.commands, bw.last = list(built["backward"].commands), built["backward"].last
             for task in plan.tasks if not (edge and same) else ():
-                if task.phase == "recompute" and task.primitive == "overlapped_linear":
+                if task.phase == "recompute" and task.exchange == "tiled":
                     msgs = task.messages
                     bw.tiled(task, "forward", "recompute", "recommunication", task.forward,
                              msgs.forward_edge if edge else msgs.forward_base, tiles, mode)
                 elif task.phase == "recompute":
                     bw.add(f"{task.name}/forward", COMPUTE, "compute", task.name, "forward", "recompute",
                            work=task.forward)
-                elif task.phase == "recommunication" and task.primitive == "tp_collective":
+                elif task.phase == "recommunication" and task.exchange == "collective":
                     bw.collective(task, "forward", "recommunication",
                                   task.messages.forward_edge if edge else task.messages.forward_base, None,
                                   reducing=False)
             for task in reversed(forward) if not (edge and same) else ():
                 msgs = task.messages
-                if task.primitive == "tp_collective":
+                if task.exchange == "collective":
                     bw.collective(task, "activation_grad", "tensor_parallel",
                                   msgs.backward_edge if edge else msgs.backward_base, task.activation_grad)
                     continue
-                if task.primitive == "overlapped_linear":
+                if task.exchange == "tiled":
                     bw.tiled(task, "activation_grad", "backward", "tensor_parallel", task.activation_grad,
                              msgs.backward_edge if edge else msgs.backward_base, tiles, mode)
                     again = resent.get(task.name)
@@ -281,27 +299,27 @@ class TransformerConcretize(ModulePass[PortablePlanIR, ConcretePlanIR]):
                        "pipeline_parallel", message=plan.pipeline.backward)
             programs.append(Program.trusted(kind="backward", block=kind, commands=tuple(bw.commands)))
         if training:
-            opt = _Builder(b, queue_of["tensor"])
+            opt = _Builder(b, queue_of_group)
             for task in forward:
                 if task.optimizer.operations or task.optimizer.bytes_accessed:
                     opt.add(f"{task.name}/optimizer", COMPUTE, "compute", task.name, "optimizer", "optimizer",
                             work=task.optimizer)
             programs.append(Program.trusted(kind="optimizer", block="any", commands=tuple(opt.commands)))
         if plan.data_parallel is not None:
-            dp = _Builder(b, queue_of["data"])
+            dp = _Builder(b, queue_of_group)
             for i, message in enumerate(plan.data_parallel.messages):
-                dp.add(f"data_parallel/{message.collective}", queue_of["data"], "collective", "data_parallel",
-                       "weight_grad", "data_parallel", message=message)
+                dp.add(f"data_parallel/{message.collective}", queue_of_group(plan.data_parallel.spans), "collective",
+                       "data_parallel", "weight_grad", "data_parallel", message=message)
             programs.append(Program.trusted(kind="data_parallel", block="any", commands=tuple(dp.commands)))
         o = options.offload
         if o.weights or o.activations or o.optimizer:
             forward_bytes, size = offload_transfer_bytes(plan.schedule.recompute, o, block)
-            fw = _Builder(b, TIER2)
+            fw = _Builder(b, queue_of_group)
             fw.add("offload/forward", TIER2, "transfer", "offload", "forward", "forward_offload",
                    transfer=forward_bytes, deps=())
             programs.append(Program.trusted(kind="forward_offload", block="any", commands=tuple(fw.commands)))
             if training:
-                bw = _Builder(b, TIER2)
+                bw = _Builder(b, queue_of_group)
                 bw.add("offload/backward", TIER2, "transfer", "offload", "activation_grad", "backward_offload",
                        transfer=size, deps=())
                 programs.append(Program.trusted(kind="backward_offload", block="any", commands=tuple(bw.commands)))

@@ -22,8 +22,10 @@ from __future__ import annotations
 import dataclasses
 
 from harness import calculon_compat as compat
+from harness.ir import mesh
 from harness.ir.checks import blocks_per_stage
 from harness.ir.distributed import CollectiveOp, CollectiveShape, DistributedTaskIR, OverlappedLinearShape, Task
+from harness.ir.model import ExecutionLayout
 from harness.ir.portable import (
     NO_CAPACITY,
     NO_WORK,
@@ -46,7 +48,8 @@ MESSAGES_LIMIT = 8192  # bound of _MESSAGES: cleared when full
 
 
 def _task_messages(s: CollectiveShape | OverlappedLinearShape, b: int, tier: int, backward: bool) -> TaskMessages:
-    """TP messages of a collective of shape ``s`` (None: the identity, nothing sent).
+    """Messages of a collective of shape ``s`` on network ``tier`` (None: the identity, nothing sent); they
+    span the shape's group (``GROUP``; the tensor group is left unnamed, :class:`TaskMessages`).
 
     Memoized by field values (a pure function of frozen values; bounded like
     :func:`harness.passes.rules.derive`): the f/g collectives of both
@@ -66,7 +69,8 @@ def _task_messages(s: CollectiveShape | OverlappedLinearShape, b: int, tier: int
     messages = _MESSAGES[key] = TaskMessages.trusted(
         forward_base=message(s.base_forward), forward_edge=message(s.edge_forward),
         backward_base=message(s.base_backward) if backward else None,
-        backward_edge=message(s.edge_backward) if backward else None)
+        backward_edge=message(s.edge_backward) if backward else None,
+        group=None if s.GROUP == mesh.TENSOR else s.GROUP)
     return messages
 
 
@@ -74,6 +78,12 @@ def clear_memos() -> None:
     """Forget the memoized per-shape facts and messages (to measure cold lowering)."""
     clear_memo()
     _MESSAGES.clear()
+
+
+def gradient_group(e: ExecutionLayout) -> mesh.Group:
+    """The group a block's weight gradients are reduced over: the ranks that hold the same weights (every
+    dimension that splits the batch or the sequence, not the weights)."""
+    return mesh.DATA
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,8 +102,7 @@ class TransformerPlanWork(ModulePass[DistributedTaskIR, PortablePlanIR]):
         e = ir.execution
         b = e.bytes_per_element
         shards = e.data_parallel if e.optimizer_sharding else 1
-        tasks = tuple(self._plan_task(t, b, shards, e.network_tiers.tensor, e.training)
-                      for t in ir.tasks)
+        tasks = tuple(self._plan_task(t, b, shards, e, e.training) for t in ir.tasks)
         return PortablePlanIR.trusted(
             datatype=e.datatype,
             bytes_per_element=b,
@@ -107,15 +116,16 @@ class TransformerPlanWork(ModulePass[DistributedTaskIR, PortablePlanIR]):
         )
 
     @staticmethod
-    def _plan_task(task: Task, b: int, shards: int, tier: int, training: bool) -> PlanTask:
+    def _plan_task(task: Task, b: int, shards: int, e: ExecutionLayout, training: bool) -> PlanTask:
         facts = derive(task.shape, b, shards)
         messages = None
-        if isinstance(task.shape, (CollectiveShape, OverlappedLinearShape)):
+        if task.shape.EXCHANGE != "none":
             # Backward messages exist for a training forward collective only; a
             # recommunication task sends its original's forward messages again
             # (as does the recompute clone of an overlapped linear: its GEMM is
-            # tiled against them).
-            messages = _task_messages(task.shape, b, tier, training and task.phase == "forward")
+            # tiled against them). They travel on their group's tier.
+            messages = _task_messages(task.shape, b, mesh.group_tier(e, task.shape.GROUP),
+                                      training and task.phase == "forward")
         if task.phase == "forward" and training:
             passes = dict(forward=facts.forward, activation_grad=facts.activation_grad,
                           weight_grad=facts.weight_grad, optimizer=facts.optimizer)
@@ -131,6 +141,17 @@ class TransformerPlanWork(ModulePass[DistributedTaskIR, PortablePlanIR]):
             capacity = NO_CAPACITY
         return PlanTask.trusted(name=task.name, primitive=task.shape.kind, phase=task.phase, clone_of=task.clone_of,
                                 **passes, messages=messages, capacity=capacity, retention=task.retention)
+
+    #: The layout fields :meth:`relayout` may change (the TP overlap mode only between ring and pipe).
+    RELAYOUT_FIELDS = frozenset({"pipeline_interleaving", "tp_overlap"})
+
+    @classmethod
+    def lowering_key(cls, e: ExecutionLayout) -> tuple:
+        """Equal for two layouts (of one shape) exactly when :meth:`relayout` turns the plan of one into the
+        plan of the other: every layout field but :data:`RELAYOUT_FIELDS`, and whether TP overlap is on.
+        Derived from the layout's fields, so that a new field is part of it without an edit."""
+        return (*(getattr(e, f) for f in type(e).model_fields if f not in cls.RELAYOUT_FIELDS),
+                e.tp_overlap != "none")
 
     @classmethod
     def relayout(cls, plan: PortablePlanIR, ir: DistributedTaskIR) -> PortablePlanIR:
@@ -171,7 +192,7 @@ class TransformerPlanWork(ModulePass[DistributedTaskIR, PortablePlanIR]):
         tokens = e.microbatch * s.sequence_length
         sharded = e.tp_communication in ("rs_ag", "p2p_rs_ag")
         boundary = (tokens // e.tensor_parallel if sharded else tokens) * s.hidden * e.bytes_per_element
-        tier = e.network_tiers.pipeline
+        tier = mesh.group_tier(e, PipelineTraffic.spans)
         # Inference keeps a zero-byte backward slot (a named Calculon rule): the
         # schedule's edge block still pays the p2p latency there.
         backward = None
@@ -188,32 +209,33 @@ class TransformerPlanWork(ModulePass[DistributedTaskIR, PortablePlanIR]):
     @staticmethod
     def _data_parallel(ir: DistributedTaskIR, tasks: tuple[PlanTask, ...]) -> DataParallelTraffic | None:
         e = ir.execution
-        if e.data_parallel == 1 or not e.training:
+        spans = gradient_group(e)
+        participants = mesh.group_size(e, spans)
+        if participants == 1 or not e.training:
             return None
         gradient = sum(t.capacity.weight_bytes for t in tasks)
         ops = ("reduce_scatter", "all_gather") if e.optimizer_sharding else ("all_reduce",)
         return DataParallelTraffic.trusted(
             gradient_bytes=gradient,
-            messages=tuple(Message.trusted(collective=op, message_bytes=gradient, participants=e.data_parallel,
-                                                   network_tier=e.network_tiers.data) for op in ops),
+            messages=tuple(Message.trusted(collective=op, message_bytes=gradient, participants=participants,
+                                           network_tier=mesh.group_tier(e, spans)) for op in ops),
+            group=None if spans == mesh.DATA else spans,
         )
 
     @staticmethod
     def _network_use(ir: DistributedTaskIR) -> tuple[NetworkUse, ...]:
         e = ir.execution
-        groups = (("tensor", e.network_tiers.tensor, e.tensor_parallel),
-                  ("pipeline", e.network_tiers.pipeline, e.pipeline_parallel),
-                  ("data", e.network_tiers.data, e.data_parallel))
-        return tuple(NetworkUse.trusted(dimension=d, network_tier=t, group_size=n) for d, t, n in groups if n > 1)
+        return tuple(NetworkUse.trusted(dimension=d, network_tier=mesh.tier(e, d), group_size=n)
+                     for d, n in mesh.degrees(e).items() if n > 1)
 
     def ensures(self, ir: PortablePlanIR) -> None:
         for task in ir.tasks:
             if task.phase != "forward" and task.capacity is not NO_CAPACITY and task.capacity != NO_CAPACITY:
                 raise self.fail(f"clone {task.name} holds capacity")
-            if task.primitive in ("tp_collective", "overlapped_linear") and task.messages is None:
+            if task.exchange != "none" and task.messages is None:
                 raise self.fail(f"collective {task.name} has no messages")
-            if task.primitive not in ("tp_collective", "overlapped_linear") and task.messages is not None:
-                raise self.fail(f"compute task {task.name} sends TP messages")
+            if task.exchange == "none" and task.messages is not None:
+                raise self.fail(f"compute task {task.name} sends messages")
         sched = ir.schedule
         if sched.blocks_per_chunk * sched.chunks_per_stage != sched.blocks_per_stage:
             raise self.fail("chunks do not tile the blocks of a stage")

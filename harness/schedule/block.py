@@ -2,8 +2,11 @@
 
 A processor executes a block's tasks one after another (one stream, no
 compute/communication overlap in the portable plan), so a block's critical
-path is the sum of its tasks along the DAG. Compute tasks and TP collectives
-are kept apart so that every schedule component traces back to its tasks:
+path is the sum of its tasks along the DAG. Compute tasks and collectives
+(tasks whose primitive's exchange is ``collective``,
+:data:`harness.ir.distributed.Exchange`: a property of the shape, so that a new
+communicating primitive keeps its network time) are kept apart so that every
+schedule component traces back to its tasks:
 
 - ``forward_s``: forward-phase compute tasks, forward pass;
 - ``recompute_s``: recompute clones (their repeated forward pass);
@@ -20,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 
 from harness.cost.views import Pricer, TaskCost
+from harness.ir.distributed import exchange
 from harness.ir.portable import PortablePlanIR
 
 
@@ -46,7 +50,7 @@ def block_times(plan: PortablePlanIR, costs: tuple[TaskCost, ...], pricer: Price
     tfb = tfe = tbb = tbe = rb = reb = 0.0
     for cost in costs:
         passes = cost.passes
-        if cost.phase == "forward" and cost.primitive != "tp_collective":
+        if cost.phase == "forward" and exchange(cost.primitive) != "collective":
             fw += passes["forward"].processing_s
             ag += passes["activation_grad"].processing_s
             wg += passes["weight_grad"].processing_s

@@ -41,6 +41,7 @@ from typing import Any, Callable, NamedTuple
 
 from harness import calculon_compat as compat
 from harness.ir.portable import Message, PipelineTraffic
+from harness.schedule.compose import bubble_extra_chunks, bubble_reduction_s, chunk_path_s
 from harness.vocabulary import COMPONENTS
 
 #: A float (the estimate) or a numpy array of floats, one per variant (the search).
@@ -134,8 +135,9 @@ def blocks(k, fw_pp: Value, bw_pp: Value, fw_off_s: Value, bw_off_s: Value, ops:
     edge_fw_no = k.fw_s_edge + k.fw_exp_edge + fw_pp
     base_fw_ovh = ops.maximum(0, fw_off_s + k.fw_mem_s - base_fw_no)
     edge_fw_ovh = ops.maximum(0, fw_off_s + k.fw_mem_s - edge_fw_no)
-    base_bw_no = k.re_s + k.recomm_exp_base + k.ag_s + k.wg_s + k.ag_exp_base
-    edge_bw_no = k.re_s_edge + k.recomm_exp_edge + k.ag_s_edge + k.wg_s_edge + k.ag_exp_edge + bw_pp
+    base_bw_no = compat.block_backward_s(k.re_s, k.recomm_exp_base, k.ag_s, k.wg_s, k.ag_exp_base)
+    edge_bw_no = compat.block_backward_s(k.re_s_edge, k.recomm_exp_edge, k.ag_s_edge, k.wg_s_edge,
+                                         k.ag_exp_edge) + bw_pp
     re_mem = compat.offload_recompute_memory_s(k.re_mem_own_s)
     base_bw_ovh = ops.maximum(0, bw_off_s + k.ag_mem_s + k.wg_mem_s + re_mem - base_bw_no)
     edge_bw_ovh = ops.maximum(0, bw_off_s + k.ag_mem_s + k.wg_mem_s + re_mem - edge_bw_no)
@@ -161,23 +163,19 @@ def iteration(s, k, *, fw_pp: Value, bw_pp: Value, fw_off_s: Value, bw_off_s: Va
     def chunk_sum(base: Value, edge: Value) -> Value:
         return per_chunk * (nbase * base + nedge * edge)
 
-    tp_exposed = chunk_sum(k.fw_exp_base, k.fw_exp_edge) + chunk_sum(k.ag_exp_base, k.ag_exp_edge)
+    tp_exposed = compat.tensor_parallel_s(per_chunk, nbase, nedge, k.fw_exp_base, k.fw_exp_edge, k.ag_exp_base,
+                                          k.ag_exp_edge)
     recomm_exposed = chunk_sum(k.recomm_exp_base, k.recomm_exp_edge) if training else 0
     if pp > 1:
-        pp_exposed = nmb * chunks * fw_pp + nmb * (chunks if training else 0) * bw_pp
+        pp_exposed = compat.pipeline_parallel_s(nmb, chunks, fw_pp, chunks if training else 0, bw_pp)
     else:
         pp_exposed = 0
     b = blocks(k, fw_pp, bw_pp, fw_off_s, bw_off_s, ops)
-    chunk_fw = nbase * b.base_fw + nedge * b.edge_fw
-    chunk_bw = nbase * b.base_bw + nedge * b.edge_bw
+    chunk_fw = chunk_path_s(s, b.base_fw, b.edge_fw)
+    chunk_bw = chunk_path_s(s, b.base_bw, b.edge_bw)
     chunk = chunk_fw + chunk_bw
-    if nbase > 0:
-        reduction = s.bubble_reduction_blocks * (b.base_fw + b.edge_fw + b.base_bw + b.edge_bw) / 2
-    else:
-        reduction = s.bubble_reduction_blocks * (b.edge_fw + b.edge_bw)
-    shortage = nmb % pp
-    extra = (chunks - 1) * (pp - shortage) if shortage else 0
-    bubble = (pp - 1) * chunk + (extra * chunk - reduction)
+    reduction = bubble_reduction_s(s, b.base_fw, b.edge_fw, b.base_bw, b.edge_bw)
+    bubble = compat.pipeline_bubble_s(pp - 1, bubble_extra_chunks(s), chunk, reduction)
 
     windows = None
     if dp is None:
@@ -191,7 +189,7 @@ def iteration(s, k, *, fw_pp: Value, bw_pp: Value, fw_off_s: Value, bw_off_s: Va
             dp_exposed = without
 
     if compat.applies(compat.edge_tile_message):  # the edge block runs the base block's tiles
-        forward, backward, recompute = mult * k.fw_s, mult * k.ag_s + mult * k.wg_s, mult * k.re_s
+        forward, backward, recompute = mult * k.fw_s, compat.backward_s(mult, k.ag_s, k.wg_s), mult * k.re_s
     else:
         forward = chunk_sum(k.fw_s, k.fw_s_edge)
         backward = chunk_sum(k.ag_s + k.wg_s, k.ag_s_edge + k.wg_s_edge)

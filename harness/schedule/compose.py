@@ -19,7 +19,10 @@ Rules (per first pipeline stage, which is the fullest and the slowest):
 - the total is the sum of the components (``harness.vocabulary.COMPONENTS``).
 
 The arithmetic forms (order of summation, grouping of products) are
-Calculon 0.1.0's, named in :mod:`harness.calculon_compat`.
+Calculon 0.1.0's, named in :mod:`harness.calculon_compat`. The projection's
+closed forms (:mod:`harness.schedule.calculon_forms`) compose the same way
+through the same rules and share the bubble's terms defined here
+(:func:`bubble_extra_chunks`, :func:`bubble_reduction_s`, :func:`chunk_path_s`).
 """
 
 from __future__ import annotations
@@ -53,6 +56,27 @@ class Composition:
     chunks: ChunkTimes
 
 
+def bubble_extra_chunks(s: Schedule) -> int:
+    """Chunk times the interleaved bubble adds when PP does not divide the microbatches:
+    ``(interleaving - 1) x (PP - microbatches mod PP)`` (the stages left without a microbatch of the last
+    round wait that many chunks each), 0 when it does."""
+    shortage = s.microbatches % s.pipeline_parallel
+    return (s.chunks_per_stage - 1) * (s.pipeline_parallel - shortage) if shortage else 0
+
+
+def bubble_reduction_s(s: Schedule, base_forward_s, edge_forward_s, base_backward_s, edge_backward_s):
+    """The work of the ``bubble_reduction_blocks`` blocks the uneven stages lack: half a base and half an
+    edge block each, or an edge block when chunks have no base block (floats, or arrays of variants)."""
+    if s.base_blocks_per_chunk > 0:
+        return s.bubble_reduction_blocks * (base_forward_s + edge_forward_s + base_backward_s + edge_backward_s) / 2
+    return s.bubble_reduction_blocks * (edge_forward_s + edge_backward_s)
+
+
+def chunk_path_s(s: Schedule, base_s, edge_s):
+    """One chunk's critical path from a base and an edge block's time: ``base blocks x base + edge x edge``."""
+    return s.base_blocks_per_chunk * base_s + s.edge_blocks_per_chunk * edge_s
+
+
 def chunk_times(s: Schedule, b: BlockTimes) -> ChunkTimes:
     base_fw = b.forward_s + b.tp_forward_base_s
     edge_fw = b.forward_s + b.tp_forward_edge_s + b.pp_forward_s
@@ -60,17 +84,9 @@ def chunk_times(s: Schedule, b: BlockTimes) -> ChunkTimes:
                                       b.tp_backward_base_s)
     edge_bw = compat.block_backward_s(b.recompute_s, b.recomm_edge_s, b.activation_grad_s, b.weight_grad_s,
                                       b.tp_backward_edge_s) + b.pp_backward_s
-    if s.base_blocks_per_chunk > 0:
-        reduction = s.bubble_reduction_blocks * (base_fw + edge_fw + base_bw + edge_bw) / 2
-    else:
-        reduction = s.bubble_reduction_blocks * (edge_fw + edge_bw)
-    shortage = s.microbatches % s.pipeline_parallel
-    extra = (s.chunks_per_stage - 1) * (s.pipeline_parallel - shortage) if shortage else 0
     return ChunkTimes(
-        base_fw, edge_fw, base_bw, edge_bw,
-        s.base_blocks_per_chunk * base_fw + s.edge_blocks_per_chunk * edge_fw,
-        s.base_blocks_per_chunk * base_bw + s.edge_blocks_per_chunk * edge_bw,
-        s.pipeline_parallel - 1, extra, reduction,
+        base_fw, edge_fw, base_bw, edge_bw, chunk_path_s(s, base_fw, edge_fw), chunk_path_s(s, base_bw, edge_bw),
+        s.pipeline_parallel - 1, bubble_extra_chunks(s), bubble_reduction_s(s, base_fw, edge_fw, base_bw, edge_bw),
     )
 
 

@@ -226,13 +226,13 @@ def block_sums(tasks: tuple, training: bool, b: int, tp_tier: int, tp_tiles: int
             continue
         cost = pricer.task(task).passes
         fw, ag, wg, opt = cost["forward"], cost["activation_grad"], cost["weight_grad"], cost["optimizer"]
-        kind = task.primitive
+        kind = task.exchange  # what the task's shape is: compute, a collective, or a GEMM tiled against one
         again = resent.get(task.name)
-        if kind == "overlapped_linear":
+        if kind == "tiled":
             msgs = task.messages
             fw_s, fw_s_edge, fw_base, fw_edge, fw_exp_base, fw_exp_edge, k.tp_req = tiles.gemm_pass(
                 fw, msgs.forward_base, msgs.forward_edge, b, k.tp_req)
-        elif kind == "tp_collective":
+        elif kind == "collective":
             fw_s, fw_s_edge, fw_base, fw_edge, fw_exp_base, fw_exp_edge = _collective_pass(fw)
         else:
             fw_s = fw_s_edge = fw.processing_s
@@ -254,7 +254,7 @@ def block_sums(tasks: tuple, training: bool, b: int, tp_tier: int, tp_tiles: int
             k.re_s += fw_s
             k.re_s_edge += fw_s_edge
         reduces = compat.resent_reduces()
-        if kind == "overlapped_linear" and again is not None:
+        if kind == "tiled" and again is not None:
             tiled = compat.weight_grad_tiled(task.name in recomputed)
             redo_base = tiles.net(again.messages.forward_base, b, reduces)
             redo_edge = tiles.net(compat.edge_tile_message(again.messages.forward_base, again.messages.forward_edge),
@@ -264,7 +264,7 @@ def block_sums(tasks: tuple, training: bool, b: int, tp_tier: int, tp_tiles: int
             tiled_exp_base = tiles.time(redo_pass, redo_base)[1]
             tiled_exp_edge = tiles.time(redo_pass, redo_edge)[1]
         if again is not None:
-            if kind == "overlapped_linear":
+            if kind == "tiled":
                 r_base = tiles.net(again.messages.forward_base, b, reduces)
                 r_edge = tiles.net(again.messages.forward_edge, b, reduces)
                 r_exp_base = compat.recommunication_exposed(fw_exp_base, tiled_exp_base)
@@ -277,14 +277,14 @@ def block_sums(tasks: tuple, training: bool, b: int, tp_tier: int, tp_tiles: int
             k.recomm_edge += r_edge
             k.recomm_exp_base += r_exp_base
             k.recomm_exp_edge += r_exp_edge
-        if kind == "overlapped_linear":
+        if kind == "tiled":
             msgs = task.messages
             ag_s, ag_s_edge, ag_base, ag_edge, ag_exp_base, ag_exp_edge, k.tp_req = tiles.gemm_pass(
                 ag, msgs.backward_base, msgs.backward_edge, b, k.tp_req)
             redo = redo_base if again is not None and tiled else 0
             wg_s, _ = tiles.time(wg, redo)
             wg_s_edge = tiles.time(wg, redo_edge if again is not None and tiled else 0)[0]
-        elif kind == "tp_collective":
+        elif kind == "collective":
             ag_s, ag_s_edge, ag_base, ag_edge, ag_exp_base, ag_exp_edge = _collective_pass(ag)
             wg_s = wg_s_edge = 0
         else:

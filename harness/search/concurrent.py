@@ -7,9 +7,10 @@ ConcretePlanIR costs about 10 ms; the projection reads little of it. What
 the search shares, per plan (one lowering key and TP overlap mode):
 
 - the per-block sums (:func:`harness.schedule.projection.block_sums`), once
-  per TP tier: they depend on the plan, the TP tier, the tiles and pipe, not
-  on DP overlap, offload or the PP and DP tiers; a :class:`TierPricer`
-  prices the plan's TP messages on the tier (the plan is lowered with tier 0);
+  per TP tier: they depend on the plan, the tiers of the groups its tasks'
+  messages span (the tensor group), the tiles and pipe, not on DP overlap,
+  offload or the PP and DP tiers; a :class:`TierPricer` prices the plan's
+  task messages on their group's tier (the plan is lowered with tier 0);
 - the offload transfer sizes and the memory tiers of each offload choice
   (:func:`harness.passes.concretize.offload_transfer_bytes`,
   :meth:`TransformerConcretize.buffers`, :func:`harness.ir.concrete.tier_total_bytes`);
@@ -35,21 +36,26 @@ import numpy as np
 from harness.cost.accumulation import accumulation_s
 from harness.cost.output_layer import per_microbatch_s
 from harness.cost.views import Pricer, TaskCost
+from harness.ir import mesh
 from harness.ir.concrete import tier_total_bytes
+from harness.ir.distributed import OverlappedLinearShape
 from harness.ir.model import ModelIR, Offload
 from harness.ir.portable import Message, PlanTask, PortablePlanIR
 from harness.passes.concretize import TransformerConcretize, offload_transfer_bytes
 from harness.schedule import calculon_forms as forms
 from harness.schedule.memory import BlockMemory, StageMemory
-from harness.search.placement import with_tp_messages
+from harness.search.placement import with_messages
+from harness.search.space import PLACED_DIMENSIONS
 
 
 class TierPricer:
-    """A pricer whose messages travel on one network tier (every message the block sums price is a TP one)."""
+    """A pricer whose task messages travel on the tiers ``tiers`` gives their group's dimensions (the
+    highest of them: :func:`harness.ir.mesh.group_tier_of` with every dimension of the group sending, as
+    the plan names groups). A task whose group has a dimension without a tier here is an error."""
 
-    def __init__(self, pricer: Pricer, tier: int) -> None:
+    def __init__(self, pricer: Pricer, tiers: dict[str, int]) -> None:
         self._pricer = pricer
-        self._tier = tier
+        self._tiers = tiers
         self.profile = pricer.profile
         self.view = pricer.view
         self.roofline = pricer.roofline
@@ -59,9 +65,13 @@ class TierPricer:
         self._tasks: dict[int, tuple[PlanTask, TaskCost]] = {}
 
     def message_s(self, message: Message | None) -> float:
+        """A message of a tiled task (the projection's overlapped linears: their group is
+        ``OverlappedLinearShape.GROUP``) on that group's tier."""
         if message is None:
             return 0.0
-        return self._pricer.message_on_tier_s(message, self._tier)
+        spans = OverlappedLinearShape.GROUP
+        return self._pricer.message_on_tier_s(message, mesh.group_tier_of(dict.fromkeys(spans, 2), self._tiers,
+                                                                          spans))
 
     def task(self, task: PlanTask) -> TaskCost:
         cost = self._pricer.task(task)
@@ -71,7 +81,13 @@ class TierPricer:
         hit = self._tasks.get(id(task))
         if hit is not None and hit[0] is task:
             return hit[1]
-        out = with_tp_messages(cost, msgs, self.message_s)
+        spans = msgs.spans
+        tier = mesh.group_tier_of(dict.fromkeys(spans, 2), self._tiers, spans)
+
+        def price(message: Message | None) -> float:
+            return 0.0 if message is None else self._pricer.message_on_tier_s(message, tier)
+
+        out = with_messages(cost, msgs, price)
         self._tasks[id(task)] = (task, out)
         return out
 
@@ -94,7 +110,13 @@ class Variants:
         n = len(placements)
         opts = np.repeat(np.array(options, dtype=bool).reshape(-1, 4), n, axis=0)
         tiers = np.tile(placements, (len(options), 1))
-        return cls(tiers[:, 0], tiers[:, 1], tiers[:, 2], opts[:, 0], opts[:, 1], opts[:, 2], opts[:, 3])
+        column = {d: tiers[:, i] for i, d in enumerate(PLACED_DIMENSIONS)}
+        return cls(column["tensor"], column["pipeline"], column["data"], opts[:, 0], opts[:, 1], opts[:, 2],
+                   opts[:, 3])
+
+    def tiers(self) -> dict[str, np.ndarray]:
+        """The tier of each placed dimension, per variant."""
+        return {"tensor": self.tensor, "pipeline": self.pipeline, "data": self.data}
 
 
 def offload_memory(plan: PortablePlanIR, block: BlockMemory, stage: StageMemory,
@@ -118,7 +140,11 @@ def project(plan: PortablePlanIR, block: BlockMemory, pricer: Pricer, sums: list
     :class:`TierPricer` of that tier, with the plan's TP overlap tiles and mode).
     """
     s = plan.schedule
-    tn, pn, dn = variants.tensor, variants.pipeline, variants.data
+    sizes = {use.dimension: use.group_size for use in plan.network_use}
+    tiers = variants.tiers()
+    tn = variants.tensor  # the block sums are per tensor tier (their messages span the tensor group)
+    pn = mesh.group_tier_of(sizes, tiers, plan.pipeline.spans)
+    dn = mesh.group_tier_of(sizes, tiers, plan.data_parallel.spans) if plan.data_parallel is not None else None
 
     class K:  # the block sums of each variant's TP tier
         pass
@@ -149,10 +175,10 @@ def project(plan: PortablePlanIR, block: BlockMemory, pricer: Pricer, sums: list
     if plan.data_parallel is not None:
         sync = []
         for t in range(networks):
-            bdt = 0
+            block_sync_s = 0
             for message in plan.data_parallel.messages:
-                bdt += pricer.message_on_tier_s(message, t)
-            sync.append(bdt)
+                block_sync_s += pricer.message_on_tier_s(message, t)
+            sync.append(block_sync_s)
         dp = forms.DataParallelSync(
             block_s=by_tier(sync, dn), processor_usage=by_tier([n.processor_usage for n in pricer.profile.networks],
                                                                dn),

@@ -156,8 +156,7 @@ class _Plan:
         if problems:
             key.invalid = f"{problems[0][0]}: {problems[0][1]}"
             return key
-        key.family = (g.tp, g.pp, g.dp, g.batch, g.recompute, g.optimizer_sharding, g.tp_comm,
-                      inner.seq_par_ag_redo, inner.fused_activation, microbatch, inner.tp_overlap != "none")
+        key.family = TransformerPlanWork.lowering_key(execution)
         shared = context.lowerings.get(key.family)
         try:
             if shared is None:
@@ -254,9 +253,10 @@ class Context:
         self.block_sums: dict[tuple, list] = {}
 
     def tier_pricer(self, tier: int) -> TierPricer:
+        """The pricer of a plan's task messages with the tensor group on ``tier`` (the block sums' tier)."""
         pricer = self._tier_pricers.get(tier)
         if pricer is None:
-            pricer = self._tier_pricers[tier] = TierPricer(self.pricer, tier)
+            pricer = self._tier_pricers[tier] = TierPricer(self.pricer, {"tensor": tier})
         return pricer
 
     def forget(self) -> None:

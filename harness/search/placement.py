@@ -1,11 +1,14 @@
 """Price one PortablePlanIR on many network-tier placements at once.
 
 A plan's messages carry the tier of the layout it was lowered with; network
-placement changes nothing else in the plan. :class:`PlacementPricer` has the
-interface :func:`harness.estimate.cost_view` needs (``task``, ``message_s``,
+placement changes nothing else in the plan. A placement is one tier per
+dimension the search places (:data:`harness.search.space.PLACED_DIMENSIONS`,
+its columns). :class:`PlacementPricer` has the interface
+:func:`harness.estimate.cost_view` needs (``task``, ``message_s``,
 ``boundary_s``, ``work``) and returns every network time as a numpy array over
-the placements (the message priced on the tier its dimension has in each
-placement, through the pricer's own ``message_s`` and ``boundary_s``);
+the placements (a message priced on the tier its group has in each placement,
+:func:`harness.ir.mesh.group_tier_of`, through the pricer's own ``message_s``
+and ``boundary_s``);
 compute and memory times stay scalars. ``block_times`` and ``compose`` then run unchanged:
 their arithmetic is elementwise (IEEE double, no fused operations), so element
 ``i`` of every result is bit-identical to the scalar estimate of placement
@@ -25,12 +28,15 @@ from typing import Any, Callable
 import numpy as np
 
 from harness.cost.views import PassCost, Pricer, TaskCost
+from harness.ir import mesh
 from harness.ir.portable import Message, PlanTask, PortablePlanIR, TaskMessages
+from harness.search.space import PLACED_DIMENSIONS
 
 
-def with_tp_messages(cost: TaskCost, messages: TaskMessages, price: Callable[[Message | None], Any]) -> TaskCost:
-    """``cost`` with the network times of its TP messages (forward and activation-gradient passes, base and
-    edge block) priced by ``price`` instead: the task priced on another TP tier, or on every placement."""
+def with_messages(cost: TaskCost, messages: TaskMessages, price: Callable[[Message | None], Any]) -> TaskCost:
+    """``cost`` with the network times of its messages (forward and activation-gradient passes, base and
+    edge block) priced by ``price`` instead: the task priced with its group on another tier, or on every
+    placement."""
     fw, bw = cost.passes["forward"], cost.passes["activation_grad"]
     passes = dict(cost.passes)
     passes["forward"] = PassCost(fw.compute_s, fw.memory_s, fw.processing_s, price(messages.forward_base),
@@ -41,18 +47,26 @@ def with_tp_messages(cost: TaskCost, messages: TaskMessages, price: Callable[[Me
 
 
 class PlacementPricer:
-    """Prices ``plan`` on ``placements`` ((TP, PP, DP) tier triples)."""
+    """Prices ``plan`` on ``placements`` (one row per placement, one tier per placed dimension)."""
 
     def __init__(self, pricer: Pricer, plan: PortablePlanIR, placements: np.ndarray, networks: int) -> None:
         self._pricer = pricer
         self.profile, self.view, self.work = pricer.profile, pricer.view, pricer.work
         self._networks = networks
-        self._tensor, self._pipeline, self._data = placements[:, 0], placements[:, 1], placements[:, 2]
+        self._tiers = {d: placements[:, i] for i, d in enumerate(PLACED_DIMENSIONS)}
+        self._sizes = {use.dimension: use.group_size for use in plan.network_use}
+        self._tensor, self._pipeline = self._tiers["tensor"], self._tiers["pipeline"]
         p = plan.pipeline
-        self._dimension = {id(m): self._pipeline for m in (p.forward, p.backward) if m is not None}
+        pipeline = self.group_tiers(p.spans)
+        self._dimension = {id(m): pipeline for m in (p.forward, p.backward) if m is not None}
         if plan.data_parallel is not None:
-            self._dimension.update({id(m): self._data for m in plan.data_parallel.messages})
+            data = self.group_tiers(plan.data_parallel.spans)
+            self._dimension.update({id(m): data for m in plan.data_parallel.messages})
         self._tasks: dict[int, TaskCost] = {}
+
+    def group_tiers(self, spans: mesh.Group) -> np.ndarray:
+        """The tier a message of the group travels on, per placement."""
+        return mesh.group_tier_of(self._sizes, self._tiers, spans)
 
     def _on_tiers(self, message: Message | None, tiers: np.ndarray) -> np.ndarray | float:
         if message is None:
@@ -77,18 +91,20 @@ class PlacementPricer:
             price = prices.get((tensor, pipeline))
             if price is None:
                 placed = plan.trusted_replace(network_use=tuple(
-                    u.trusted_replace(network_tier=tensor) if u.dimension == "tensor" else u for u in plan.network_use))
+                    u.trusted_replace(network_tier=tensor) if u.dimension == "tensor" else u
+                    for u in plan.network_use))
                 price = prices[(tensor, pipeline)] = self._pricer.boundary_s(
                     message.trusted_replace(network_tier=pipeline), placed)
             out[i] = price
         return out
 
     def task(self, task: PlanTask) -> TaskCost:
-        """The scalar task cost, with TP message times per placement."""
+        """The scalar task cost, with its message times per placement (on its group's tiers)."""
         cost = self._pricer.task(task)
         if task.messages is None:
             return cost
-        return with_tp_messages(cost, task.messages, lambda message: self._on_tiers(message, self._tensor))
+        tiers = self.group_tiers(task.messages.spans)
+        return with_messages(cost, task.messages, lambda message: self._on_tiers(message, tiers))
 
 
 class ZeroNetworkPricer:

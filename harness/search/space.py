@@ -150,11 +150,16 @@ def inner_choices(group: Group, options: SpaceOptions, has_tier2: bool) -> list[
                                                             options.fused_activation)]
 
 
-def tier_placements(group: Group, networks: int) -> list[tuple[int, int, int]]:
-    """(TP, PP, DP) network tiers in Calculon's order (tier 0 for a dimension of size 1)."""
+#: The parallel dimensions the search places on network tiers: the columns of a placement, in this order.
+PLACED_DIMENSIONS = ("tensor", "pipeline", "data")
+
+
+def tier_placements(group: Group, networks: int) -> list[tuple[int, ...]]:
+    """One network tier per :data:`PLACED_DIMENSIONS` in Calculon's order (tier 0 for a dimension of size 1)."""
     def tiers(size: int) -> range:
         return range(networks) if size > 1 else range(1)
-    return list(itertools.product(tiers(group.tp), tiers(group.pp), tiers(group.dp)))
+    sizes = {"tensor": group.tp, "pipeline": group.pp, "data": group.dp}
+    return list(itertools.product(*(tiers(sizes[d]) for d in PLACED_DIMENSIONS)))
 
 
 @dataclasses.dataclass(frozen=True)
