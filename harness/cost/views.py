@@ -212,20 +212,20 @@ class Pricer:
     def __init__(self, profile: EvidenceProfile, view: CostView, datatype: str) -> None:
         self.profile = profile
         self.view = view
+        self.datatype = datatype
         self.matrix = self._engine(profile.matrix, "matrix", datatype)
         self.vector = self._engine(profile.vector, "vector", datatype)
         self.roofline = profile.processing_mode == "roofline"
-        self._where = where = f"evidence profile {profile.name}"
-        # engine -> (peak FLOP/s, applied operation-size curve or None, (source, field) for errors)
-        self._engines = {
-            engine: (spec.peak_flops_per_s, spec.operation_size_efficiency if engine in view.curves else None,
-                     (where, f"{engine}.{datatype}.operation_size_efficiency"))
-            for engine, spec in (("matrix", self.matrix), ("vector", self.vector))
-        }
+        self._where = f"evidence profile {profile.name}"
+        # engine -> (peak FLOP/s, applied operation-size curve or None, (source, field) for errors), for the
+        # pricer's datatype; (engine, datatype) -> the same for a work that states its own (resolved when met)
+        self._engines = {engine: self._resolved(engine, spec, datatype)
+                         for engine, spec in (("matrix", self.matrix), ("vector", self.vector))}
+        self._typed_engines: dict[tuple[str, str], tuple] = {}
         tier = profile.memory_tier1
         self._memory = (tier.bandwidth_bytes_per_s,
                         tier.transfer_size_efficiency if "memory" in view.curves else None,
-                        (where, "memory_tier1.transfer_size_efficiency"))
+                        (self._where, "memory_tier1.transfer_size_efficiency"))
         self._network_curves = "network" in view.curves
         launch = profile.launch if "launch" in view.curves else None
         # engine -> host issue time of one operation (0: family launch not applied)
@@ -245,10 +245,23 @@ class Pricer:
                                 f"no {datatype} engine (has {sorted(engines)})")
         return engines[datatype]
 
-    def compute_s(self, operations: float, engine: str) -> float:
+    def _resolved(self, engine: str, spec: ComputeEngine, datatype: str) -> tuple:
+        return (spec.peak_flops_per_s, spec.operation_size_efficiency if engine in self.view.curves else None,
+                (self._where, f"{engine}.{datatype}.operation_size_efficiency"))
+
+    def compute_s(self, operations: float, engine: str, datatype: str | None = None) -> float:
+        """Time of ``operations`` on ``engine`` in ``datatype`` (None: the pricer's datatype)."""
         if operations == 0:
             return 0.0
-        peak, curve, what = self._engines[engine]
+        if datatype is None or datatype == self.datatype:
+            peak, curve, what = self._engines[engine]
+        else:
+            resolved = self._typed_engines.get((engine, datatype))
+            if resolved is None:
+                engines = self.profile.matrix if engine == "matrix" else self.profile.vector
+                resolved = self._typed_engines[(engine, datatype)] = self._resolved(
+                    engine, self._engine(engines, engine, datatype), datatype)
+            peak, curve, what = resolved
         eff = 1.0 if curve is None else curve.efficiency(operations, *what)
         return operations / (peak * eff)
 
@@ -282,7 +295,7 @@ class Pricer:
         operations, read, written = work.operations, work.bytes_read, work.bytes_written
         if operations == 0 and read == 0 and written == 0:
             return ZERO
-        compute = self.compute_s(operations, "vector" if optimizer else work.engine)
+        compute = self.compute_s(operations, "vector" if optimizer else work.engine, work.datatype)
         memory = self.memory_s(read + written)
         processing = max(compute, memory) if self.roofline else compute + memory
         issue = self._issue_s[work.engine]
