@@ -26,7 +26,7 @@ from harness import calculon_compat as compat
 from harness.cases import EstimateInput
 from harness.cost.accumulation import accumulation_s
 from harness.cost.output_layer import per_microbatch_s
-from harness.cost.views import COST_VIEWS, CostView, Pricer, clear_pricers, pricer_for
+from harness.cost.views import COST_VIEWS, CostView, PlanPricer, clear_pricers, pricer_for
 from harness.errors import InputError
 from harness.evidence.profile import EvidenceProfile, load_profile
 from harness.ir.base import Frozen
@@ -196,7 +196,7 @@ def check_tiers(data: EstimateInput, profile: EvidenceProfile, source: str) -> N
 
 
 def cost_view(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView, *,
-              model: ModelIR | None = None, pricer: Pricer | None = None) -> tuple[BlockTimes, Composition]:
+              model: ModelIR | None = None, pricer: PlanPricer | None = None) -> tuple[BlockTimes, Composition]:
     """Block critical paths and the composed iteration under one view.
 
     The plan's output tasks (a model that states its vocabulary), or those of
@@ -206,10 +206,11 @@ def cost_view(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView, *,
     microbatch (:mod:`harness.cost.output_layer`); the unfused gradient
     accumulation (family ``gradient_accumulation``) to backward and the
     bubble (:mod:`harness.cost.accumulation`).
-    ``pricer`` replaces the view's shared pricer: anything with ``task``,
-    ``message_s`` and ``work`` (the search passes one that prices every tier
-    placement at once, as arrays; the arithmetic here is elementwise, so each
-    element is bit-identical to the scalar estimate of that placement).
+    ``pricer`` replaces the view's shared pricer: any
+    :class:`~harness.cost.views.PlanPricer` (the search passes one that prices
+    every tier placement at once, as arrays; the arithmetic here is
+    elementwise, so each element is bit-identical to the scalar estimate of
+    that placement).
     """
     pricer = pricer_for(profile, view, plan.datatype) if pricer is None else pricer
     costs = tuple(map(pricer.task, plan.tasks))
