@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from harness.errors import InputError, UnsupportedFeatureError
 from harness.inputs import Document, read_yaml, validate
@@ -67,12 +67,27 @@ class CaseFile(StrictInput):
         return EstimateInput(model=self.model, execution=self.execution, system=self.system)
 
 
+def case_has_field(case_path: str) -> bool:
+    """Whether the case format has ``model.X`` / ``execution.X[.Y]`` (read from the case models): the importers
+    of other formats (measured runs, Hugging Face configs) ask it before setting an optional feature, so a
+    field that lands under its agreed name is picked up without a change to them."""
+    section, *rest = case_path.split(".")
+    model: type[BaseModel] | None = {"model": TransformerShape, "execution": ExecutionLayout}.get(section)
+    for key in rest:
+        if model is None or key not in model.model_fields:
+            return False
+        annotation = model.model_fields[key].annotation
+        model = annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+    return bool(rest)
+
+
 def validate_input(source: str, data: EstimateInput | CaseFile) -> None:
     """Raise the first semantic problem of a parsed input as an InputError."""
-    unsupported = unsupported_features(data.execution)
-    if unsupported:
-        raise UnsupportedFeatureError(source, unsupported[0])
     problems = layout_problems(data.model, data.execution)
+    if not problems:
+        unsupported = unsupported_features(data.model, data.execution)
+        if unsupported:
+            raise UnsupportedFeatureError(source, *unsupported[0])
     if problems:
         field, message = problems[0]
         raise InputError(source, field, message)

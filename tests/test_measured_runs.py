@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import copy
 import json
-import typing
 
 import pytest
 from pydantic import BaseModel
 
-from harness.measurements import runs as runs_module
-from harness.measurements.runs import ROW_FIELDS, STACKS, Stack, case_has_field, run_case
+from harness.cases import case_has_field
+from harness.measurements.runs import ROW_FIELDS, STACKS, Stack, run_case
 from harness.measurements.runs_estimate import RowResult, estimate_runs, family, summary
 from harness.measurements.runs_schema import MeasuredRun, read_runs
 from tests.conftest import one_error_line, run_cli, shared_reference
@@ -269,3 +268,25 @@ def test_duplicate_ids_and_missing_system_are_errors(tmp_path, capsys):
 def test_the_shared_rows_read():
     rows = read_runs(shared_reference("measurements/modern/runs-train.json"))
     assert len(rows) == 142
+
+
+def test_evidence_import_runs_writes_the_rows_of_one_gpu_as_iteration_records(plain_stack, tmp_path, capsys):
+    rows = _write_runs(tmp_path, [gpt_row(), gpt_row(id="fsdp", parallel__fsdp=True),
+                                  gpt_row(id="b200", system__gpu="b200", measured__iteration_s=9.5)])
+    out = tmp_path / "corpus.jsonl"
+    status, printed, err = run_cli(capsys, "evidence", "import", "runs", rows, "--gpu", "h100_sxm_80g",
+                                   "--output", out)
+    assert status == 0, err
+    assert "1 iteration records" in printed and "left out 1: parallel.fsdp" in printed
+    assert "left out 1: other GPU" in printed
+    from harness.measurements.corpus import read_corpus
+
+    corpus = read_corpus(out)
+    (record,) = corpus.records
+    assert record.id == "runs.json:rows.0" and record.measured_iteration_s == 20.0
+    assert (record.model.hidden, record.model.blocks, record.model.vocabulary) == (12288, 96, 51200)
+    e = record.execution
+    assert (e.tensor_parallel, e.pipeline_parallel, e.data_parallel, e.tp_overlap) == (8, 8, 2, "ring")
+    assert corpus.header.name == "runs-h100_sxm_80g"
+    status, printed, err = run_cli(capsys, "evidence", "import", "runs", rows, "--gpu", "gb200", "--output", out)
+    one_error_line(status, err, rows, "rows", "other GPU 3")

@@ -2,6 +2,8 @@
 
 - ``evidence import vtrain CSV... --output CORPUS.jsonl``: the vTrain CSVs as
   a measurement corpus (iteration records);
+- ``evidence import runs ROWS.json --gpu GPU --output CORPUS.jsonl``: the rows of one GPU of a
+  measured-runs file as iteration records (:mod:`harness.measurements.runs_corpus`);
 - ``evidence import korthikanti --table4 JSON [--cases DIR] --output
   CORPUS.jsonl``: Korthikanti et al. Table 4 (layer passes) and Table 5 (the
   cases' paper values, iteration records);
@@ -61,6 +63,12 @@ def register(sub) -> None:
     k.add_argument("--output", type=Path, required=True, metavar="CORPUS.jsonl",
                    help="measurement corpus to write (JSON lines)")
     k.set_defaults(func=run_import_korthikanti)
+    r = kinds.add_parser("runs", help="measured runs (blueprinting.measured-runs.v0) of one GPU as iteration records")
+    r.add_argument("runs", type=Path, metavar="ROWS.json")
+    r.add_argument("--gpu", required=True, help="the rows of this system.gpu (e.g. h100_sxm_80g, b200, gb200)")
+    r.add_argument("--name", help="corpus name (default: runs-<gpu>)")
+    r.add_argument("--output", type=Path, required=True, metavar="CORPUS.jsonl")
+    r.set_defaults(func=run_import_runs)
     n = kinds.add_parser("nccl-tests", help="nccl-tests *_perf tables -> collective sweeps (network curves)")
     n.add_argument("files", nargs="+", type=Path, metavar="FILE", help="nccl-tests output files (*_perf tables)")
     n.add_argument("--tier", type=int, required=True, metavar="N", help="network tier the processors share")
@@ -136,9 +144,10 @@ def _combine_option(parser) -> None:
 
 def _name(value: str, option: str) -> str:
     from harness.evidence.profile import PROFILE_NAME
+    from harness.names import PROFILE_NAME_RULE
 
     if not PROFILE_NAME.fullmatch(value):
-        raise InputError("<command line>", option, f"{value!r} is not a name (letters, digits, '_', '.', '-')")
+        raise InputError("<command line>", option, f"{value!r} is not a profile name ({PROFILE_NAME_RULE})")
     return value
 
 
@@ -177,6 +186,24 @@ def run_import_korthikanti(args) -> int:
     records = import_table4(args.table4) + (import_table5(args.cases) if args.cases else [])
     write_corpus(args.output, header(), records)
     print(f"{len(records)} records -> {args.output}")
+    return 0
+
+
+def run_import_runs(args) -> int:
+    from harness.measurements.corpus import write_corpus
+    from harness.measurements.runs_corpus import header, import_runs
+    from harness.measurements.runs_schema import read_runs
+    from harness.outputs import check_output, data_files
+
+    check_output(args.output, inputs=[args.runs, *data_files()])
+    name = _name(args.name or f"runs-{args.gpu}", "--name")
+    runs = read_runs(args.runs)
+    records, left_out = import_runs(args.runs, runs, args.gpu)
+    write_corpus(args.output, header(args.runs, args.gpu, [r for r in runs if r.system.gpu == args.gpu], name),
+                 records)
+    print(f"{len(records)} iteration records -> {args.output}")
+    for reason, count in left_out.most_common():
+        print(f"  left out {count}: {reason}")
     return 0
 
 
@@ -242,7 +269,8 @@ def run_import_nccl(args) -> int:
             print(f"  {sweep.id}: {sweep.collective}, {sweep.participants} participants, {len(curve.points)} points, "
                   f"efficiency {min(effs):.3f} .. {max(effs):.3f} of "
                   f"{base.networks[args.tier].bandwidth_bytes_per_s:g} B/s")
-        write_text(args.profile_output, dump_profile(profile), option="--profile-output", replaces_data=("evidence",))
+        write_text(args.profile_output, dump_profile(profile), option="--profile-output", replaces_data=("evidence",),
+                   exclusive=not args.replace)
         print(f"profile {profile.name} (revision {profile.revision()[:12]}) -> {args.profile_output}")
     return 0
 
@@ -281,7 +309,7 @@ def run_fit(args) -> int:
                                     combine=args.combine_sweeps)
     except FitRefused as refused:
         return _refused(refused)
-    write_text(args.output, dump_profile(revision.profile), replaces_data=("evidence",))
+    write_text(args.output, dump_profile(revision.profile), replaces_data=("evidence",), exclusive=not args.replace)
     print(f"{name}: revision {revision.profile.revision()} -> {args.output}")
     print(f"  {revision.result.evaluations} evaluations, {revision.result.status}; evaluator vs estimate path "
           f"{revision.evaluator_rel:.1e}")
@@ -318,7 +346,7 @@ def run_derive(args) -> int:
     _check_new_profile(args.output, "--output", args.replace)
     source = load_profile(args.source, referrer="<command line>", field="--from")
     profile = derive_profile(source, args.without, name, args.reason)
-    write_text(args.output, dump_profile(profile), replaces_data=("evidence",))
+    write_text(args.output, dump_profile(profile), replaces_data=("evidence",), exclusive=not args.replace)
     print(f"{name}: revision {profile.revision()} -> {args.output}")
     print(f"  {source.name} (revision {source.revision()[:12]}) without {', '.join(args.without)}")
     return 0

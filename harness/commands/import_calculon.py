@@ -1,4 +1,5 @@
-"""``harness import calculon --model M.json --execution E.json --system NAME [-o CASE.yaml]``.
+"""``harness import calculon --model M.json --execution E.json --system NAME [-o CASE.yaml]`` (and
+``harness import hf``: :mod:`harness.commands.import_hf`).
 
 Turns Calculon 0.1.0 inputs into a case YAML (schema ``blueprinting.case.v0``).
 
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.cases import EstimateInput
+from harness.commands import import_hf
 from harness.errors import EvidenceError, InputError
 from harness.estimate import check_tiers
 from harness.evidence.profile import check_profile_name, load_profile
@@ -46,6 +48,7 @@ def register(sub) -> None:
     c.add_argument("--id", dest="case_id", help="case id (default: from the file names)")
     c.add_argument("--oracle-record", help="vendored Calculon record id for the comparison section")
     c.set_defaults(func=run)
+    import_hf.register(isub)
 
 
 def _read_json(path: Path) -> Any:

@@ -90,6 +90,8 @@ class _Builder:
         size = work.bytes_read + work.bytes_written
         if coefficient == 0 or (work.operations == 0 and size == 0):
             return
+        if work.datatype is not None:  # the design's arrays price every work at the plan's datatype
+            raise ValueError(f"the fit's design prices one datatype per plan; a work states {work.datatype}")
         self.target.append(target)
         self.coefficient.append(coefficient)
         self.operations.append(work.operations)

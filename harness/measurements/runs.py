@@ -37,9 +37,8 @@ from typing import Any, Callable
 
 from pydantic import BaseModel, ValidationError
 
-from harness.cases import EstimateInput, validate_input
+from harness.cases import EstimateInput, case_has_field, validate_input
 from harness.errors import InputError
-from harness.ir.model import ExecutionLayout, TransformerShape
 from harness.measurements.runs_schema import MeasuredRun
 
 #: Row ``precision`` -> case ``execution.datatype`` for the recipes whose every work runs in one datatype.
@@ -92,18 +91,6 @@ class Draft:
 
     def refuse(self, row_field: str, why: str) -> None:
         self.unsupported.append((row_field, why))
-
-
-def case_has_field(case_path: str) -> bool:
-    """Whether the case format has ``model.X`` / ``execution.X[.Y]`` (read from the case models)."""
-    section, *rest = case_path.split(".")
-    model: type[BaseModel] | None = {"model": TransformerShape, "execution": ExecutionLayout}.get(section)
-    for key in rest:
-        if model is None or key not in model.model_fields:
-            return False
-        annotation = model.model_fields[key].annotation
-        model = annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
-    return True
 
 
 def value_of(run: MeasuredRun, row_field: str) -> Any:

@@ -1,0 +1,84 @@
+"""``harness import hf --config config.json --execution EXEC.yaml --sequence-length S --system NAME [-o CASE.yaml]``.
+
+Turns a Hugging Face ``config.json`` (Llama, Mistral, Qwen2, Qwen3: :mod:`harness.interop.hf_config`)
+and an execution section (a YAML mapping in the case format's ``execution`` fields) into a case YAML.
+
+Rules:
+- every config field is priced, noted (one ``note:`` line on stderr each, and the case file's header
+  comment), or refused: a refusal is one error line naming the config file and field; nothing is
+  written;
+- the id is ``--id``, else ``hf/<model_type>-<blocks>x<hidden>/s<S>`` (never a model name);
+- the execution section is validated as a case's (strict types, the layout rules) and against the
+  evidence profile (network tiers, datatype) before anything is written; the output is atomic.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from harness.cases import EstimateInput, validate_input
+from harness.errors import InputError
+from harness.estimate import check_tiers
+from harness.evidence.profile import check_profile_name, load_profile
+from harness.inputs import read_json, read_yaml, validate
+from harness.interop.case_document import case_text
+from harness.interop.hf_config import model_section, translate_config
+from harness.ir.model import MAX_SEQUENCE, ExecutionLayout, TransformerShape
+from harness.outputs import check_output, data_files, write_text
+
+
+def register(isub) -> None:
+    h = isub.add_parser("hf", help="Hugging Face config.json (Llama, Mistral, Qwen2, Qwen3) + execution -> case YAML")
+    h.add_argument("--config", required=True, type=Path, metavar="config.json", help="Hugging Face model config")
+    h.add_argument("--execution", required=True, type=Path, metavar="EXEC.yaml",
+                   help="the case format's execution section (a YAML mapping)")
+    h.add_argument("--sequence-length", required=True, type=int, metavar="S", help="tokens per sample")
+    h.add_argument("--system", required=True, metavar="NAME", help="evidence profile name (evidence/NAME.yaml)")
+    h.add_argument("-o", "--output", type=Path, metavar="CASE.yaml", help="case file to write (default: stdout)")
+    h.add_argument("--id", dest="case_id", help="case id (default: hf/<model_type>-<blocks>x<hidden>/s<S>)")
+    h.set_defaults(func=run)
+
+
+def translate(config_path: Path, execution_path: Path, sequence_length: int, system: str):
+    """``(input, notes)``: the case input of the two files; an error names the file and field."""
+    check_profile_name(system, "<command line>", "--system")
+    if not 0 < sequence_length <= MAX_SEQUENCE:
+        raise InputError("<command line>", "--sequence-length", f"must be in [1, {MAX_SEQUENCE}], got "
+                                                                f"{sequence_length}")
+    exec_doc = read_yaml(execution_path)
+    source = str(execution_path)
+    what = "a mapping (the case format's execution section)"
+    stated = validate(ExecutionLayout, exec_doc.data, source, document=exec_doc, what=what)  # before the config
+    draft = translate_config(read_json(config_path).data, str(config_path), sequence_length,
+                             getattr(stated, "context_parallel", None) or 1)
+    model, implied_execution = model_section(draft, str(config_path))
+    for name, value in implied_execution.items():
+        if name in exec_doc.data and exec_doc.data[name] != value:
+            raise InputError(source, name, f"{exec_doc.data[name]!r} contradicts the config ({value!r})")
+    execution = validate(ExecutionLayout, {**exec_doc.data, **implied_execution}, source, document=exec_doc,
+                         what=what)
+    shape = validate(TransformerShape, model, str(config_path))
+    data = EstimateInput(model=shape, execution=execution, system=system)
+    validate_input(source, data)
+    check_tiers(data, load_profile(system, referrer="<command line>", field="--system"), source)
+    return data, draft.notes
+
+
+def run(args) -> int:
+    if args.output is not None:
+        check_output(args.output, inputs=[args.config, args.execution, *data_files()])
+    data, notes = translate(args.config, args.execution, args.sequence_length, args.system)
+    config_type = read_json(args.config).data["model_type"]
+    case_id = args.case_id or f"hf/{config_type}-{data.model.blocks}x{data.model.hidden}/s{args.sequence_length}"
+    for note in notes:
+        print(f"note: {args.config}: {note}", file=sys.stderr)
+    header = "\n".join([f"Imported from the Hugging Face config {args.config.name} + {args.execution.name} by "
+                        "`harness import hf`.", *(f"note: {note}" for note in notes)])
+    text = case_text(case_id, data, header)
+    if args.output is None:
+        sys.stdout.write(text)
+        return 0
+    write_text(args.output, text)
+    print(f"wrote case {case_id} to {args.output}", file=sys.stderr)
+    return 0

@@ -1,0 +1,296 @@
+"""A Hugging Face ``config.json`` (Llama, Mistral, Qwen2, Qwen3) as the case's model section: one table.
+
+:data:`CONFIG_FIELDS` names every field the importer knows, with its type and rule; a field it does not
+know is refused by name (never dropped), and so is a ``model_type`` outside :data:`ARCHITECTURES`. The
+mixture-of-experts types of :data:`MIXTURES` (Mixtral, Qwen3-MoE, DeepSeek-V3) are recognised and
+refused naming their expert fields, until the case format holds ``model.moe``.
+
+Rules (each field is one of):
+
+- **priced**: it sets a case field (``hidden_size -> model.hidden``); ``num_key_value_heads`` equal to
+  the heads (or absent) is multi-head and sets nothing; ``head_dim`` absent is hidden / heads;
+- **a feature** of the model that the harness prices only with an optional case field (``kv_heads``,
+  ``mlp``, ``norm``, ``position``, ``qkv_bias``, ``qk_norm``, ``attention_dropout``, ``sliding_window``,
+  ``tied_embeddings``; names agreed in the brief): set when the case format has the field
+  (:func:`harness.cases.case_has_field`), else refused naming the config field and the case field.
+  Implied by the architecture: gated MLP (``hidden_act`` silu -> ``swiglu``, gelu -> ``geglu``),
+  RMSNorm, RoPE, Qwen2's QKV bias, Qwen3's QK-norm;
+- **noted**: accepted, affecting nothing the harness prices, each said in one note line
+  (``rope_scaling`` rescales rotary frequencies; a ``sliding_window`` not shorter than the sequence
+  has no effect; a sequence longer than ``max_position_embeddings``);
+- **ignored**: token ids, initialisation, numerics (``rms_norm_eps``, ``rope_theta``), storage dtype
+  (the precision is the execution section's), library versions: listed once in a note;
+- **refused**: a value no case field holds (``mlp_bias`` or Llama/Qwen3 ``attention_bias`` true: the
+  output projection's bias; Qwen ``use_sliding_window`` true: windows on some layers only; a sliding
+  window under context parallelism).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+from harness.cases import case_has_field
+from harness.errors import InputError
+
+
+@dataclasses.dataclass(frozen=True)
+class Architecture:
+    """A dense decoder family: its ``architectures`` name and what it implies beyond its config fields."""
+
+    architecture: str
+    implied: tuple[tuple[str, Any], ...] = ()  # case fields every model of the family has
+    windowed_by_flag: bool = False  # sliding_window applies only with use_sliding_window (Qwen)
+
+
+COMMON_IMPLIED = (("model.norm", "rmsnorm"), ("model.position", "rope"))
+ARCHITECTURES = {
+    "llama": Architecture("LlamaForCausalLM", COMMON_IMPLIED),
+    "mistral": Architecture("MistralForCausalLM", COMMON_IMPLIED),
+    "qwen2": Architecture("Qwen2ForCausalLM", (*COMMON_IMPLIED, ("model.qkv_bias", True)), windowed_by_flag=True),
+    "qwen3": Architecture("Qwen3ForCausalLM", (*COMMON_IMPLIED, ("model.qk_norm", True)), windowed_by_flag=True),
+}
+#: Mixture-of-experts model types: recognised, refused naming their expert fields.
+MIXTURES = {
+    "mixtral": ("MixtralForCausalLM", ("num_local_experts", "num_experts_per_tok")),
+    "qwen3_moe": ("Qwen3MoeForCausalLM", ("num_experts", "num_experts_per_tok", "moe_intermediate_size",
+                                          "decoder_sparse_step", "mlp_only_layers")),
+    "deepseek_v3": ("DeepseekV3ForCausalLM", ("n_routed_experts", "n_shared_experts", "num_experts_per_tok",
+                                              "moe_intermediate_size", "first_k_dense_replace", "kv_lora_rank",
+                                              "q_lora_rank")),
+}
+#: Gated-MLP activations -> case ``model.mlp`` (the four families' MLPs are gated: three matrices).
+GATED = {"silu": "swiglu", "gelu": "geglu", "gelu_pytorch_tanh": "geglu", "gelu_new": "geglu"}
+#: Fields that affect nothing the harness prices.
+IGNORED = frozenset({"bos_token_id", "eos_token_id", "pad_token_id", "initializer_range", "use_cache",
+                     "torch_dtype", "dtype", "transformers_version", "rms_norm_eps", "rope_theta", "pretraining_tp",
+                     "_name_or_path", "max_window_layers", "tokenizer_class"})
+
+
+class Draft:
+    """What a config translates to: case fields (with the config field each came from), notes, refusals."""
+
+    def __init__(self, config: dict[str, Any], sequence_length: int, context_parallel: int) -> None:
+        self.config = config
+        self.sequence_length = sequence_length
+        self.context_parallel = context_parallel
+        self.fields: dict[str, tuple[Any, str]] = {}  # case path -> (value, config field)
+        self.notes: list[str] = []
+        self.refusals: list[tuple[str, str]] = []  # (config field, why)
+
+    def set(self, case_path: str, value: Any, field: str) -> None:
+        self.fields[case_path] = (value, field)
+
+    def note(self, field: str, text: str) -> None:
+        self.notes.append(f"{field}: {text}")
+
+    def refuse(self, field: str, why: str) -> None:
+        self.refusals.append((field, why))
+
+
+Rule = Callable[[Draft, str, Any], None]
+
+
+def to(case_path: str) -> Rule:
+    def rule(draft: Draft, field: str, value: Any) -> None:
+        draft.set(case_path, value, field)
+    return rule
+
+
+def _ignored(draft: Draft, field: str, value: Any) -> None:
+    """Affects nothing priced (listed in one note)."""
+
+
+def _kv_heads(draft: Draft, field: str, value: int) -> None:
+    heads = draft.config["num_attention_heads"]
+    if value == heads:
+        return
+    if heads % value:
+        draft.refuse(field, f"{value} does not divide num_attention_heads {heads}")
+    elif value == 1 and not case_has_field("model.kv_heads"):
+        draft.set("execution.attention", "multiquery", field)
+    else:
+        draft.set("model.kv_heads", value, field)
+
+
+def _head_dim(draft: Draft, field: str, value: int | None) -> None:
+    if value is not None:
+        draft.set("model.head_size", value, field)
+
+
+def _hidden_act(draft: Draft, field: str, value: str) -> None:
+    if value not in GATED:
+        draft.refuse(field, f"{value!r} is not a gated-MLP activation the importer knows ({', '.join(GATED)})")
+    else:
+        draft.set("model.mlp", GATED[value], field)
+
+
+def _false_or(why: str) -> Rule:
+    def rule(draft: Draft, field: str, value: bool) -> None:
+        if value:
+            draft.refuse(field, f"true: {why}")
+    return rule
+
+
+def _qkv_bias_flag(draft: Draft, field: str, value: bool) -> None:
+    if value:
+        draft.refuse(field, "true: the output projection's bias (and QKV's) has no case field (model.qkv_bias is "
+                            "the QKV projection's only)")
+
+
+def _tied(draft: Draft, field: str, value: bool) -> None:
+    if not value:  # tied is today's behaviour: the output weight is the embedding's
+        draft.set("model.tied_embeddings", False, field)
+
+
+def _attention_dropout(draft: Draft, field: str, value: float) -> None:
+    draft.set("model.attention_dropout", float(value), field)
+
+
+def _rope_scaling(draft: Draft, field: str, value: Any) -> None:
+    if value is not None:
+        kind = value.get("rope_type", value.get("type")) if isinstance(value, dict) else value
+        draft.note(field, f"{kind!r} rescales the rotary frequencies: accepted, affects nothing priced")
+
+
+def _max_positions(draft: Draft, field: str, value: int) -> None:
+    if draft.sequence_length > value:
+        draft.note(field, f"the sequence length {draft.sequence_length} exceeds the model's {value} positions")
+
+
+def _sliding_window(draft: Draft, field: str, value: int | None) -> None:
+    architecture = ARCHITECTURES[draft.config["model_type"]]
+    if value is None or (architecture.windowed_by_flag and not draft.config.get("use_sliding_window", False)):
+        return
+    if value >= draft.sequence_length:
+        draft.note(field, f"{value} >= the sequence length {draft.sequence_length}: no effect")
+    elif draft.context_parallel > 1:
+        draft.refuse(field, f"{value}-token windows under context parallelism (degree {draft.context_parallel}) "
+                            "are not priced")
+    else:
+        draft.set("model.sliding_window", value, field)
+
+
+def _use_sliding_window(draft: Draft, field: str, value: bool) -> None:
+    if value:
+        draft.refuse(field, "true: windows on the layers from max_window_layers on only; per-layer attention is "
+                            "not priced")
+
+
+def _layer_types(draft: Draft, field: str, value: list) -> None:
+    if any(kind != "full_attention" for kind in value):
+        draft.refuse(field, "layers other than full_attention: per-layer attention is not priced")
+
+
+def _architectures(draft: Draft, field: str, value: list) -> None:
+    expected = ARCHITECTURES[draft.config["model_type"]].architecture
+    if value != [expected]:
+        draft.refuse(field, f"{value!r} is not [{expected!r}] for model_type {draft.config['model_type']!r}")
+
+
+def _nothing(draft: Draft, field: str, value: Any) -> None:
+    """Read before the table (model_type)."""
+
+
+INT, BOOL, FLOAT, STR, LIST, ANY = (int,), (bool,), (int, float), (str,), (list,), (object,)
+#: config field -> (accepted types, may be null, rule).
+CONFIG_FIELDS: dict[str, tuple[tuple[type, ...], bool, Rule]] = {
+    "model_type": (STR, False, _nothing),
+    "architectures": (LIST, False, _architectures),
+    "hidden_size": (INT, False, to("model.hidden")),
+    "intermediate_size": (INT, False, to("model.feedforward")),
+    "num_hidden_layers": (INT, False, to("model.blocks")),
+    "num_attention_heads": (INT, False, to("model.attention_heads")),
+    "num_key_value_heads": (INT, True, _kv_heads),
+    "head_dim": (INT, True, _head_dim),
+    "vocab_size": (INT, False, to("model.vocabulary")),
+    "hidden_act": (STR, False, _hidden_act),
+    "tie_word_embeddings": (BOOL, False, _tied),
+    "attention_dropout": (FLOAT, False, _attention_dropout),
+    "attention_bias": (BOOL, False, _qkv_bias_flag),
+    "mlp_bias": (BOOL, False, _false_or("the MLP's bias has no case field")),
+    "rope_scaling": (ANY, True, _rope_scaling),
+    "max_position_embeddings": (INT, False, _max_positions),
+    "sliding_window": (INT, True, _sliding_window),
+    "use_sliding_window": (BOOL, False, _use_sliding_window),
+    "layer_types": (LIST, False, _layer_types),
+    **{name: (ANY, True, _ignored) for name in sorted(IGNORED)},
+}
+REQUIRED = ("model_type", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+            "vocab_size", "hidden_act")
+
+
+def _check_type(source: str, field: str, value: Any) -> None:
+    types, nullable, _ = CONFIG_FIELDS[field]
+    if value is None:
+        if not nullable:
+            raise InputError(source, field, "must not be null")
+        return
+    ok = isinstance(value, types) and not (isinstance(value, bool) and bool not in types and object not in types)
+    if not ok:
+        raise InputError(source, field, f"must be {' or '.join(t.__name__ for t in types)}, got {value!r}")
+    if types == INT and not 0 < value <= 2**31:
+        raise InputError(source, field, f"must be a positive integer, got {value}")
+    if field == "attention_dropout" and not 0 <= value < 1:
+        raise InputError(source, field, f"must be a probability in [0, 1), got {value}")
+
+
+def translate_config(config: Any, source: str, sequence_length: int, context_parallel: int = 1) -> Draft:
+    """The draft of a config (module rules); a malformed config is an InputError naming ``source`` and the field.
+    Refusals are collected, not raised (:func:`model_section` raises them)."""
+    if not isinstance(config, dict):
+        raise InputError(source, "<file>", "must be a JSON object (a Hugging Face config.json)")
+    model_type = config.get("model_type")
+    if model_type in MIXTURES:
+        architecture, fields = MIXTURES[model_type]
+        present = ", ".join(f"{f} {config[f]!r}" for f in fields if f in config) or "its expert fields"
+        raise InputError(source, "model_type", f"{model_type!r} ({architecture}) is a mixture of experts ({present}): "
+                                               "not priced until the case format holds model.moe")
+    if model_type not in ARCHITECTURES:
+        raise InputError(source, "model_type", f"{model_type!r} is not an architecture the importer knows "
+                                               f"({', '.join(ARCHITECTURES)}; mixtures of experts: "
+                                               f"{', '.join(MIXTURES)})")
+    for field in REQUIRED:
+        if field not in config:
+            raise InputError(source, field, "required field is missing")
+    for field, value in config.items():
+        if field not in CONFIG_FIELDS:
+            raise InputError(source, field, f"unknown field for model_type {model_type!r}: the importer does not "
+                                            "know what it means (never dropped silently)")
+        _check_type(source, field, value)
+    draft = Draft(config, sequence_length, context_parallel)
+    for case_path, value in ARCHITECTURES[model_type].implied:
+        draft.set(case_path, value, "model_type")
+    for field, value in config.items():
+        CONFIG_FIELDS[field][2](draft, field, value)
+    if "head_dim" not in config or config["head_dim"] is None:
+        hidden, heads = config["hidden_size"], config["num_attention_heads"]
+        if hidden % heads:
+            draft.refuse("num_attention_heads", f"{heads} does not divide hidden_size {hidden} (and no head_dim)")
+        else:
+            draft.set("model.head_size", hidden // heads, "hidden_size")
+    ignored = sorted(field for field in config if field in IGNORED)
+    if ignored:
+        draft.notes.append(f"affect nothing priced: {', '.join(ignored)}")
+    return draft
+
+
+def model_section(draft: Draft, source: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(model fields, execution fields)`` of the draft; the first refusal (a config value no case field
+    holds, or a feature whose case field the harness does not have yet) is an InputError naming its config
+    field, listing the others."""
+    refusals = list(draft.refusals)
+    model: dict[str, Any] = {"sequence_length": draft.sequence_length}
+    execution: dict[str, Any] = {}
+    for case_path, (value, field) in draft.fields.items():
+        if not case_has_field(case_path):
+            what = f"{draft.config['model_type']!r} implies {value!r}" if field == "model_type" else repr(value)
+            refusals.append((field, f"{what}: needs case field {case_path}, which the harness does not have yet"))
+            continue
+        section, name = case_path.split(".", 1)
+        (model if section == "model" else execution)[name] = value
+    if refusals:
+        (field, why), *others = refusals
+        also = f" (also refused: {', '.join(f for f, _ in others)})" if others else ""
+        raise InputError(source, field, f"{why}{also}")
+    return model, execution

@@ -1,0 +1,177 @@
+"""``harness import hf``: Hugging Face configs (modelled on the public Llama-3-8B, Mistral-7B-v0.1, Qwen2-7B
+and Qwen3-8B config.json files) as case model sections; every expected value is read off the config by hand.
+
+The end-to-end checks hold in both states of the case format: a feature whose case field exists is in the
+written case, one that does not exist yet is the one error line naming the config field.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from harness.cases import case_has_field
+from harness.interop.hf_config import translate_config
+from tests.conftest import one_error_line, run_cli
+
+LLAMA3_8B = {"architectures": ["LlamaForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+             "bos_token_id": 128000, "eos_token_id": 128001, "hidden_act": "silu", "hidden_size": 4096,
+             "initializer_range": 0.02, "intermediate_size": 14336, "max_position_embeddings": 8192,
+             "model_type": "llama", "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+             "pretraining_tp": 1, "rms_norm_eps": 1e-05, "rope_scaling": None, "rope_theta": 500000.0,
+             "tie_word_embeddings": False, "torch_dtype": "bfloat16", "transformers_version": "4.40.0.dev0",
+             "use_cache": True, "vocab_size": 128256}
+MISTRAL_7B = {"architectures": ["MistralForCausalLM"], "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu",
+              "hidden_size": 4096, "initializer_range": 0.02, "intermediate_size": 14336,
+              "max_position_embeddings": 32768, "model_type": "mistral", "num_attention_heads": 32,
+              "num_hidden_layers": 32, "num_key_value_heads": 8, "rms_norm_eps": 1e-05, "rope_theta": 10000.0,
+              "sliding_window": 4096, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+              "transformers_version": "4.34.0.dev0", "use_cache": True, "vocab_size": 32000}
+QWEN2_7B = {"architectures": ["Qwen2ForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 151643,
+            "eos_token_id": 151643, "hidden_act": "silu", "hidden_size": 3584, "initializer_range": 0.02,
+            "intermediate_size": 18944, "max_position_embeddings": 131072, "max_window_layers": 28,
+            "model_type": "qwen2", "num_attention_heads": 28, "num_hidden_layers": 28, "num_key_value_heads": 4,
+            "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "sliding_window": 131072, "tie_word_embeddings": False,
+            "torch_dtype": "bfloat16", "transformers_version": "4.37.2", "use_cache": True,
+            "use_sliding_window": False, "vocab_size": 152064}
+QWEN3_8B = {"architectures": ["Qwen3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+            "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu",
+            "hidden_size": 4096, "initializer_range": 0.02, "intermediate_size": 12288,
+            "max_position_embeddings": 40960, "max_window_layers": 36, "model_type": "qwen3",
+            "num_attention_heads": 32, "num_hidden_layers": 36, "num_key_value_heads": 8, "rms_norm_eps": 1e-06,
+            "rope_scaling": None, "rope_theta": 1000000, "sliding_window": None, "tie_word_embeddings": False,
+            "torch_dtype": "bfloat16", "transformers_version": "4.51.0", "use_cache": True,
+            "use_sliding_window": False, "vocab_size": 151936}
+
+COMMON = {"model.norm": "rmsnorm", "model.position": "rope", "model.mlp": "swiglu", "model.tied_embeddings": False}
+EXPECTED = {
+    "llama3-8b": (LLAMA3_8B, 8192, {**COMMON, "model.hidden": 4096, "model.feedforward": 14336, "model.blocks": 32,
+                                    "model.attention_heads": 32, "model.kv_heads": 8, "model.head_size": 128,
+                                    "model.vocabulary": 128256, "model.attention_dropout": 0.0}),
+    # sliding_window 4096 < S = 8192: windowed attention
+    "mistral-7b": (MISTRAL_7B, 8192, {**COMMON, "model.hidden": 4096, "model.feedforward": 14336, "model.blocks": 32,
+                                      "model.attention_heads": 32, "model.kv_heads": 8, "model.head_size": 128,
+                                      "model.vocabulary": 32000, "model.sliding_window": 4096}),
+    # head size 3584 / 28 = 128; QKV bias implied; sliding_window inactive (use_sliding_window false)
+    "qwen2-7b": (QWEN2_7B, 4096, {**COMMON, "model.hidden": 3584, "model.feedforward": 18944, "model.blocks": 28,
+                                  "model.attention_heads": 28, "model.kv_heads": 4, "model.head_size": 128,
+                                  "model.vocabulary": 152064, "model.qkv_bias": True, "model.attention_dropout": 0.0}),
+    # head_dim 128 != hidden / heads (4096 / 32 = 128 here too, given explicitly); QK-norm implied
+    "qwen3-8b": (QWEN3_8B, 4096, {**COMMON, "model.hidden": 4096, "model.feedforward": 12288, "model.blocks": 36,
+                                  "model.attention_heads": 32, "model.kv_heads": 8, "model.head_size": 128,
+                                  "model.vocabulary": 151936, "model.qk_norm": True, "model.attention_dropout": 0.0}),
+}
+
+EXEC = {"tensor_parallel": 1, "pipeline_parallel": 1, "data_parallel": 8, "global_batch": 128, "microbatch": 1,
+        "datatype": "float16", "network_tiers": {"tensor": 0, "pipeline": 0, "data": 0}}
+
+
+def fields(config, sequence_length, **kw) -> dict:
+    return {path: value for path, (value, _) in translate_config(config, "c.json", sequence_length, **kw).fields.items()}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_each_architecture_translates_to_the_hand_read_fields(name):
+    config, sequence_length, expected = EXPECTED[name]
+    draft = translate_config(config, "c.json", sequence_length)
+    assert fields(config, sequence_length) == expected and draft.refusals == []
+
+
+def test_head_dim_independent_of_hidden_over_heads():
+    """Qwen3-0.6B-like: hidden 1024, 16 heads, head_dim 128 (not 1024 / 16 = 64)."""
+    config = {**QWEN3_8B, "hidden_size": 1024, "num_attention_heads": 16, "num_key_value_heads": 8}
+    assert fields(config, 4096)["model.head_size"] == 128
+    del config["head_dim"]
+    assert fields(config, 4096)["model.head_size"] == 64
+
+
+def test_multi_head_sets_no_kv_heads_and_multi_query_is_todays_attention_or_kv_heads():
+    assert "model.kv_heads" not in fields({**LLAMA3_8B, "num_key_value_heads": 32}, 8192)
+    assert "model.kv_heads" not in fields({k: v for k, v in LLAMA3_8B.items() if k != "num_key_value_heads"}, 8192)
+    one = fields({**LLAMA3_8B, "num_key_value_heads": 1}, 8192)
+    assert one.get("model.kv_heads") == 1 or one.get("execution.attention") == "multiquery"
+
+
+def test_notes_say_what_is_accepted_without_effect():
+    draft = translate_config({**LLAMA3_8B, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, "c.json", 16384)
+    notes = "\n".join(draft.notes)
+    assert "rope_scaling: 'llama3' rescales the rotary frequencies" in notes
+    assert "max_position_embeddings: the sequence length 16384 exceeds the model's 8192 positions" in notes
+    assert "rope_theta" in notes and "torch_dtype" in notes
+    mistral = translate_config(MISTRAL_7B, "c.json", 4096)
+    assert "sliding_window: 4096 >= the sequence length 4096: no effect" in mistral.notes
+    assert "model.sliding_window" not in fields(MISTRAL_7B, 4096)
+
+
+@pytest.mark.parametrize("config, field", [
+    ({**QWEN2_7B, "use_sliding_window": True}, "use_sliding_window"),
+    ({**LLAMA3_8B, "attention_bias": True}, "attention_bias"),
+    ({**LLAMA3_8B, "mlp_bias": True}, "mlp_bias"),
+    ({**LLAMA3_8B, "hidden_act": "relu"}, "hidden_act"),
+    ({**QWEN3_8B, "layer_types": ["sliding_attention"] * 36}, "layer_types"),
+    ({**LLAMA3_8B, "architectures": ["MistralForCausalLM"]}, "architectures"),
+])
+def test_values_no_case_field_holds_are_refused(config, field):
+    assert field in dict(translate_config(config, "c.json", 8192).refusals)
+
+
+def test_a_window_under_context_parallelism_is_refused():
+    assert "sliding_window" in dict(translate_config(MISTRAL_7B, "c.json", 8192, context_parallel=2).refusals)
+
+
+def _files(tmp_path, config, execution=EXEC):
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    (tmp_path / "exec.yaml").write_text(yaml.safe_dump(execution))
+    return tmp_path / "config.json", tmp_path / "exec.yaml"
+
+
+def _import(capsys, tmp_path, config, sequence_length=8192, execution=EXEC):
+    cfg, exe = _files(tmp_path, config, execution)
+    out = tmp_path / "case.yaml"
+    status, _, err = run_cli(capsys, "import", "hf", "--config", cfg, "--execution", exe, "--sequence-length",
+                             sequence_length, "--system", "h100_80g_nvl8", "-o", out)
+    return status, err, out, cfg
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_import_writes_the_case_or_names_the_first_missing_field(capsys, tmp_path, name):
+    config, sequence_length, expected = EXPECTED[name]
+    status, err, out, cfg = _import(capsys, tmp_path, config, sequence_length)
+    missing = [path for path in expected if not case_has_field(path)]
+    if missing:
+        one_error_line(status, err, cfg, "needs case field")
+        assert not out.exists()
+    else:
+        assert status == 0, err
+        case = yaml.safe_load(out.read_text())
+        for path, value in expected.items():
+            section, key = path.split(".")
+            assert case[section][key] == value, path
+        assert case["model"]["sequence_length"] == sequence_length and case["id"].startswith("hf/")
+
+
+@pytest.mark.parametrize("config, field, needle", [
+    ({"model_type": "mixtral", "architectures": ["MixtralForCausalLM"], "num_local_experts": 8,
+      "num_experts_per_tok": 2}, "model_type", "num_local_experts 8"),
+    ({"model_type": "qwen3_moe", "num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768},
+     "model_type", "moe_intermediate_size 768"),
+    ({"model_type": "deepseek_v3", "n_routed_experts": 256, "kv_lora_rank": 512}, "model_type", "kv_lora_rank 512"),
+    ({"model_type": "gpt2"}, "model_type", "'gpt2' is not an architecture"),
+    ({**LLAMA3_8B, "new_thing": 1}, "new_thing", "unknown field"),
+    ({**LLAMA3_8B, "hidden_size": "4096"}, "hidden_size", "must be int"),
+    ({**LLAMA3_8B, "num_hidden_layers": True}, "num_hidden_layers", "must be int"),
+    ({**LLAMA3_8B, "attention_dropout": 1.5}, "attention_dropout", "probability"),
+    ({k: v for k, v in LLAMA3_8B.items() if k != "vocab_size"}, "vocab_size", "missing"),
+])
+def test_bad_or_unpriced_configs_are_one_line_naming_the_field(capsys, tmp_path, config, field, needle):
+    status, err, out, cfg = _import(capsys, tmp_path, config)
+    one_error_line(status, err, cfg, f": {field}: ", needle)
+    assert not out.exists()
+
+
+def test_a_bad_execution_section_names_its_file_and_field(capsys, tmp_path):
+    status, err, out, _ = _import(capsys, tmp_path, LLAMA3_8B, execution={**EXEC, "tensor_parallel": "2"})
+    one_error_line(status, err, "exec.yaml", "tensor_parallel")
+    assert not out.exists()
