@@ -42,8 +42,11 @@ from harness.commands.case_arguments import CASE_HELP, infeasible_line, load_cas
 from harness.cost.views import COST_VIEWS
 from harness.errors import HarnessError, InputError, one_line
 from harness.estimate import DEFAULT_VIEWS, Estimate, clear_caches, estimate
+from harness.evidence.profile import load_profile
 from harness.interop.calculon_batch import BatchLine, iter_batch
 from harness.outputs import atomic_output, check_output, data_files
+from harness.pipeline import lower
+from harness.throughput import FLOP_CONVENTION, Throughput, throughput
 from harness.vocabulary import BATCH_STATUSES, VIEWS
 
 
@@ -74,6 +77,48 @@ def register(sub) -> None:
 
 def estimate_json(case_id: str, est: Estimate) -> dict[str, Any]:
     return {"id": case_id, "status": est.status, "reason": est.reason, "views": est.views_json()}
+
+
+#: What each figure of a case's JSON entry covers (the figures keep their names; the scope is stated here).
+SCOPES = {
+    "total_s": "one iteration (global batch), seconds",
+    "components_s": "one iteration's timing components, seconds; they add up to total_s",
+    "memory_bytes": "one processor (GPU) of the first pipeline stage, bytes",
+    "workload": "one Transformer block on one processor (its 1/TP share), one microbatch (optimizer: one block)",
+    "throughput": "per processor (GPU): the iteration's figures divided by TP x PP x DP",
+}
+
+
+def case_throughput(source: str, data, est: Estimate) -> dict[str, Throughput]:
+    """Tokens/s, model FLOP/s and MFU per GPU of each view of a case's estimate (:mod:`harness.throughput`)."""
+    plan = lower(data, source).plan
+    peak = load_profile(data.system).matrix[data.execution.datatype].peak_flops_per_s
+    return {name: throughput(plan, data, v.total_s, peak) for name, v in est.views.items()}
+
+
+def case_json(case_id: str, est: Estimate, figures: dict[str, Throughput]) -> dict[str, Any]:
+    """A case's entry: the batch entry's fields, each view's ``throughput``, the ``scopes`` and the FLOP
+    convention."""
+    out = estimate_json(case_id, est)
+    for name, view in out["views"].items():
+        view["throughput"] = figures[name].model_dump(mode="json")
+    out["scopes"] = SCOPES
+    out["flop_convention"] = FLOP_CONVENTION
+    return out
+
+
+def print_case(case_id: str, est: Estimate, figures: dict[str, Throughput]) -> None:
+    """The text form of one case: infeasibility first, then per view its time, memory per processor, components
+    and per-GPU throughput."""
+    print(infeasible_line(case_id, est.system, est.reason) if est.status != "ok" else case_id)
+    for name, v in est.views.items():
+        comps = "  ".join(f"{k}={val:.4f}" for k, val in v.components_s.model_dump().items() if val)
+        t = figures[name]
+        print(f"  {name:16s} total={v.total_s:.4f} s  memory={v.memory_bytes.tier1_total / 2**30:.2f} GiB per "
+              f"processor  {comps}")
+        print(f"  {'':16s} per GPU: {t.tokens_per_s_per_processor:.1f} tokens/s  "
+              f"{t.model_flops_per_s_per_processor / 1e12:.1f} model TFLOP/s  "
+              f"MFU {t.model_flops_utilization:.1%} of {t.peak_flops_per_s_per_processor / 1e12:g} TFLOP/s")
 
 
 def batch_entry_json(entry: BatchLine, views=DEFAULT_VIEWS, source: str = "<batch>") -> dict[str, Any]:
@@ -205,15 +250,11 @@ def run(args) -> int:
         check_output(args.output, inputs=[*(source for source, _ in loaded), *data_files()])
     results = [(case.id, estimate(case.estimate_input(), views, source=source)) for source, case in loaded]
     infeasible = sum(est.status != "ok" for _, est in results)
+    figures = [case_throughput(source, case.estimate_input(), est) for (source, case), (_, est) in zip(loaded, results)]
     if args.json or args.output:
-        _emit([estimate_json(cid, est) for cid, est in results], args.output)
+        _emit([case_json(cid, est, f) for (cid, est), f in zip(results, figures)], args.output)
         return report_infeasible(infeasible, len(results))
-    for cid, est in results:
-        if est.status != "ok":
-            print(infeasible_line(cid, est.system, est.reason))
-        else:
-            print(cid)
-        for name, v in est.views.items():
-            comps = "  ".join(f"{k}={val:.4f}" for k, val in v.components_s.model_dump().items() if val)
-            print(f"  {name:16s} total={v.total_s:.4f} s  memory={v.memory_bytes.tier1_total / 2**30:.2f} GiB  {comps}")
+    for (cid, est), f in zip(results, figures):
+        print_case(cid, est, f)
+    print(f"({FLOP_CONVENTION})")
     return report_infeasible(infeasible, len(results))

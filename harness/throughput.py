@@ -1,0 +1,61 @@
+"""The figures people compare across tools: tokens/s per GPU, model FLOP/s per GPU, MFU.
+
+FLOP convention (:data:`FLOP_CONVENTION`, stated wherever the figures are printed): the *model FLOPs* of an
+iteration are the matrix-engine operations (a multiply-add counts 2) of the forward pass, the activation
+gradient and the weight gradient of every Transformer block, read off the PortablePlanIR; recomputation is not
+counted, attention products are counted over the full s x s scores, the output layer (logits) and the embedding
+are not counted, nor the vector operations (softmax, norms, activations) or the optimizer. For a GPT block
+(feedforward 4h, heads x head size = h) this is Narayanan et al. 2021's 72 B s l h^2 (1 + s/(6h)) per iteration
+of B samples; for inference (forward only) a third of it. MFU = model FLOP/s per GPU / the matrix engine's peak
+for the layout's datatype (the evidence profile's ``matrix.<datatype>.peak_flops_per_s``).
+
+Every figure is per processor (GPU): the iteration's total divided by TP x PP x DP processors.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from harness.cases import EstimateInput
+from harness.ir.base import Frozen
+from harness.ir.portable import PortablePlanIR
+
+FLOP_CONVENTION = ("model FLOPs = matrix operations (multiply-add = 2) of forward + activation gradient + weight "
+                   "gradient of every Transformer block, no recomputation, attention over the full s x s scores, "
+                   "output layer, vector operations and optimizer excluded (72 B s l h^2 (1 + s/6h) for a GPT "
+                   "block); MFU = model FLOP/s per GPU / the matrix engine's peak for the datatype")
+
+
+class Throughput(Frozen):
+    """Per-processor throughput of one iteration under one cost view (see the module's FLOP convention)."""
+
+    tokens_per_s_per_processor: float = Field(description="Tokens (samples x sequence length) per second per GPU.")
+    model_flops_per_iteration: float = Field(description="Model FLOPs of one iteration, all processors.")
+    model_flops_per_s_per_processor: float = Field(description="Model FLOPs per second per GPU.")
+    peak_flops_per_s_per_processor: float = Field(description="The matrix engine's peak for the datatype.")
+    model_flops_utilization: float = Field(description="MFU: model FLOP/s per GPU / peak (a fraction, not %).")
+
+
+def block_matrix_flops(plan: PortablePlanIR) -> float:
+    """Matrix operations of one block on one processor for one microbatch: forward, activation gradient and
+    weight gradient of the block's forward-phase tasks (recompute clones and recommunication excluded)."""
+    total = 0.0
+    for task in plan.tasks:
+        if task.phase != "forward":
+            continue
+        for work in (task.forward, task.activation_grad, task.weight_grad):
+            if work.engine == "matrix":
+                total += work.operations
+    return total
+
+
+def throughput(plan: PortablePlanIR, data: EstimateInput, total_s: float, peak_flops_per_s: float) -> Throughput:
+    """The figures of ``data``'s iteration of ``total_s`` seconds (``plan``: its PortablePlanIR)."""
+    e, s = data.execution, plan.schedule
+    model_flops = block_matrix_flops(plan) * e.tensor_parallel * s.blocks * s.microbatches * e.data_parallel
+    per_processor = model_flops / total_s / e.processors if total_s else 0.0
+    tokens = s.global_batch * data.model.sequence_length
+    return Throughput(
+        tokens_per_s_per_processor=tokens / total_s / e.processors if total_s else 0.0,
+        model_flops_per_iteration=model_flops, model_flops_per_s_per_processor=per_processor,
+        peak_flops_per_s_per_processor=peak_flops_per_s, model_flops_utilization=per_processor / peak_flops_per_s)

@@ -1,0 +1,62 @@
+"""Issue 23.6: tokens/s, model TFLOP/s and MFU per GPU with the FLOP convention stated; memory labelled per
+processor; the scope of each figure labelled. Checked on hand-computed cases against Calculon's recorded
+totals (an independent source for the time)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness.cases import load_case
+from harness.pipeline import lower
+from harness.throughput import FLOP_CONVENTION, block_matrix_flops
+
+from conftest import CASES_DIR, calculon_figures, run_cli
+
+
+def narayanan_flops(case_name: str) -> float:
+    """72 B s l h^2 (1 + s/6h): Narayanan et al. 2021's model FLOPs of a GPT iteration without the logits
+    (feedforward 4h, heads x head size = h, training)."""
+    case = load_case(CASES_DIR / f"{case_name}.yaml")
+    m, e = case.model, case.execution
+    assert m.feedforward == 4 * m.hidden and m.attention_heads * m.head_size == m.hidden and e.training
+    b, s, l, h = e.global_batch, m.sequence_length, m.blocks, m.hidden
+    return 72 * b * s * l * h * h * (1 + s / (6 * h))
+
+
+@pytest.mark.parametrize("case_name, gpus", [("megatron-22B_full", 8), ("gpt3-175B_seqsel", 64)])
+def test_mfu_of_hand_computed_cases(capsys, case_name, gpus):
+    total_s = calculon_figures(case_name, "system_evidence")["total_s"]
+    case = load_case(CASES_DIR / f"{case_name}.yaml")
+    assert case.execution.processors == gpus
+    status, out, _ = run_cli(capsys, "estimate", case_name, "--json")
+    entry = json.loads(out)[0]
+    view = entry["views"]["system_evidence"]
+    assert status == 0 and view["total_s"] == pytest.approx(total_s, rel=1e-12)
+    t = view["throughput"]
+    flops = narayanan_flops(case_name)
+    assert t["model_flops_per_iteration"] == pytest.approx(flops, rel=1e-12)
+    assert t["tokens_per_s_per_processor"] == pytest.approx(
+        case.execution.global_batch * case.model.sequence_length / total_s / gpus, rel=1e-12)
+    assert t["model_flops_per_s_per_processor"] == pytest.approx(flops / total_s / gpus, rel=1e-12)
+    assert t["model_flops_utilization"] == pytest.approx(flops / total_s / gpus / 312e12, rel=1e-12)  # A100 fp16
+    assert entry["flop_convention"] == FLOP_CONVENTION and "72 B s l h^2" in FLOP_CONVENTION
+    assert "one processor" in entry["scopes"]["memory_bytes"] and "one microbatch" in entry["scopes"]["workload"]
+
+
+def test_22B_by_hand():
+    """The numbers themselves: 72 * 4 * 2048 * 48 * 6144^2 * (1 + 2048/36864) = 1.12810e15 model FLOPs, i.e.
+    2.938e12 per block, per GPU (TP 8), per microbatch of 4: what the plan's matrix tasks add up to."""
+    assert narayanan_flops("megatron-22B_full") == pytest.approx(1.128098930098176e15, rel=1e-12)
+    plan = lower(load_case(CASES_DIR / "megatron-22B_full.yaml").estimate_input(), "x").plan
+    assert block_matrix_flops(plan) == pytest.approx(1.128098930098176e15 / 48 / 8, rel=1e-12)
+
+
+def test_the_text_output_labels_memory_per_processor_and_states_the_convention(capsys):
+    status, out, _ = run_cli(capsys, "estimate", "megatron-22B_full")
+    lines = out.splitlines()
+    assert status == 0 and lines[0] == "megatron-22B/full"
+    assert "GiB per processor" in lines[1] and lines[2].split()[:2] == ["per", "GPU:"]
+    assert "tokens/s" in lines[2] and "model TFLOP/s" in lines[2] and "MFU" in lines[2]
+    assert lines[-1] == f"({FLOP_CONVENTION})"
