@@ -9,8 +9,12 @@ Outputs: the top K as a JSON list (``--output``, else stdout), best first;
 ``--results`` every execution as Parquet; ``--pareto`` the time-memory
 frontier as a JSON list and ``--plot`` a PNG of the evaluated space. A
 summary (counts, best, time, evidence revision) goes to stderr with a progress
-bar. Exit status 0, or 1 when no execution is feasible (the outputs are still
-written, empty).
+bar, the best execution labelled in the project's field names, and the top K
+grouped: entries that differ only in :data:`NEAR_DUPLICATE_FIELDS` are one
+line (the JSON keeps every entry: it is Calculon's top K). ``--emit-case``
+writes the best execution as a case YAML (:mod:`harness.interop.case_document`)
+that ``harness estimate`` reads back to the same figures. Exit status 0, or 1
+when no execution is feasible (the outputs are still written, empty; no case).
 """
 
 from __future__ import annotations
@@ -51,6 +55,9 @@ def register(sub) -> None:
     p.add_argument("--no-dp-overlap", action="store_true", help="leave DP overlap out (Calculon's --no-dp-overlap)")
     p.add_argument("--no-prune", action="store_true", help="compose every execution (same result, slower)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--emit-case", type=Path, metavar="CASE.yaml",
+                   help="also write the best execution as a case YAML (the project's field names), ready for "
+                        "`harness estimate CASE.yaml`")
     p.set_defaults(func=run)
 
 
@@ -71,7 +78,8 @@ def _progress(enabled: bool):
 
 def run(args) -> int:
     check_workers(args.workers, "--workers")  # MAX_WORKERS_PER_CORE per core, before any process starts
-    named = [(args.output, "--output"), (args.results, "--results"), (args.pareto, "--pareto"), (args.plot, "--plot")]
+    named = [(args.output, "--output"), (args.results, "--results"), (args.pareto, "--pareto"), (args.plot, "--plot"),
+             (args.emit_case, "--emit-case")]
     protected = [args.model, *data_files()]
     for path, flag in named:
         if path is not None:
@@ -127,8 +135,51 @@ def run(args) -> int:
         title = (f"{args.model.name}: {args.procs} processors, batch <= {args.max_batch}, {args.datatype}, "
                  f"{profile.name} (evidence {evidence['revision'][:12]})")
         write_plot(args.plot, rates, memory, result.frontier, result.best, profile.memory_tier1.capacity_bytes, title)
+    if args.emit_case is not None and result.best:
+        write_text(args.emit_case, best_case_text(args, problem, result.best[0]), option="--emit-case")
     _summary(args, problem, result, evidence, parquet)
     return 0 if result.best else 1
+
+
+def best_case_text(args, problem, best) -> str:
+    """The best execution as a case YAML (:mod:`harness.interop.case_document`): the searched shape, the
+    execution in the project's names, the searched profile; it reads back to exactly that input."""
+    from harness.interop.calculon_format import input_from_calculon_execution
+    from harness.interop.case_document import case_text
+
+    data = input_from_calculon_execution(problem.shape, best.execution, problem.profile.name, "--emit-case")
+    case_id = f"search/{Path(args.model).stem}-p{problem.processors}-b{best.execution['batch_size']}"
+    return case_text(case_id, data, f"The best execution of `harness search --model {args.model} --system "
+                                    f"{problem.profile.name} --procs {problem.processors} --max-batch "
+                                    f"{problem.max_batch} --datatype {problem.datatype}`: {best.rate!r} samples/s.")
+
+
+#: Fields whose values can leave the sample rate (nearly) unchanged: top entries that differ only in them are
+#: shown as one group in the summary (the top-K JSON keeps every entry, in Calculon's order).
+NEAR_DUPLICATE_FIELDS = ("seq_par_ag_redo", "tensor_par_overlap", "data_par_overlap")
+
+
+def layout_words(e: dict) -> str:
+    """One execution in the project's field names, labelled (``tensor_parallel 4, ..., offload weights``)."""
+    offload = [name for key, name in (("weight_offload", "weights"), ("activations_offload", "activations"),
+                                      ("optimizer_offload", "optimizer")) if e[key]] or ["none"]
+    return (f"tensor_parallel {e['tensor_par']}, pipeline_parallel {e['pipeline_par']}, data_parallel "
+            f"{e['data_par']}, microbatch {e['microbatch_size']}, pipeline_interleaving {e['pipeline_interleaving']}, "
+            f"recompute {e['activation_recompute']}, tp_communication {e['tensor_par_comm_type']}, tp_overlap "
+            f"{e['tensor_par_overlap']}, dp_overlap {str(e['data_par_overlap']).lower()}, seq_par_ag_redo "
+            f"{str(e['seq_par_ag_redo']).lower()}, optimizer_sharding {str(e['optimizer_sharding']).lower()}, "
+            f"fused_activation {str(e['fused_activation']).lower()}, offload {'+'.join(offload)}, network_tiers "
+            f"{e['tensor_par_net']}/{e['pipeline_par_net']}/{e['data_par_net']}")
+
+
+def near_duplicate_groups(best: list) -> list[list[int]]:
+    """Indices of the top entries grouped: entries whose executions are equal but for
+    :data:`NEAR_DUPLICATE_FIELDS`, in rank order, each group in the order of its best entry."""
+    groups: dict[tuple, list[int]] = {}
+    for index, candidate in enumerate(best):
+        key = tuple(sorted((k, v) for k, v in candidate.execution.items() if k not in NEAR_DUPLICATE_FIELDS))
+        groups.setdefault(key, []).append(index)
+    return list(groups.values())
 
 
 def _summary(args, problem, result, evidence, parquet) -> None:
@@ -140,10 +191,20 @@ def _summary(args, problem, result, evidence, parquet) -> None:
         f"({c.pruned:,} of them pruned by the exact bound), {c.infeasible:,} infeasible, {c.invalid:,} invalid")
     if result.best:
         b = result.best[0]
-        e = b.execution
-        say(f"best: {b.rate!r} samples/s (total {b.total_s!r} s): TP {e['tensor_par']} PP {e['pipeline_par']} "
-            f"DP {e['data_par']}, microbatch {e['microbatch_size']}, interleaving {e['pipeline_interleaving']}, "
-            f"{e['activation_recompute']}, {e['tensor_par_comm_type']}")
+        say(f"best: {b.rate!r} samples/s (total {b.total_s!r} s): {layout_words(b.execution)}")
+        groups = near_duplicate_groups(result.best)
+        if len(result.best) > 1:
+            say(f"top {len(result.best)}: {len(groups)} distinct layout(s) (entries that differ only in "
+                "seq_par_ag_redo, tp_overlap or dp_overlap are one group; the JSON keeps every entry)")
+            for number, members in enumerate(groups, 1):
+                first = result.best[members[0]]
+                variants = ""
+                if len(members) > 1:
+                    variants = "; also ranks " + ", ".join(
+                        f"{i + 1} ({_difference(first.execution, result.best[i].execution)}, "
+                        f"{result.best[i].rate!r} samples/s)" for i in members[1:])
+                say(f"  {number}. rank {members[0] + 1}: {first.rate!r} samples/s: {layout_words(first.execution)}"
+                    f"{variants}")
     else:
         say("best: no feasible execution")
     say(f"time: {result.elapsed_s:.2f} s ({result.where})")
@@ -154,4 +215,13 @@ def _summary(args, problem, result, evidence, parquet) -> None:
         written.append(f"frontier of {len(result.frontier)} to {args.pareto}")
     if args.plot is not None:
         written.append(f"plot to {args.plot}")
+    if args.emit_case is not None and result.best:
+        written.append(f"the best execution as a case to {args.emit_case}")
     say("wrote " + "; ".join(written))
+
+
+def _difference(first: dict, other: dict) -> str:
+    from harness.interop.calculon_format import EXECUTION_FIELDS
+
+    return ", ".join(f"{EXECUTION_FIELDS[key]} {str(other[key]).lower()}" for key in NEAR_DUPLICATE_FIELDS
+                     if other[key] != first[key])

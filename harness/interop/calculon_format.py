@@ -16,6 +16,7 @@ from pydantic import BaseModel, ValidationError
 from harness.cases import EstimateInput, validate_input
 from harness.errors import InputError, UnsupportedFeatureError
 from harness.inputs import describe, validation_error
+from harness.ir.model import TransformerShape
 
 #: Marks a Calculon field without a default (absent is an error).
 REQUIRED = object()
@@ -138,6 +139,23 @@ def _input_from_calculon(model: Any, execution: Any, system: str, source: str) -
         raise InputError(source, "execution.num_procs", f"{procs} != TP x PP x DP = {data.execution.processors}")
     validate_input(source, data)
     return data
+
+
+def input_from_calculon_execution(shape: TransformerShape, execution: Any, system: str,
+                                  source: str = "<calculon>") -> EstimateInput:
+    """A shape of ours (any of its fields) with a layout from Calculon's execution JSON: what the search's results
+    are (its executions are Calculon's; its model may be a case's shape). Errors as :func:`input_from_calculon`."""
+    try:
+        layout = _section(execution, "execution", source)
+        try:
+            data = EstimateInput.model_validate({"model": shape.model_dump(exclude_none=True), "execution": layout,
+                                                 "system": system})
+        except ValidationError as error:
+            raise validation_error(source, error) from None
+        validate_input(source, data)
+        return data
+    except InputError as error:
+        raise calculon_error(error) from None
 
 
 def _unmapped(section: str, value: BaseModel) -> Iterator[tuple[str, Any]]:
