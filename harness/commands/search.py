@@ -43,7 +43,8 @@ def register(sub) -> None:
     p.add_argument("--results", type=Path, metavar="ALL.parquet", help="every evaluated execution as Parquet")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--workers", type=int, metavar="W",  # bounded: harness.search.request.MAX_WORKERS_PER_CORE
-                       help="local Dask workers (default: one per core; 1: in this process)")
+                       help="local Dask workers (default: in this process for a space below 500,000 executions, where "
+                        "starting a cluster costs more than it saves; else one per core; 1: in this process)")
     where.add_argument("--scheduler", metavar="ADDRESS", help="an existing Dask scheduler, e.g. tcp://HOST:8786")
     p.add_argument("--pareto", type=Path, metavar="FRONTIER.json", help="the time-memory Pareto frontier as JSON")
     p.add_argument("--plot", type=Path, metavar="PLOT.png", help="PNG of the evaluated space, frontier and top K")

@@ -32,12 +32,24 @@ def _save(fig: Figure, path: Path) -> Path:
     return path
 
 
+def class_errors(rows: list[dict[str, Any]], key: str) -> str:
+    """MAPE and bias of ``key`` per node class (one-node and multi-node apart, as in the report's tables; pooled
+    they hid a multi-node error behind many one-node records)."""
+    parts = []
+    for c in COLORS:
+        errors = np.array([100 * (r[key] - r["measured_s"]) / r["measured_s"] for r in rows
+                           if r["class"] == c and np.isfinite(r.get(key, np.nan))])
+        if len(errors):
+            parts.append(f"{c}: MAPE {np.mean(np.abs(errors)):.1f} %, bias {np.mean(errors):+.1f} %")
+    return "\n".join(parts)
+
+
 def plot_predicted_vs_measured(report: dict[str, Any], path: Path) -> Path:
     rows = report["rows"]
     panels = [("peak_only_s", "peak_only view"), ("base_s", f"base {report['profile']['base']}"),
               ("fitted_s", f"{report['profile']['name']} (in sample)"),
               ("cv_shape_s", f"{report['profile']['name']} structure, shape held out")]
-    fig = Figure(figsize=(16, 4.4), dpi=110)
+    fig = Figure(figsize=(16, 4.8), dpi=110)
     FigureCanvasAgg(fig)
     measured = np.array([r["measured_s"] for r in rows])
     lo, hi = measured.min() / 3, measured.max() * 2
@@ -55,9 +67,7 @@ def plot_predicted_vs_measured(report: dict[str, Any], path: Path) -> Path:
         ax.set_yscale("log")
         ax.set_xlim(lo, hi)
         ax.set_ylim(lo, hi)
-        errors = np.array([100 * (r[key] - r["measured_s"]) / r["measured_s"] for r in rows
-                           if np.isfinite(r.get(key, np.nan))])
-        ax.set_title(f"{title}\nMAPE {np.mean(np.abs(errors)):.1f} %, bias {np.mean(errors):+.1f} %", fontsize=9)
+        ax.set_title(f"{title}\n{class_errors(rows, key)}", fontsize=9)
         ax.set_xlabel("measured (s)", fontsize=8)
         ax.set_ylabel("predicted (s)", fontsize=8)
         ax.tick_params(labelsize=7)
@@ -107,8 +117,8 @@ def plot_attribution(report: dict[str, Any], path: Path) -> Path:
             ax.bar(np.arange(len(names)) + j * width, [data[metric][n] for n in names], width, color=COLORS[c],
                    label=c)
         ax.axhline(0, color="black", linewidth=0.8)
-        ax.set_xticks(np.arange(len(names)) + width * (len(moves) - 1) / 2,
-                      [n.replace("_", "\n") for n in names], fontsize=7)
+        ax.set_xticks(np.arange(len(names)) + width * (len(moves) - 1) / 2, names, fontsize=7, rotation=90,
+                      ha="center")  # family names are long single words: horizontal, neighbours ran together
         ax.set_ylabel("percentage points", fontsize=8)
         ax.set_title(f"Shapley share of the move {report['profile']['base']} -> {report['profile']['name']}: "
                      f"{'mean signed error' if metric == 'bias_pct' else 'MAPE'}", fontsize=9)

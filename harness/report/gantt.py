@@ -75,13 +75,19 @@ def _draw(ax: Axes, sim: Simulation, x0: float, x1: float, width_in: float) -> N
     ax.tick_params(axis="x", labelsize=8)
 
 
+ZOOM_IN = 6.0  # width of a zoomed panel, inches
+
+
 def _window(sim: Simulation) -> float:
-    """Width of the zoomed panels: the first stage's warm-up plus a few steady operations."""
+    """Width of the zoomed panels: the first stage's warm-up plus a few steady operations, narrowed until the
+    shortest operation of the first stage is wide enough for a three-digit microbatch number (an interleaved
+    warm-up of dozens of short forwards left every bar too narrow for its number)."""
     first = sim.ops[0]
     backward = [op for op in first if op.phase == "backward"]
     edge = backward[min(3, len(backward) - 1)].end_s if backward else sim.ops[-1][min(sim.pipeline_parallel,
                                                                                     len(sim.ops[-1]) - 1)].end_s
-    return min(edge, sim.total_s / 2)
+    shortest = min((op.duration_s for op in first if op.duration_s > 0), default=edge)
+    return min(edge, sim.total_s / 2, ZOOM_IN * shortest / (LABEL_MIN_IN * 1.45))
 
 
 def write_gantt(sim: Simulation, path: Path | str, title: str = "") -> Path:
@@ -101,7 +107,7 @@ def write_gantt(sim: Simulation, path: Path | str, title: str = "") -> Path:
         for column, (x0, x1, label) in enumerate(((0.0, w, "warm-up"),
                                                   (sim.total_s - w, sim.total_s * 1.002, "cool-down"))):
             ax = fig.add_subplot(grid[1, column])
-            _draw(ax, sim, x0, x1, 6.0)
+            _draw(ax, sim, x0, x1, ZOOM_IN)
             ax.set_title(f"{label}: {x0:.4g} - {min(x1, sim.total_s):.4g} s (microbatch numbers in the bars)",
                          fontsize=9)
             ax.set_xlabel("time in the iteration (s)", fontsize=9)

@@ -144,10 +144,11 @@ def plot_totals(rows: list[PlotRow], path: Path) -> Path:
             if points:
                 rax.bar([x for x, _ in points], [y - 1 for _, y in points], width, bottom=1, color=color, label=label)
                 for x, y in points:
-                    rax.text(x, y, f"{y:.2f}", ha="center", va="bottom" if y >= 1 else "top", fontsize=6.5)
+                    rax.text(x, y, f"{y:.2f}", ha="center", va="bottom" if y >= 1 else "top", fontsize=6.5,
+                             rotation=90)  # side by side, horizontal labels of neighbouring bars overlapped
                 ratios += [y for _, y in points]
         rax.axhline(1.0, color="black", linewidth=0.8)
-        rax.set_ylim(min(ratios + [1.0]) - 0.06, max(ratios + [1.0]) + 0.06)
+        rax.set_ylim(min(ratios + [1.0]) - 0.1, max(ratios + [1.0]) + 0.1)
         rax.set_ylabel("ratio to paper\n(to Calculon if no paper value)")
         rax.set_title("Estimate (and Calculon) / paper; 1.0 = the measured iteration time", fontsize=10)
         rax.set_xticks(range(len(rows)), [r.id for r in rows], rotation=35, ha="right", fontsize=8)

@@ -19,6 +19,9 @@ Rules:
   same for any split and any completion order), adds the counts, and hands
   the groups' rows to ``on_rows`` in group order (the Parquet file is written
   in that order, whatever order the tasks finish in);
+- ``workers=None`` (the default) chooses by the size of the space
+  (:func:`default_workers`): in this process below
+  :data:`IN_PROCESS_EXECUTIONS` executions, else one worker per core;
 - ``workers=1`` without a scheduler runs in this process (no cluster);
   ``workers=W`` starts a ``LocalCluster`` of W single-threaded worker
   processes (forked where the platform allows: :func:`start_method`);
@@ -177,6 +180,20 @@ class _Merger:
         return (np.concatenate([p[1][0] for p in self.points]), np.concatenate([p[1][1] for p in self.points]))
 
 
+#: Below this many executions the default is to search in this process: starting a LocalCluster (forking the
+#: workers, importing numpy and the estimate path in each, connecting) costs seconds that a small space never
+#: wins back. The issue's measurement on 2 cores: Megatron-22B on 4 processors (53,352 executions) took 8.9 s
+#: with the 2-worker default and 4.4 s with --workers 1. ``scripts/compare_search_speed.py --workers`` measures
+#: the ratio on the machine at hand.
+IN_PROCESS_EXECUTIONS = 500_000
+
+
+def default_workers(executions: int, cores: int) -> int:
+    """The worker count when the user gives none: 1 (in this process) for a space below
+    :data:`IN_PROCESS_EXECUTIONS` executions or a single core, else one worker per core."""
+    return 1 if executions < IN_PROCESS_EXECUTIONS or cores <= 1 else cores
+
+
 def run_search(problem: SearchProblem, *, workers: int | None = None, scheduler: str | None = None,
                on_rows: Callable | None = None, on_progress: Callable | None = None,
                on_start: Callable[[int], None] | None = None) -> SearchRun:
@@ -189,7 +206,9 @@ def run_search(problem: SearchProblem, *, workers: int | None = None, scheduler:
     started = (lambda: on_start(total)) if on_start else (lambda: None)
     order = [i.group.index for i in items]
     merger = _Merger(problem, on_rows, on_progress)
-    if scheduler is None and (workers or os.cpu_count() or 1) == 1:
+    if workers is None and scheduler is None:
+        workers = default_workers(total, os.cpu_count() or 1)
+    if scheduler is None and workers == 1:
         started()
         token = uuid.uuid4().hex
         for family in families(items):
