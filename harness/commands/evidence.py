@@ -64,10 +64,11 @@ def register(sub) -> None:
                    help="measurement corpus to write (JSON lines)")
     k.set_defaults(func=run_import_korthikanti)
     r = kinds.add_parser("runs", help="measured runs (blueprinting.measured-runs.v0) of one GPU as iteration records")
-    r.add_argument("runs", type=Path, metavar="ROWS.json")
+    r.add_argument("runs", type=Path, metavar="ROWS.json", help="the measured-runs file (blueprinting.measured-runs.v0)")
     r.add_argument("--gpu", required=True, help="the rows of this system.gpu (e.g. h100_sxm_80g, b200, gb200)")
     r.add_argument("--name", help="corpus name (default: runs-<gpu>)")
-    r.add_argument("--output", type=Path, required=True, metavar="CORPUS.jsonl")
+    r.add_argument("--output", type=Path, required=True, metavar="CORPUS.jsonl",
+                   help="measurement corpus to write (JSON lines)")
     r.set_defaults(func=run_import_runs)
     n = kinds.add_parser("nccl-tests", help="nccl-tests *_perf tables -> collective sweeps (network curves)")
     n.add_argument("files", nargs="+", type=Path, metavar="FILE", help="nccl-tests output files (*_perf tables)")
