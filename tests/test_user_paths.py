@@ -137,4 +137,4 @@ def _actions(parser, path=()):
 
 def test_every_option_and_argument_of_every_command_has_help():
     missing = [(" ".join(path), a.option_strings or a.dest) for path, a in _actions(build_parser()) if not a.help]
-    assert not missing
+    assert not missing, f"give these command-line arguments a help= text (issue 23.8: help for every option): {missing}"
