@@ -61,13 +61,17 @@ def test_a_field_absent_while_none_is_left_out_of_the_text_and_written_when_set(
 
 
 class _AbsentFirst(Frozen):
-    ABSENT_IF_NONE = frozenset({"a"})
-    a: int | None = Field(None, description="Sorts first: refused by the compiled writer.")
+    ABSENT_IF_NONE = frozenset({"a", "c"})
+    a: int | None = Field(None, description="Sorts first: written with a trailing comma.")
     b: int = Field(description="Present.")
+    c: int | None = Field(None, description="After the first present key: written with a leading comma.")
 
 
-def test_an_absent_field_that_sorts_first_takes_the_reference_path():
-    assert canonical.write(_AbsentFirst(b=1)) is None
+def test_an_absent_field_that_sorts_first_is_written_before_the_first_present_key():
+    assert canonical.write(_AbsentFirst(b=1)) == '{"b":1}'
+    assert canonical.write(_AbsentFirst(a=2, b=1)) == '{"a":2,"b":1}'
+    assert canonical.write(_AbsentFirst(a=2, b=1, c=3)) == '{"a":2,"b":1,"c":3}'
+    assert canonical.write(_AbsentFirst(b=1, c=3)) == '{"b":1,"c":3}'
     assert _AbsentFirst(b=1).model_dump() == {"b": 1} and _AbsentFirst(a=2, b=1).model_dump() == {"a": 2, "b": 1}
 
 

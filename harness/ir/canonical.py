@@ -203,10 +203,20 @@ def _compile(cls: type, extra: tuple[tuple[str, str], ...]) -> Writer:
     finally:
         _COMPILING.discard(cls)
     keys = sorted(entries)
-    if keys and keys[0] in absent:
-        raise _Unsupported(f"{cls.__name__}.{keys[0]}: an absent-if-None field may not be the first key")
-    body = "".join(entries[key] if key in absent else ("," if i else "") + json.dumps(key) + ":" + entries[key]
-                   for i, key in enumerate(keys))
+    # absent-if-None keys before the first present key are written '"key":value,' (or nothing), and that
+    # present key without its comma; the absent keys after it ',"key":value' (or nothing)
+    leading = 0
+    while leading < len(keys) and keys[leading] in absent:
+        leading += 1
+    if leading == len(keys):
+        raise _Unsupported(f"{cls.__name__}: every field is absent-if-None")
+    for key in keys[:leading]:
+        expression, conversion = _expression(cls.model_fields[key].annotation, f"o.{key}", namespace)
+        inner = f"repr({expression})" if conversion else expression
+        entries[key] = ("{(_nothing if o." + key + " is None else " + _bind_constant(namespace, json.dumps(key) + ":")
+                        + " + " + inner + " + " + _bind_constant(namespace, ",") + ")}")
+    body = "".join(entries[key] if key in absent else ("," if i > leading else "") + json.dumps(key) + ":"
+                   + entries[key] for i, key in enumerate(keys))
     if "'" in body or "\\" in body:
         raise _Unsupported(f"{cls.__name__}: quote or backslash in constant text")
     text = "f'{{" + body + "}}'"

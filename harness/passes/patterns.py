@@ -41,6 +41,7 @@ from harness.ir.distributed import (
     PointwiseShape,
     ResidualShape,
     Retention,
+    RingExchangeShape,
     Task,
 )
 from harness.ir.model import ExecutionLayout, ModelIR, TransformerShape
@@ -65,14 +66,22 @@ class Block:
     outside_act: int  # elements of one activation outside it (sequence-sharded under rs_ag)
     full: bool  # full recomputation
     attention: bool  # the attention core is recomputed (full or attn_only)
+    queries: int  # sequence positions of one sample on this rank: sequence / CP
+
+    @property
+    def context(self) -> int:
+        """The context-parallel degree."""
+        return self.execution.context_degree
 
     @classmethod
     def of(cls, ir: ModelIR) -> "Block":
         s, e = ir.shape, ir.execution
-        tokens = e.microbatch * s.sequence_length
+        queries = s.sequence_length // e.context_degree  # context parallelism: this rank's share of the sequence
+        tokens = e.microbatch * queries
         full_act = tokens * s.hidden
         outside = (tokens // e.tensor_parallel) * s.hidden if e.sequence_parallel else full_act
-        return cls(s, e, tokens, full_act, outside, e.recompute == "full", e.recompute in ("full", "attn_only"))
+        return cls(s, e, tokens, full_act, outside, e.recompute == "full", e.recompute in ("full", "attn_only"),
+                   queries)
 
     @property
     def overlap(self) -> bool:
@@ -219,7 +228,11 @@ class MultiHeadAttention(CorePattern):
                     **REUSED)
         v = out.add("attn.value", LinearShape.trusted(m=b.tokens, n=s.hidden, k=kv_width), (qkv,), recompute=full,
                     **REUSED)
-        prev = self._scores(b, out, (q, k), v)
+        if b.context > 1:  # the K/V ring of context parallelism, before the scores it feeds
+            exchange = RingExchangeShape.trusted(elements=2 * b.tokens * kv_width, steps=b.context - 1,
+                                                 participants=b.context, hides_behind=SCORE_TASKS)
+            k = v = out.add("attn.context_exchange", exchange, (k, v))
+        prev = self._scores(b, out, tuple(dict.fromkeys((q, k))), v)
         return out.add("attn.out_proj", LinearShape.trusted(m=b.tokens, n=proj, k=s.hidden), (prev,), recompute=full)
 
     def emit_overlapped(self, b: Block, out: BlockBuilder, prev: str) -> str:
@@ -249,15 +262,21 @@ class MultiHeadAttention(CorePattern):
         """QK^T -> softmax -> probability dropout -> PV (the recomputed region under ``attn_only``)."""
         s, e, attn = b.shape, b.execution, b.attention
         local_heads = e.microbatch * s.attention_heads // e.tensor_parallel
-        scores = s.attention_heads // e.tensor_parallel * s.sequence_length**2 * e.microbatch
-        prev = out.add("attn.qk_matmul", BatchMatmulShape.trusted(batch=local_heads, m=s.sequence_length,
+        # this rank's queries (sequence / CP) against every key: with 2 x CP causally balanced chunks each CP
+        # rank computes 1/CP of the s x s scores
+        scores = s.attention_heads // e.tensor_parallel * b.queries * s.sequence_length * e.microbatch
+        prev = out.add("attn.qk_matmul", BatchMatmulShape.trusted(batch=local_heads, m=b.queries,
                        n=s.head_size, k=s.sequence_length), qk, recompute=attn, output_stored=not attn)
         prev = out.add("attn.softmax", PointwiseShape.trusted(kind="softmax", elements=scores), (prev,),
                        recompute=attn, output_stored=not attn)
         prev = out.add("attn.probs_dropout", PointwiseShape.trusted(kind="dropout", elements=scores), (prev,),
                        recompute=attn, activation_stored=not attn)
-        return out.add("attn.pv_matmul", BatchMatmulShape.trusted(batch=local_heads, m=s.sequence_length,
+        return out.add("attn.pv_matmul", BatchMatmulShape.trusted(batch=local_heads, m=b.queries,
                        n=s.sequence_length, k=s.head_size), (prev, v), recompute=b.full)
+
+
+#: The attention tasks a context-parallel ring step hides behind (one chunk's scores per step).
+SCORE_TASKS = ("attn.qk_matmul", "attn.softmax", "attn.probs_dropout", "attn.pv_matmul")
 
 
 class GeluMLP(CorePattern):
