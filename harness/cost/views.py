@@ -47,7 +47,7 @@ keeps it the naive baseline of peaks, latencies and volume models):
 from __future__ import annotations
 
 import dataclasses
-from typing import Generic, Iterable, NamedTuple, TypeVar
+from typing import Any, Generic, Iterable, NamedTuple, Protocol, TypeVar, runtime_checkable
 
 from harness.errors import EvidenceError
 from harness.evidence.families import curve_for
@@ -115,6 +115,62 @@ class TaskCost:
 
     def __getitem__(self, pass_name: str) -> PassCost:
         return self.passes[pass_name]
+
+
+#: Seconds as a pricer returns them: a float, or (a vectorised pricer: the search's placements) a numpy array
+#: of floats with one element per placement, combined elementwise by the composition.
+Seconds = Any
+
+
+@runtime_checkable
+class BlockPricer(Protocol):
+    """What pricing the tasks of a block needs (the block sums of the projection,
+    :func:`harness.schedule.projection.block_sums`; the search's per-tier block sums).
+
+    Implemented by :class:`Pricer` and by the pricers that re-price its messages:
+    ``harness.search.concurrent.TierPricer`` (every message on one tier), and,
+    through :class:`PlanPricer`, ``harness.search.placement.PlacementPricer`` and
+    ``ZeroNetworkPricer``. Invariant: compute and memory times are the wrapped
+    :class:`Pricer`'s (a re-pricer changes network times only).
+    """
+
+    #: The evidence profile priced from.
+    profile: EvidenceProfile
+    #: The cost view (which curve families apply).
+    view: CostView
+    #: Whether a task's processing time is max(compute, memory) (``roofline``) or their sum.
+    roofline: bool
+
+    def work(self, work: Work, optimizer: bool = False) -> PassCost:
+        """Compute, memory and processing time of one pass's work (the optimizer step on the vector engine)."""
+
+    def task(self, task: PlanTask) -> TaskCost:
+        """Times of one plan task in every pass, its messages' network time included."""
+
+    def message_s(self, message: Message | None) -> Seconds:
+        """Network time of one message (None, the identity, costs 0)."""
+
+    def compute_s(self, operations: float, engine: str) -> float:
+        """Time of ``operations`` on ``engine`` (``matrix`` or ``vector``)."""
+
+    def memory_s(self, size_bytes: float) -> float:
+        """Time to move ``size_bytes`` through memory tier 1."""
+
+    def tier2_s(self, size_bytes: float) -> float:
+        """Time to move ``size_bytes`` over the memory tier-2 link."""
+
+
+@runtime_checkable
+class PlanPricer(BlockPricer, Protocol):
+    """Everything a pricer provides: :class:`BlockPricer` and the pipeline boundary transfer a plan's
+    composition prices (:func:`harness.estimate.cost_view`, :func:`harness.schedule.block.block_times`).
+
+    Implemented by :class:`Pricer`, ``harness.search.placement.PlacementPricer`` (every network time
+    an array over placements) and ``ZeroNetworkPricer`` (every network time 0: the pruning bound).
+    """
+
+    def boundary_s(self, message: Message | None, plan: PortablePlanIR) -> Seconds:
+        """A pipeline boundary transfer of ``plan`` (family ``partitioned_p2p`` reads the plan's TP group)."""
 
 
 MEMO_LIMIT = 1 << 16
