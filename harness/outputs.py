@@ -207,13 +207,15 @@ def _new_file_mode(existing: Path) -> int:
 
 @contextlib.contextmanager
 def atomic_output(path: PathLike, mode: str = "w", *, option: str = "--output",
-                  replaces_data: Iterable[str] = ()) -> Iterator[IO]:
+                  replaces_data: Iterable[str] = (), exclusive: bool = False) -> Iterator[IO]:
     """A file object whose content replaces ``path`` atomically when the block ends without error.
 
     ``mode`` is ``"w"`` (UTF-8 text) or ``"wb"``. On an exception the
     temporary file is removed and ``path`` is left as it was. The tool's data
     (:func:`data_files`) is refused here too (the one guard every write passes),
-    but for the kinds in ``replaces_data``.
+    but for the kinds in ``replaces_data``. ``exclusive``: the target must not
+    exist when the content is complete (it is linked into place, never renamed
+    over: of two runs writing the same new file, the second is refused).
     """
     if mode not in ("w", "wb"):
         raise ValueError(f"atomic_output: mode {mode!r} (use 'w' or 'wb')")
@@ -238,7 +240,16 @@ def atomic_output(path: PathLike, mode: str = "w", *, option: str = "--output",
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(temporary, _new_file_mode(target))
-        os.replace(temporary, target)
+        if exclusive:
+            try:
+                os.link(temporary, target)
+            except FileExistsError:
+                _remove(temporary)
+                raise InputError(shown, option, "exists (written meanwhile by another run): give --replace to "
+                                                "replace it") from None
+            _remove(temporary)
+        else:
+            os.replace(temporary, target)
     except OSError as error:
         _remove(temporary)
         raise InputError(shown, option, f"cannot write: {error.strerror or error}") from None
@@ -252,9 +263,10 @@ def _remove(path: str) -> None:
         os.unlink(path)
 
 
-def write_text(path: PathLike, text: str, *, option: str = "--output", replaces_data: Iterable[str] = ()) -> Path:
+def write_text(path: PathLike, text: str, *, option: str = "--output", replaces_data: Iterable[str] = (),
+               exclusive: bool = False) -> Path:
     """Replace ``path`` with ``text`` (UTF-8) atomically (see :func:`atomic_output`)."""
-    with atomic_output(path, "w", option=option, replaces_data=replaces_data) as handle:
+    with atomic_output(path, "w", option=option, replaces_data=replaces_data, exclusive=exclusive) as handle:
         handle.write(text)
     return Path(path)
 

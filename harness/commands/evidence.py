@@ -135,9 +135,10 @@ def _combine_option(parser) -> None:
 
 def _name(value: str, option: str) -> str:
     from harness.evidence.profile import PROFILE_NAME
+    from harness.names import PROFILE_NAME_RULE
 
     if not PROFILE_NAME.fullmatch(value):
-        raise InputError("<command line>", option, f"{value!r} is not a name (letters, digits, '_', '.', '-')")
+        raise InputError("<command line>", option, f"{value!r} is not a profile name ({PROFILE_NAME_RULE})")
     return value
 
 
@@ -259,7 +260,8 @@ def run_import_nccl(args) -> int:
             print(f"  {sweep.id}: {sweep.collective}, {sweep.participants} participants, {len(curve.points)} points, "
                   f"efficiency {min(effs):.3f} .. {max(effs):.3f} of "
                   f"{base.networks[args.tier].bandwidth_bytes_per_s:g} B/s")
-        write_text(args.profile_output, dump_profile(profile), option="--profile-output", replaces_data=("evidence",))
+        write_text(args.profile_output, dump_profile(profile), option="--profile-output", replaces_data=("evidence",),
+                   exclusive=not args.replace)
         print(f"profile {profile.name} (revision {profile.revision()[:12]}) -> {args.profile_output}")
     return 0
 
@@ -298,7 +300,7 @@ def run_fit(args) -> int:
                                     combine=args.combine_sweeps)
     except FitRefused as refused:
         return _refused(refused)
-    write_text(args.output, dump_profile(revision.profile), replaces_data=("evidence",))
+    write_text(args.output, dump_profile(revision.profile), replaces_data=("evidence",), exclusive=not args.replace)
     print(f"{name}: revision {revision.profile.revision()} -> {args.output}")
     print(f"  {revision.result.evaluations} evaluations, {revision.result.status}; evaluator vs estimate path "
           f"{revision.evaluator_rel:.1e}")
@@ -335,7 +337,7 @@ def run_derive(args) -> int:
     _check_new_profile(args.output, "--output", args.replace)
     source = load_profile(args.source, referrer="<command line>", field="--from")
     profile = derive_profile(source, args.without, name, args.reason)
-    write_text(args.output, dump_profile(profile), replaces_data=("evidence",))
+    write_text(args.output, dump_profile(profile), replaces_data=("evidence",), exclusive=not args.replace)
     print(f"{name}: revision {profile.revision()} -> {args.output}")
     print(f"  {source.name} (revision {source.revision()[:12]}) without {', '.join(args.without)}")
     return 0

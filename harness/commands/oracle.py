@@ -14,6 +14,11 @@ recompute sums are kept).
 instead (its stock search command, in-process, debug logging off; see
 :mod:`harness.oracles.search_record`) into ``search/*.json``.
 
+``--flops --config config.json --microbatch B --sequence-length S --id NAME`` counts one decoder layer of
+a Hugging Face config instead, with PyTorch's FLOP counter (the independent FLOP oracle,
+:mod:`harness.oracles.flops`; needs the optional extra ``flops``), into ``vendor/flops/NAME.json``; no
+Calculon is involved.
+
 ``import-reference`` converts a shared reference record file
 (:mod:`harness.oracles.reference`) into the same format, numbers unchanged,
 after checking that it comes from the manifest's Calculon (source digest), so
@@ -27,7 +32,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.cases import case_paths, load_case_files
-from harness.errors import InputError
+from harness.errors import HarnessError, InputError
 from harness.interop.calculon_batch import require_valid
 from harness.interop.calculon_format import calculon_from_input
 from harness.oracles.records import load_manifest
@@ -35,9 +40,10 @@ from harness.oracles.record import RECORD_VIEWS, check_record_name, record_input
 from harness import locations
 from harness.oracles.runner import CalculonRunner
 from harness.oracles.search_record import record_search
+from harness.oracles.flops import FLOPS_SUBDIR, check_record_id, record_flops, record_text
 from harness.search.request import check_workers, search_problem
 from harness.search.space import FUSED_CHOICES, SpaceOptions
-from harness.outputs import check_output
+from harness.outputs import check_output, write_text
 
 
 def view_list(text: str) -> tuple[str, ...]:
@@ -49,16 +55,19 @@ def view_list(text: str) -> tuple[str, ...]:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("oracle", help="oracle records (Calculon)")
+    p = sub.add_parser("oracle", help="oracle records (Calculon; the FLOP counter)")
     osub = p.add_subparsers(dest="oracle_command", required=True, metavar="SUBCOMMAND")
     r = osub.add_parser("record", help="run a Calculon checkout on the cases (or a batch) and vendor its outputs")
-    r.add_argument("--calculon-src", required=True, type=Path, help="Calculon 0.1.0 source checkout")
+    r.add_argument("--calculon-src", type=Path, help="Calculon 0.1.0 source checkout (required except with --flops)")
     source = r.add_mutually_exclusive_group()
     source.add_argument("--cases", type=Path, help="case directory (default: the project's cases/)")
     source.add_argument("--batch", type=Path, metavar="IN.jsonl",
                         help='Calculon-format batch, one {"id", "model", "execution", "system"} per line (.gz allowed)')
     source.add_argument("--search", action="store_true",
                         help="record Calculon's optimal-execution search (see the search options)")
+    source.add_argument("--flops", action="store_true",
+                        help="count one decoder layer of a Hugging Face config with PyTorch's FLOP counter "
+                             "(see the FLOP oracle options; needs the 'flops' extra)")
     r.add_argument("--output", default="records/cases.json",
                    help="record file, relative to the vendor directory (.gz: gzip-compressed)")
     r.add_argument("--vendor", type=Path, help=f"vendor directory (default: the project's {locations.VENDOR_SUBDIR})")
@@ -78,6 +87,12 @@ def register(sub) -> None:
     g.add_argument("--no-tp-overlap", action="store_true", help="Calculon's --no-tp-overlap")
     g.add_argument("--no-dp-overlap", action="store_true", help="Calculon's --no-dp-overlap")
     g.add_argument("--cpus", type=int, help="Calculon's -c (default: all cores)")
+    f = r.add_argument_group("FLOP oracle options (with --flops)")
+    f.add_argument("--config", type=Path, metavar="CONFIG.json", help="Hugging Face config.json")
+    f.add_argument("--microbatch", type=int, help="samples per call")
+    f.add_argument("--sequence-length", type=int, help="tokens per sample")
+    f.add_argument("--id", dest="record_id", metavar="NAME",
+                   help=f"record name: writes {FLOPS_SUBDIR}/NAME.json in the project (or --vendor DIR/NAME.json)")
     r.set_defaults(func=run_record)
     i = osub.add_parser("import-reference", help="convert a shared reference record file into vendored records")
     i.add_argument("reference", type=Path, metavar="REFERENCE.json", help="reference record file ({meta, records})")
@@ -120,7 +135,37 @@ def run_search_record(args, vendor: Path) -> int:
     return 0
 
 
+def run_flops_record(args) -> int:
+    missing = [flag for flag, value in (("--config", args.config), ("--microbatch", args.microbatch),
+                                        ("--sequence-length", args.sequence_length), ("--id", args.record_id))
+               if value is None]
+    if missing:
+        raise InputError("<command line>", missing[0], "required with --flops")
+    for flag, value in (("--microbatch", args.microbatch), ("--sequence-length", args.sequence_length)):
+        if not 1 <= value <= 2**20:
+            raise InputError("<command line>", flag, f"must be 1 to {2**20}, got {value}")
+    check_record_id(args.record_id)
+    directory = args.vendor or locations.current().writable(FLOPS_SUBDIR, "vendored FLOP records")
+    target = directory / f"{args.record_id}.json"
+    check_output(target, option="--id", inputs=[args.config])
+    try:
+        import torch  # noqa: F401  (the optional extra, checked before any work)
+        import transformers  # noqa: F401
+    except ImportError as error:
+        raise HarnessError(f"the FLOP oracle needs torch and transformers ({error.name} is not installed): "
+                           "pip install 'blueprinting-harness[flops]', or run tox -e flop-oracle") from None
+    record = record_flops(args.config, args.microbatch, args.sequence_length, args.record_id)
+    path = write_text(target, record_text(record), option="--id")
+    print(f"wrote {path}: linear {record.linear_flops} FLOPs, attention {record.attention_flops} FLOPs per layer "
+          f"(forward + backward; torch {record.provenance.torch}, transformers {record.provenance.transformers})")
+    return 0
+
+
 def run_record(args) -> int:
+    if args.flops:
+        return run_flops_record(args)
+    if args.calculon_src is None:
+        raise InputError("<command line>", "--calculon-src", "required (except with --flops)")
     check_record_name(args.output)
     vendor = args.vendor or locations.current().writable(locations.VENDOR_SUBDIR, "vendored Calculon records")
     if args.search:

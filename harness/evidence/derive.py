@@ -31,6 +31,8 @@ option (``--from``, ``--without``, ``--reason``).
 
 from __future__ import annotations
 
+import unicodedata
+
 from typing import Sequence
 
 from harness.errors import InputError
@@ -74,6 +76,10 @@ def _check(source: EvidenceProfile, without: Sequence[str], reason: str) -> None
                                                   f"({', '.join(held)}): refit without it instead")
     if not reason.strip() or len(reason) > MAX_REASON or "\n" in reason:
         raise InputError(SOURCE, "--reason", f"must be one non-empty line of at most {MAX_REASON} characters")
+    hidden = next((c for c in reason if unicodedata.category(c) in ("Cc", "Cf")), None)
+    if hidden is not None:  # a control or format character (U+202E reverses the text a reader sees)
+        raise InputError(SOURCE, "--reason", f"holds the invisible character U+{ord(hidden):04X} "
+                                             f"({unicodedata.name(hidden, 'control')})")
 
 
 def derive_profile(source: EvidenceProfile, without: Sequence[str], name: str, reason: str) -> EvidenceProfile:

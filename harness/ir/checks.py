@@ -9,16 +9,18 @@ training with DP > 1, optimizer offload in training.
 
 from __future__ import annotations
 
-from harness.ir.model import MAX_DEGREE, ExecutionLayout, TransformerShape
+from harness.ir.model import MAX_DEGREE, ExecutionLayout, TransformerShape, key_value_heads
+from harness.passes.patterns import unpriceable
 
 Problem = tuple[str, str]
 
 
-def unsupported_features(execution: ExecutionLayout) -> list[str]:
-    """Fields that request semantics the estimate cannot represent: none since
-    the ConcretePlanIR carries TP/DP overlap and offload (kept so that callers
-    that classify inputs keep one place to ask)."""
-    return []
+def unsupported_features(shape: TransformerShape, execution: ExecutionLayout) -> list[Problem]:
+    """What the estimate cannot price: each ``(field, message)`` names a part of the model or layout that no
+    registered sub-graph pattern lowers (:func:`harness.passes.patterns.unpriceable`: a core slot, the norm
+    or the attention kernel matched by no pattern, or refused by the one selected, e.g. a QKV bias under TP
+    overlap). TP/DP overlap and offload are priced through the ConcretePlanIR."""
+    return unpriceable(shape, execution)
 
 
 def blocks_per_stage(blocks: int, pipeline_parallel: int) -> int:
@@ -36,6 +38,16 @@ def layout_problems(shape: TransformerShape, execution: ExecutionLayout) -> list
     for name, value in (("hidden", s.hidden), ("feedforward", s.feedforward), ("attention_heads", s.attention_heads)):
         if value % tp:
             problems.append(("execution.tensor_parallel", f"TP={tp} does not divide model.{name}={value}"))
+    kv = key_value_heads(s, e)
+    if s.kv_heads is not None and e.attention == "multiquery" and s.kv_heads != 1:
+        problems.append(("model.kv_heads", f"{s.kv_heads} contradicts execution.attention: multiquery (one key/value "
+                                           "head); give one of them"))
+    elif s.attention_heads % kv:
+        problems.append(("model.kv_heads", f"{kv} does not divide attention_heads={s.attention_heads} (each "
+                                           "key/value head serves a group of query heads)"))
+    elif kv % tp and tp % kv:
+        problems.append(("execution.tensor_parallel", f"TP={tp} and model.kv_heads={kv}: one must divide the other "
+                                                      "(key/value heads split over TP, or replicated)"))
     if e.global_batch % e.data_parallel:
         problems.append(("execution.global_batch", f"{e.global_batch} is not divisible by data_parallel={e.data_parallel}"))
     elif (e.global_batch // e.data_parallel) % e.microbatch:

@@ -42,6 +42,10 @@ class LinearShape(Frozen):
     m: int = Field(gt=0, description="Rows of X and Y (local tokens).")
     n: int = Field(gt=0, description="Contraction width (input features).")
     k: int = Field(gt=0, description="Output features.")
+    bias: bool | None = Field(None, description="Y = X W + b: k bias parameters, the add fused in the GEMM epilogue "
+                                                "(None: no bias).")
+
+    ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"bias"})  # linears without a bias keep their digests
 
 
 class BatchMatmulShape(Frozen):
@@ -58,12 +62,13 @@ class BatchMatmulShape(Frozen):
 
 
 class NormShape(Frozen):
-    """Layer norm over ``elements`` activations with 2 x hidden parameters."""
+    """Normalisation over ``elements`` activations of rows ``hidden`` wide: layer norm (gain and bias, 2 x hidden
+    parameters) or RMSNorm (gain only, hidden parameters)."""
 
     INTERNED: ClassVar[bool] = True
     EXCHANGE: ClassVar[Exchange] = "none"
 
-    kind: Literal["layer_norm"] = "layer_norm"
+    kind: Literal["layer_norm", "rms_norm"] = "layer_norm"
     elements: int = Field(gt=0, description="Activation elements normalized.")
     hidden: int = Field(gt=0, description="Normalized width (gain and bias sizes).")
 
@@ -74,9 +79,10 @@ class PointwiseShape(Frozen):
     INTERNED: ClassVar[bool] = True
     EXCHANGE: ClassVar[Exchange] = "none"
 
-    kind: Literal["softmax", "dropout", "gelu"]
-    elements: int = Field(gt=0, description="Activation elements processed.")
-    fused: bool = Field(False, description="gelu only: fused into the preceding linear, keeps no activation.")
+    kind: Literal["softmax", "dropout", "gelu", "squared_relu", "swiglu", "geglu", "rope"]
+    elements: int = Field(gt=0, description="Output elements (a gated activation reads twice as many).")
+    fused: bool = Field(False, description="MLP activations only: fused into the preceding linear, keeps no "
+                                           "activation.")
 
 
 class ResidualShape(Frozen):
@@ -168,8 +174,32 @@ class CrossEntropyShape(Frozen):
     participants: int = Field(gt=0, description="Processors sharing the vocabulary (the TP group).")
 
 
+class FlashAttentionShape(Frozen):
+    """One fused causal attention kernel (FlashAttention-2) over the local heads of one microbatch.
+
+    Q has ``heads`` heads, K and V ``kv_heads`` (grouped-query: each K/V head serves heads / kv_heads query
+    heads), each ``head_size`` wide, over ``sequence`` tokens; a query attends to at most ``window`` keys (itself
+    and the ones before it). The work rule (tiles executed, recomputation in the backward pass) is
+    :func:`harness.passes.rules.flash_attention`.
+    """
+
+    INTERNED: ClassVar[bool] = True
+    EXCHANGE: ClassVar[Exchange] = "none"
+
+    kind: Literal["flash_attention"] = "flash_attention"
+    batch: int = Field(gt=0, description="Samples of the microbatch.")
+    heads: int = Field(gt=0, description="Local query heads (one TP rank).")
+    kv_heads: int = Field(gt=0, description="Local key/value heads (one TP rank).")
+    sequence: int = Field(gt=0, description="Tokens per sample (queries and keys).")
+    head_size: int = Field(gt=0, description="Width of one head, elements.")
+    window: int = Field(gt=0, description="Keys a query attends to at most, itself included (the sequence length "
+                                          "without a sliding window).")
+    dropout: bool = Field(description="Dropout on the probabilities inside the kernel (mask regenerated from the "
+                                      "random seed in the backward pass, never stored).")
+
+
 SHAPES = (LinearShape, BatchMatmulShape, NormShape, PointwiseShape, ResidualShape, ForkShape, CollectiveShape,
-          OverlappedLinearShape, CrossEntropyShape)
+          OverlappedLinearShape, CrossEntropyShape, FlashAttentionShape)
 TaskShape = Annotated[Union[SHAPES], Field(discriminator="kind")]
 
 #: primitive kind -> its shape class (every value of every shape's ``kind`` Literal).

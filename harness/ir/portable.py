@@ -26,14 +26,21 @@ PASSES = ("forward", "activation_grad", "weight_grad", "optimizer")
 
 
 class Work(Frozen):
-    """Work of one task in one pass."""
+    """Work of one task in one pass.
+
+    Its operations run at the peak (and on the curve) of its engine for :attr:`datatype`; absent, the plan's
+    datatype. One plan may so hold fp8 GEMMs, bf16 pointwise work and fp32 optimizer steps.
+    """
 
     CANONICAL_MEMO: ClassVar[bool] = True
+    ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"datatype"})  # plans of one datatype keep their digests
 
     operations: float = Field(ge=0, description="Arithmetic operations (FLOPs) of the pass.")
     bytes_read: float = Field(ge=0, description="Bytes read from memory tier 1.")
     bytes_written: float = Field(ge=0, description="Bytes written to memory tier 1.")
     engine: Engine = Field(description="Processing engine the operations need (matrix or vector).")
+    datatype: Datatype | None = Field(None, description="Datatype the operations run in (selects the engine's peak "
+                                                        "and curve); absent: the plan's datatype.")
 
     @property
     def bytes_accessed(self) -> float:

@@ -148,6 +148,13 @@ def cross_validate(design: Design, template, oracle: MeasurementsOracle, groupin
     return CrossValidation(grouping, tuple(groups), predicted, measured, fits, tuple(skipped))
 
 
+def target_node_classes(design: Design, island: int = 8) -> np.ndarray:
+    """Per target, the node class of an iteration target ("" for layer passes and microbenchmarks, which have
+    no layout of processors)."""
+    return np.array([node_class(design.records[t.record], island) if t.what == "iteration" else ""
+                     for t in design.targets])
+
+
 def _valid(design: Design, predicted: np.ndarray, measured: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
     chosen = iteration_targets(design) & np.isfinite(predicted) & np.isfinite(measured)
     return chosen if mask is None else chosen & mask
@@ -157,7 +164,7 @@ def class_metrics(design: Design, predicted: np.ndarray, measured: np.ndarray, i
                   mask: np.ndarray | None = None) -> dict[str, Metrics]:
     """Metrics per node class over the iteration targets with both values (and ``mask``)."""
     chosen = _valid(design, predicted, measured, mask)
-    classes = np.array([node_class(design.records[t.record], island) for t in design.targets])
+    classes = target_node_classes(design, island)
     e = errors_pct(np.where(chosen, predicted, 1.0), np.where(chosen, measured, 1.0))
     return {c: Metrics.of(e[chosen & (classes == c)]) for c in ("one_node", "multi_node")}
 

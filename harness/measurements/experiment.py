@@ -117,7 +117,7 @@ def fit_revision(inputs: FitInputs, base: EvidenceProfile, name: str, *, layer_w
     ``None``: they are an error)."""
     sources = ", ".join(c.path for c in inputs.corpora)
     sweeps = combined_sweeps(inputs.sweeps, combine, sources)
-    skeleton = template(base, sweeps, name)
+    skeleton = template(base, sweeps, name, source=sources)
     design = Design(inputs.records, skeleton)
     oracle = oracle or MeasurementsOracle(inputs.records)
     measured = design.per_target(dict(enumerate(oracle.training(inputs.records))))
@@ -180,7 +180,7 @@ def attribution(design: Design, base: EvidenceProfile, fitted: EvidenceProfile, 
     """Shapley split of the move base -> fitted, per node class: ``{class: {metric: {move: pp}}}``
     for the mean signed error (``bias_pct``) and the MAPE (``mape_pct``) of the iteration records."""
     iterations = cv.iteration_targets(design) & np.isfinite(measured)
-    classes = np.array([node_class(design.records[t.record], island) for t in design.targets])
+    classes = cv.target_node_classes(design, island)
     values: dict[frozenset[str], np.ndarray] = {}
     for size in range(len(MOVES) + 1):
         for moved in itertools.combinations(MOVES, size):

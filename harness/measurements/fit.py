@@ -124,8 +124,9 @@ PARAMETERS = (
 
 
 def template(base: EvidenceProfile, sweeps: Sequence, name: str, datatype: str = "float16",
-             tier1_bandwidth: float = TIER1_BANDWIDTH_BYTES_PER_S) -> EvidenceProfile:
-    """The fitted revision's fixed structure on ``base`` (parameters at their start values)."""
+             tier1_bandwidth: float = TIER1_BANDWIDTH_BYTES_PER_S, source: str = "collective sweeps") -> EvidenceProfile:
+    """The fitted revision's fixed structure on ``base`` (parameters at their start values); a sweep the
+    structure cannot reproduce is an InputError naming ``source`` (the corpora) and the sweep."""
     vector = base.vector[datatype]
     curve = vector.operation_size_efficiency
     flat = max(p.efficiency for p in curve.points) if curve.points else curve.saturating.max_efficiency
@@ -142,7 +143,7 @@ def template(base: EvidenceProfile, sweeps: Sequence, name: str, datatype: str =
             update["bandwidth_bytes_per_s"] = tier1_bandwidth
         networks.append(tier.model_copy(update=update))
     profile = with_sweeps(base.model_copy(update={"networks": tuple(networks)}), (*sweeps, *derived_sweeps(sweeps)),
-                          "collective sweeps")
+                          source)
     profile = profile.model_copy(update={
         "name": name, "processing_mode": "roofline",
         "vector": {**profile.vector, datatype: vector.model_copy(update={

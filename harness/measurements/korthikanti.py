@@ -17,8 +17,10 @@
 Sequence parallelism is ``rs_ag`` TP communication; selective recompute is
 ``attn_only``. Tier placement follows the cases (TP on tier 0).
 
-Rules: the file is read strictly (:mod:`harness.inputs`): an unknown key
-anywhere, a key the importer sets itself (``datatype``,
+Rules: the file is read strictly (the descriptive ``source``, ``what``,
+``hardware`` and ``note`` are strings, not imported; a row's ``total_ms`` must
+be its forward plus backward, its ``overhead_pct`` a number or null), under
+:mod:`harness.inputs`: an unknown key anywhere, a key the importer sets itself (``datatype``,
 ``activation_recompute``, ``tensor_par_comm_type``), a string where a number
 is due (no coercion), a time outside [:data:`MIN_PASS_MS`, ``MAX_SECONDS``]
 or an empty ``rows`` is one InputError naming the file and the field, before
@@ -47,7 +49,11 @@ CITATION = ("Korthikanti et al. 2022, Reducing Activation Recomputation in Large
             "(arXiv 2205.05198)")
 LICENCE = "Numbers published in the paper (facts), carried into this format with their citation."
 RECOMPUTE = {"none": "none", "full": "full", "attn_only": "attn_only"}
-ROW_FIELDS = ("sequence_parallel", "recompute", "forward_ms", "backward_ms", "experiment")
+ROW_FIELDS = ("sequence_parallel", "recompute", "forward_ms", "backward_ms", "experiment", "total_ms", "overhead_pct")
+#: Descriptive keys of the file (strings, not imported: the corpus header carries the citation).
+ABOUT_FIELDS = ("source", "what", "hardware", "note")
+#: ``total_ms`` (when given) is the row's forward plus backward, as the paper rounds them (0.1 ms each).
+TOTAL_TOLERANCE_MS = 0.1
 #: Execution fields each row (or the paper) decides: a file that sets them is refused, not overridden.
 #: The shortest pass of one Transformer block a row may state (1 microsecond: a block launches tens of kernels).
 MIN_PASS_MS = 1e-3
@@ -77,7 +83,10 @@ def import_table4(path: Path | str) -> list[LayerPassRecord]:
     for key in ("model", "execution", "rows"):
         if key not in data:
             raise InputError(source, key, "required field is missing")
-    only_keys(data, ("model", "execution", "rows"), source, "")
+    only_keys(data, ("model", "execution", "rows", *ABOUT_FIELDS), source, "")
+    for key in ABOUT_FIELDS:
+        if key in data and not isinstance(data[key], str):
+            raise InputError(source, key, f"must be a string, got {describe(data[key])}")
     model = data["model"]
     execution = data["execution"]
     for key, value, kind in (("model", model, dict), ("execution", execution, dict), ("rows", data["rows"], list)):
@@ -118,6 +127,13 @@ def import_table4(path: Path | str) -> list[LayerPassRecord]:
             "network_tiers": {"tensor": 0, "pipeline": 1, "data": 1}}, source, prefix=(where,))
         forward, backward = (json_number(row[key], source, f"{where}.{key}", minimum=MIN_PASS_MS,
                                          maximum=MAX_SECONDS * 1000) / 1000 for key in ("forward_ms", "backward_ms"))
+        if "total_ms" in row:
+            total = json_number(row["total_ms"], source, f"{where}.total_ms", minimum=0)
+            if not abs(total - (forward + backward) * 1000) <= TOTAL_TOLERANCE_MS:
+                raise InputError(source, f"{where}.total_ms", f"{total:g} is not forward_ms + backward_ms = "
+                                                              f"{(forward + backward) * 1000:g}")
+        if row.get("overhead_pct") is not None:
+            json_number(row["overhead_pct"], source, f"{where}.overhead_pct")
         record = validate(LayerPassRecord, {
             "kind": "layer_pass", "id": f"table4-row-{index + 1}", "model": shape, "execution": layout,
             "measured_forward_s": forward, "measured_backward_s": backward, "note": row.get("experiment", "")},

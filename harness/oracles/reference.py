@@ -48,6 +48,14 @@ def record_dicts(reference: "ReferenceFile", keep_layers: bool = True) -> list[d
     return out
 
 
+def required_stats() -> tuple[str, ...]:
+    """The Calculon stats figures a comparison reads (:data:`harness.oracles.calculon.METRIC_GROUPS`): a view's
+    stats without one of them would fail later, in ``calibrate``, far from the file."""
+    from harness.oracles.calculon import METRIC_GROUPS
+
+    return tuple(dict.fromkeys(f for group in METRIC_GROUPS.values() for f in group.values() if f is not None))
+
+
 @dataclasses.dataclass(frozen=True)
 class ReferenceFile:
     """A reference record file: its oracle source digest and records."""
@@ -93,7 +101,12 @@ def _check_record(r: object, where: str, source: str) -> OracleRecord:
                 raise InputError(source, f"{where}.{name}.error", f"must be a string, got {describe(view['error'])}")
             views[name] = ViewRecord(error=view["error"])
         else:
-            views[name] = ViewRecord(stats=check_stats(view, source, f"{where}.{name}"))
+            stats = check_stats(view, source, f"{where}.{name}")
+            missing = [f for f in required_stats() if f not in stats]
+            if missing:
+                raise InputError(source, f"{where}.{name}.{missing[0]}", "required Calculon figure is missing (a "
+                                                                        "comparison reads it)")
+            views[name] = ViewRecord(stats=stats)
     return OracleRecord(id=r["case"], system=r["system"], calculon_model=r["model"],
                         calculon_execution=r["execution"], views=views)
 

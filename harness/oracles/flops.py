@@ -1,0 +1,185 @@
+"""The independent FLOP oracle: PyTorch's FLOP counter on a ``transformers`` decoder layer (issue 20.8).
+
+``harness oracle record --flops --config config.json --microbatch B --sequence-length S --id NAME`` builds
+one decoder layer of the Hugging Face ``transformers`` library from ``config.json`` on the ``meta`` device
+(no weights, no GPU, no data), runs it forward and backward under
+``torch.utils.flop_counter.FlopCounterMode`` and vendors the counts per ATen operation into
+``vendor/flops/NAME.json`` with the versions that counted them.
+
+Rules of a count:
+
+- the layer class is the one of the config's ``model_type`` (:data:`LAYERS`); attention runs in its eager
+  implementation (``attn_implementation="eager"``), so the score products are ``aten.bmm`` and not a fused
+  scaled-dot-product kernel the counter would price by its own rule; any counted operation other than the
+  four below is refused rather than recorded under a guess;
+- the layer is called alone, with ``attention_mask=None`` (the whole model's mask helpers call ``.item()``,
+  which a meta tensor cannot answer): every score of the ``s x s`` matrix is computed, the convention of
+  ``workload.matrix_flops_per_block``; the rotary position embeddings (cos, sin) are computed *outside* the
+  counter by the model's own rotary module (its one small matmul is not layer work);
+- the input hidden states require a gradient, as a middle layer's do, so the backward pass computes every
+  activation gradient and every weight gradient; no recomputation;
+- ``linear`` = ``aten.mm`` + ``aten.addmm`` (forward + backward), ``attention`` = ``aten.bmm`` +
+  ``aten.baddbmm``; the counter counts a product of ``m x k`` and ``k x n`` as ``2 m k n`` and ignores
+  bias additions, softmax, norms and activations (the matrix work only).
+
+torch and transformers are the optional extra ``flops`` (``tox -e flop-oracle``); they are imported only
+when a count runs, never by the default suite, which reads the vendored records (:func:`load_flop_record`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import platform
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+
+from harness.errors import InputError
+from harness.inputs import decode, read_bytes, validate
+from harness.ir.base import Frozen
+from harness.names import PROFILE_NAME, PROFILE_NAME_PATTERN, PROFILE_NAME_RULE
+
+FLOP_RECORD_SCHEMA = "blueprinting.flop-record.v0"
+FLOPS_SUBDIR = Path("vendor") / "flops"
+LINEAR_OPS = ("aten.mm", "aten.addmm")
+ATTENTION_OPS = ("aten.bmm", "aten.baddbmm")
+
+#: model_type -> (transformers module, decoder layer class, rotary embedding class or None: learned positions).
+LAYERS: dict[str, tuple[str, str, str | None]] = {
+    "llama": ("transformers.models.llama.modeling_llama", "LlamaDecoderLayer", "LlamaRotaryEmbedding"),
+    "mistral": ("transformers.models.mistral.modeling_mistral", "MistralDecoderLayer", "MistralRotaryEmbedding"),
+    "qwen2": ("transformers.models.qwen2.modeling_qwen2", "Qwen2DecoderLayer", "Qwen2RotaryEmbedding"),
+    "qwen3": ("transformers.models.qwen3.modeling_qwen3", "Qwen3DecoderLayer", "Qwen3RotaryEmbedding"),
+    "gpt_neox": ("transformers.models.gpt_neox.modeling_gpt_neox", "GPTNeoXLayer", "GPTNeoXRotaryEmbedding"),
+    "gpt2": ("transformers.models.gpt2.modeling_gpt2", "GPT2Block", None),
+}
+
+
+class FlopProvenance(Frozen):
+    """What counted the FLOPs."""
+
+    counter: Literal["torch.utils.flop_counter.FlopCounterMode"] = Field(description="The counting tool.")
+    torch: str = Field(description="torch version.")
+    transformers: str = Field(description="transformers version.")
+    python: str = Field(description="Python version.")
+    device: Literal["meta"] = Field(description="Tensors carry shapes only.")
+    attention_implementation: Literal["eager"] = Field(description="transformers attention implementation.")
+    layer_class: str = Field(description="The transformers decoder layer class counted.")
+
+
+class FlopRecord(Frozen):
+    """One decoder layer's matrix FLOPs, forward and backward, by ATen operation."""
+
+    schema_name: Literal["blueprinting.flop-record.v0"] = Field(alias="schema", description="Record schema.")
+    id: str = Field(pattern=PROFILE_NAME_PATTERN, description="Record name, the file stem (the profile-name rule: "
+                                                              "a file stem, never a path).")
+    config: dict = Field(description="The Hugging Face config.json the layer was built from.")
+    config_sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="SHA-256 of the config file's bytes.")
+    microbatch: int = Field(ge=1, description="Samples per call.")
+    sequence_length: int = Field(ge=1, description="Tokens per sample.")
+    forward: dict[str, int] = Field(description="FLOPs per ATen operation in the forward pass.")
+    backward: dict[str, int] = Field(description="FLOPs per ATen operation in the backward pass.")
+    linear_flops: int = Field(ge=0, description="aten.mm + aten.addmm, forward + backward.")
+    attention_flops: int = Field(ge=0, description="aten.bmm + aten.baddbmm, forward + backward.")
+    provenance: FlopProvenance = Field(description="What counted them.")
+
+
+def check_record_id(name: str) -> str:
+    """``name`` if it can name a record file (the profile-name rule), else an InputError on ``--id``."""
+    if PROFILE_NAME.fullmatch(name) is None:
+        raise InputError("<command line>", "--id", f"{name!r} is not a record name ({PROFILE_NAME_RULE})")
+    return name
+
+
+def _read_config(path: Path) -> tuple[dict, str]:
+    data = read_bytes(path)
+    source = str(path)
+    try:
+        config = json.loads(decode(data, source))
+    except json.JSONDecodeError as error:
+        raise InputError(source, "<root>", f"not valid JSON: {error.msg} (line {error.lineno})") from None
+    if not isinstance(config, dict):
+        raise InputError(source, "<root>", "a config.json is a JSON object")
+    if config.get("model_type") not in LAYERS:
+        raise InputError(source, "model_type", f"{config.get('model_type')!r} has no decoder layer the FLOP oracle "
+                                               f"builds ({', '.join(sorted(LAYERS))})")
+    return config, hashlib.sha256(data).hexdigest()
+
+
+def count_layer(config: dict, microbatch: int, sequence_length: int) -> tuple[dict[str, int], dict[str, int], str]:
+    """``(forward, backward, layer class)``: the FLOPs per ATen operation of one decoder layer built from
+    ``config`` (a config.json mapping) on the meta device, called on ``microbatch x sequence_length`` tokens."""
+    import torch  # the optional extra: only here
+    import transformers
+    from torch.utils.flop_counter import FlopCounterMode
+
+    module_name, layer_name, rotary_name = LAYERS[config["model_type"]]
+    settings = {k: v for k, v in config.items() if k != "model_type"}
+    hf_config = transformers.AutoConfig.for_model(config["model_type"], **settings)
+    hf_config._attn_implementation = "eager"
+    module = importlib.import_module(module_name)
+    hidden = hf_config.hidden_size
+    with torch.device("meta"):
+        layer = getattr(module, layer_name)(hf_config, layer_idx=0)
+        rotary = getattr(module, rotary_name)(hf_config) if rotary_name else None
+    layer.train()
+    states = torch.empty(microbatch, sequence_length, hidden, device="meta", requires_grad=True)
+    keywords: dict = {"attention_mask": None}
+    if rotary is not None:
+        positions = torch.arange(sequence_length, device="meta").unsqueeze(0).expand(microbatch, sequence_length)
+        with torch.no_grad():
+            keywords["position_embeddings"] = rotary(states, positions)
+        keywords["position_ids"] = positions
+    with FlopCounterMode(display=False) as forward_counter:
+        output = layer(states, **keywords)
+    output = output[0] if isinstance(output, tuple) else output
+    with FlopCounterMode(display=False) as backward_counter:
+        output.sum().backward()
+
+    def counts(counter) -> dict[str, int]:
+        return {str(op): int(flops) for op, flops in sorted(counter.get_flop_counts().get("Global", {}).items(),
+                                                            key=lambda item: str(item[0]))}
+
+    return counts(forward_counter), counts(backward_counter), f"{module_name}.{layer_name}"
+
+
+def record_flops(config_path: Path, microbatch: int, sequence_length: int, record_id: str) -> FlopRecord:
+    """Count one layer of ``config_path`` and return its record (refusing any operation outside the split)."""
+    config, digest = _read_config(config_path)
+    forward, backward, layer_class = count_layer(config, microbatch, sequence_length)
+    known = set(LINEAR_OPS) | set(ATTENTION_OPS)
+    other = sorted((set(forward) | set(backward)) - known)
+    if other:
+        raise InputError(str(config_path), "model_type", f"the counter saw {', '.join(other)}: neither a linear nor an "
+                                                         "attention product (eager attention expected)")
+    import torch
+    import transformers
+
+    def total(ops: tuple[str, ...]) -> int:
+        return sum(forward.get(op, 0) + backward.get(op, 0) for op in ops)
+
+    return FlopRecord.model_validate({
+        "schema": FLOP_RECORD_SCHEMA, "id": record_id, "config": config, "config_sha256": digest,
+        "microbatch": microbatch, "sequence_length": sequence_length, "forward": forward, "backward": backward,
+        "linear_flops": total(LINEAR_OPS), "attention_flops": total(ATTENTION_OPS),
+        "provenance": {"counter": "torch.utils.flop_counter.FlopCounterMode", "torch": torch.__version__,
+                       "transformers": transformers.__version__, "python": platform.python_version(),
+                       "device": "meta", "attention_implementation": "eager", "layer_class": layer_class}})
+
+
+def record_text(record: FlopRecord) -> str:
+    """The vendored file's text: indented JSON, sorted keys, one trailing newline."""
+    return json.dumps(record.model_dump(mode="json", by_alias=True), indent=1, sort_keys=True) + "\n"
+
+
+def load_flop_record(path: Path) -> FlopRecord:
+    """A vendored record (no torch needed)."""
+    source = str(path)
+    try:
+        data = json.loads(decode(read_bytes(path), source))
+    except json.JSONDecodeError as error:
+        raise InputError(source, "<root>", f"not valid JSON: {error.msg} (line {error.lineno})") from None
+    return validate(FlopRecord, data, source)
