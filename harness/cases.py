@@ -83,10 +83,11 @@ def case_has_field(case_path: str) -> bool:
 
 def validate_input(source: str, data: EstimateInput | CaseFile) -> None:
     """Raise the first semantic problem of a parsed input as an InputError."""
-    unsupported = unsupported_features(data.execution)
-    if unsupported:
-        raise UnsupportedFeatureError(source, unsupported[0])
     problems = layout_problems(data.model, data.execution)
+    if not problems:
+        unsupported = unsupported_features(data.model, data.execution)
+        if unsupported:
+            raise UnsupportedFeatureError(source, *unsupported[0])
     if problems:
         field, message = problems[0]
         raise InputError(source, field, message)

@@ -38,12 +38,10 @@ class InputError(HarnessError):
 
 
 class UnsupportedFeatureError(InputError):
-    """A feature the portable plan cannot represent (TP/DP overlap, offload).
-
-    Those semantics need concrete command dependencies, queues, buffers and a
-    resource-conflict analysis; they belong to a ConcretePlanIR, not to a
-    portable plan with a hidden overlap ratio.
-    """
+    """A feature the estimate cannot price: no registered pattern lowers it
+    (:func:`harness.ir.checks.unsupported_features`), or a translation has no
+    counterpart for it (Calculon's format: TP/DP overlap and offload, which
+    need concrete command dependencies, queues and buffers)."""
 
     REASON = (
         "is not representable in the portable plan: overlap and offload need "
@@ -51,8 +49,8 @@ class UnsupportedFeatureError(InputError):
         "not an overlap ratio"
     )
 
-    def __init__(self, source: str, field: str) -> None:
-        super().__init__(source, field, self.REASON)
+    def __init__(self, source: str, field: str, message: str | None = None) -> None:
+        super().__init__(source, field, self.REASON if message is None else message)
 
 
 class PassError(HarnessError):

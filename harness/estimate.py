@@ -26,7 +26,7 @@ from harness import calculon_compat as compat
 from harness.cases import EstimateInput
 from harness.cost.accumulation import accumulation_s
 from harness.cost.output_layer import per_microbatch_s
-from harness.cost.views import COST_VIEWS, CostView, Pricer, clear_pricers, pricer_for
+from harness.cost.views import COST_VIEWS, CostView, PlanPricer, clear_pricers, pricer_for
 from harness.errors import InputError
 from harness.evidence.profile import EvidenceProfile, load_profile
 from harness.ir.base import Frozen
@@ -48,7 +48,7 @@ from harness.schedule.memory import (
 )
 from harness.schedule.projection import calculon_projection
 from harness.vocabulary import COMPONENTS, ESTIMATE_STATUSES, MEMORY_FIGURES, PARALLEL_DIMENSIONS
-from harness.workload import WorkloadMetrics, workload_metrics
+from harness.workload import MatrixFlopsPerBlock, WorkloadMetrics, matrix_flops_per_block, workload_metrics
 
 #: Both named views, in vocabulary order.
 DEFAULT_VIEWS = tuple(COST_VIEWS.values())
@@ -92,6 +92,9 @@ class ViewEstimate(Frozen):
     sample_rate_per_s: float = Field(description="Samples per second.")
     requirements: Requirements | None = Field(
         None, description="Overlap/offload bandwidth requirements (layouts with TP/DP overlap or offload).")
+    matrix_flops_per_block: MatrixFlopsPerBlock | None = Field(
+        None, description="Matrix operations of one block in the FLOP oracle's convention (view-independent); "
+                          "``estimate --json`` reports it as workload.matrix_flops_per_block.")
 
 
 VIEW_JSON_FIELDS = ("total_s", "components_s", "memory_bytes", "workload")
@@ -108,8 +111,15 @@ class Estimate(Frozen):
     views: dict[str, ViewEstimate] = Field(description="Estimate per cost view.")
 
     def views_json(self) -> dict[str, Any]:
-        """Per view: total_s, components_s, memory_bytes, workload (the ``estimate --json`` view fields)."""
-        return {name: v.model_dump(mode="json", include=set(VIEW_JSON_FIELDS)) for name, v in self.views.items()}
+        """Per view: total_s, components_s, memory_bytes, workload (the ``estimate --json`` view fields), the
+        workload with ``matrix_flops_per_block`` (kept out of :class:`WorkloadMetrics`, whose 27 figures the
+        workload goldens pin)."""
+        out = {}
+        for name, v in self.views.items():
+            out[name] = view = v.model_dump(mode="json", include=set(VIEW_JSON_FIELDS))
+            if v.matrix_flops_per_block is not None:
+                view["workload"]["matrix_flops_per_block"] = v.matrix_flops_per_block.model_dump(mode="json")
+        return out
 
 
 class NonPhysicalEstimateError(InputError):
@@ -186,7 +196,7 @@ def check_tiers(data: EstimateInput, profile: EvidenceProfile, source: str) -> N
 
 
 def cost_view(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView, *,
-              model: ModelIR | None = None, pricer: Pricer | None = None) -> tuple[BlockTimes, Composition]:
+              model: ModelIR | None = None, pricer: PlanPricer | None = None) -> tuple[BlockTimes, Composition]:
     """Block critical paths and the composed iteration under one view.
 
     The plan's output tasks (a model that states its vocabulary), or those of
@@ -196,10 +206,11 @@ def cost_view(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView, *,
     microbatch (:mod:`harness.cost.output_layer`); the unfused gradient
     accumulation (family ``gradient_accumulation``) to backward and the
     bubble (:mod:`harness.cost.accumulation`).
-    ``pricer`` replaces the view's shared pricer: anything with ``task``,
-    ``message_s`` and ``work`` (the search passes one that prices every tier
-    placement at once, as arrays; the arithmetic here is elementwise, so each
-    element is bit-identical to the scalar estimate of that placement).
+    ``pricer`` replaces the view's shared pricer: any
+    :class:`~harness.cost.views.PlanPricer` (the search passes one that prices
+    every tier placement at once, as arrays; the arithmetic here is
+    elementwise, so each element is bit-identical to the scalar estimate of
+    that placement).
     """
     pricer = pricer_for(profile, view, plan.datatype) if pricer is None else pricer
     costs = tuple(map(pricer.task, plan.tasks))
@@ -256,7 +267,7 @@ def concrete_iteration(concrete: ConcretePlanIR, pricer, model: ModelIR | None =
 
 def view_estimate(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView, workload: WorkloadMetrics,
                   stage: StageMemory, concrete: ConcretePlanIR | None = None,
-                  model: ModelIR | None = None) -> ViewEstimate:
+                  model: ModelIR | None = None, matrix_flops: MatrixFlopsPerBlock | None = None) -> ViewEstimate:
     """One view; a ConcretePlanIR (TP/DP overlap, offload) is projected with the ``calculon-0.1.0`` projection."""
     requirements = None
     memory = {name: getattr(stage, name) for name in MEMORY_FIGURES}
@@ -282,7 +293,7 @@ def view_estimate(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView
         system_efficiency=compute_time / total if total else 0.0,
         total_efficiency=perfect / total if total else 0.0,
         sample_rate_per_s=s.global_batch / total if total else 0.0,
-        requirements=requirements,
+        requirements=requirements, matrix_flops_per_block=matrix_flops,
     )
 
 
@@ -293,6 +304,7 @@ def estimate_lowering(lowering: Lowering, profile: EvidenceProfile,
     block: BlockMemory = block_memory(plan)
     stage = stage_memory(plan, block)
     workload = workload_metrics(plan, block)
+    matrix_flops = matrix_flops_per_block(lowering.distributed)
     concrete = lowering.concrete() if lowering.concurrent else None
     if concrete is None:
         reason = infeasibility(plan, stage, profile)
@@ -301,7 +313,8 @@ def estimate_lowering(lowering: Lowering, profile: EvidenceProfile,
     return require_physical(Estimate(
         status="infeasible" if reason else "ok", reason=reason, system=profile.name,
         evidence_revision=profile.revision(), digests=lowering.digests(),
-        views={v.name: view_estimate(plan, profile, v, workload, stage, concrete, lowering.model) for v in views},
+        views={v.name: view_estimate(plan, profile, v, workload, stage, concrete, lowering.model, matrix_flops)
+               for v in views},
     ), profile, source)
 
 

@@ -14,7 +14,9 @@ from __future__ import annotations
 from pydantic import Field
 
 from harness.ir.base import Frozen
+from harness.ir.distributed import DistributedTaskIR
 from harness.ir.portable import PortablePlanIR
+from harness.passes.rules import matrix_operations
 from harness.schedule.memory import BlockMemory
 
 WORK_KINDS = ("forward", "activation_grad", "weight_grad", "recompute", "optimizer")
@@ -113,3 +115,24 @@ def workload_metrics(plan: PortablePlanIR, memory: BlockMemory) -> WorkloadMetri
         block_activation_grad_bytes=memory.activation_grad_bytes,
         block_optimizer_bytes=memory.optimizer_bytes,
     )
+
+
+class MatrixFlopsPerBlock(Frozen):
+    """Matrix operations of one block on one processor for one microbatch, in the FLOP oracle's convention
+    (:func:`harness.passes.rules.matrix_operations`): forward + activation gradient + weight gradient, no
+    recomputation, the attention products over the full s x s scores. The executed work of a causal flash
+    kernel (fewer tiles, scores recomputed) is what the plan prices; this figure is kept apart from it."""
+
+    linear: float = Field(description="Linear layers (aten.mm / aten.addmm), FLOPs.")
+    attention: float = Field(description="Attention score products QK^T and PV (aten.bmm), FLOPs.")
+
+
+def matrix_flops_per_block(distributed: DistributedTaskIR) -> MatrixFlopsPerBlock:
+    """The convention's figures summed over the block's forward tasks (clones excluded), in task order."""
+    sums = {"linear": 0.0, "attention": 0.0}
+    for task in distributed.tasks:
+        if task.phase == "forward":
+            found = matrix_operations(task.shape)
+            if found is not None:
+                sums[found[0]] += found[1]
+    return MatrixFlopsPerBlock(**sums)

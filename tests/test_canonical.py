@@ -61,14 +61,22 @@ def test_a_field_absent_while_none_is_left_out_of_the_text_and_written_when_set(
 
 
 class _AbsentFirst(Frozen):
-    ABSENT_IF_NONE = frozenset({"a"})
-    a: int | None = Field(None, description="Sorts first: refused by the compiled writer.")
+    ABSENT_IF_NONE = frozenset({"a", "c", "d"})
+    a: int | None = Field(None, description="Sorts before the first present key.")
     b: int = Field(description="Present.")
+    c: int | None = Field(None, description="Sorts after it.")
+    d: int | None = Field(None, description="Sorts last.")
 
 
-def test_an_absent_field_that_sorts_first_takes_the_reference_path():
-    assert canonical.write(_AbsentFirst(b=1)) is None
-    assert _AbsentFirst(b=1).model_dump() == {"b": 1} and _AbsentFirst(a=2, b=1).model_dump() == {"a": 2, "b": 1}
+def test_absent_fields_before_and_after_the_first_present_key_are_written_as_the_reference():
+    """'"a":2,' before the first present key, ',"c":3' after it, nothing while None (text written by hand)."""
+    expected = {(): '{"b":1}', ("a",): '{"a":2,"b":1}', ("c",): '{"b":1,"c":3}',
+                ("a", "c", "d"): '{"a":2,"b":1,"c":3,"d":4}'}
+    values = {"a": 2, "c": 3, "d": 4}
+    for given, text in expected.items():
+        value = _AbsentFirst(b=1, **{k: values[k] for k in given})
+        assert canonical.write(value) == text
+        assert canonical_json(value.model_dump()) == text
 
 
 def test_lowering_irs_take_the_compiled_path():

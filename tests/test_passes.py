@@ -46,7 +46,7 @@ def test_options_are_typed_and_round_trip_through_the_spec():
 
 @pytest.mark.parametrize("spec, message", [
     ("transformer-distribute{block=attention,moe}", r"pass transformer-distribute: option block: \['attention', "
-                                                    r"'moe'\] must name core patterns of \['attention', 'mlp'\]"),
+                                                    r"'moe'\] must name core slots of \['attention', 'mlp'\]"),
     ("transformer-distribute{depth=3}", r"pass transformer-distribute: unknown option 'depth' \(options: block\)"),
     ("transformer-distribute{block}", r"pass transformer-distribute: option 'block' has no value"),
     ("transformer-plan-work{block=mlp}", r"pass transformer-plan-work: unknown option 'block' \(options: none\)"),
@@ -94,40 +94,33 @@ def test_the_block_is_one_residual_sub_block_per_core_pattern(model):
         twice.run(model)
 
 
-class SwiGLU(patterns.CorePattern):
-    """A core written only in this test: gate and up projections, SwiGLU, down projection."""
-
-    name = "swiglu"
-    prefix = "mlp"
-
-    def redo_input(self, b):
-        return b.full or b.execution.seq_par_ag_redo
-
-    def emit(self, b, out, prev):
-        inner = b.shape.feedforward // b.execution.tensor_parallel
-        gate = out.add("mlp.gate", LinearShape.trusted(m=b.tokens, n=b.shape.hidden, k=inner), (prev,),
-                       recompute=b.full, activation_stored=not self.redo_input(b))
-        up = out.add("mlp.up", LinearShape.trusted(m=b.tokens, n=b.shape.hidden, k=inner), (prev,),
-                     recompute=b.full, **patterns.REUSED)
-        act = out.add("mlp.swiglu", PointwiseShape.trusted(kind="gelu", elements=b.tokens * inner), (gate, up),
-                      recompute=b.full)
-        return out.add("mlp.down", LinearShape.trusted(m=b.tokens, n=inner, k=b.shape.hidden), (act,),
-                       recompute=b.full)
+def _with(model, shape=None, **execution):
+    """``model`` with shape fields and execution fields replaced (validated like a case's)."""
+    from harness.ir.model import ExecutionLayout, TransformerShape
+    s = TransformerShape.model_validate({**model.shape.model_dump(), **(shape or {})})
+    e = ExecutionLayout.model_validate({**model.execution.model_dump(), **execution})
+    return model.model_copy(update={"shape": s, "execution": e})
 
 
-def test_a_new_core_pattern_is_a_registration_not_an_edit(model, monkeypatch):
-    monkeypatch.setitem(patterns.CORES, "swiglu", SwiGLU())
-    irs, checkpoints = run_pipeline(parse_pipeline("transformer-distribute{block=attention,swiglu},"
-                                                   "transformer-plan-work", PASSES), model)
+def test_the_model_selects_the_core_patterns_through_the_ordinary_pipeline(model):
+    """``mlp: swiglu`` lowers through the default pipeline (no option, no patched registry): the gated MLP
+    pattern is selected, fc1 is the fused gate+up linear of width 2 x feedforward (Megatron-Core's linear_fc1)."""
+    swiglu = _with(model, {"mlp": "swiglu"})
+    irs, checkpoints = run_pipeline(PIPELINE, swiglu)
     lowering = Lowering.of(irs, checkpoints)
     names = [t.name for t in lowering.distributed.tasks if t.phase == "forward"]
-    assert names[-8:] == ["mlp.tp_f", "mlp.gate", "mlp.up", "mlp.swiglu", "mlp.down", "mlp.tp_g", "mlp.dropout",
-                          "mlp.residual"]
-    gate = next(t for t in lowering.plan.tasks if t.name == "mlp.gate")
+    assert names[-7:] == ["mlp.tp_f", "mlp.fc1", "mlp.swiglu", "mlp.fc2", "mlp.tp_g", "mlp.dropout", "mlp.residual"]
     s, e = model.shape, model.execution
-    tokens = e.microbatch * s.sequence_length
-    assert gate.forward.operations == 2 * tokens * s.hidden * (s.feedforward // e.tensor_parallel)
-    assert checkpoints[0].pass_options == {"block": ("attention", "swiglu")}
+    tokens = e.microbatch * s.sequence_length  # 4 x 2048
+    fc1 = next(t for t in lowering.plan.tasks if t.name == "mlp.fc1")
+    # 2 x tokens x hidden x (2 x feedforward / TP): 6144 x 24576 wide, TP 8
+    assert fc1.forward.operations == 2 * 8192 * 6144 * (2 * 24576 // 8) == 2 * tokens * s.hidden * (
+        2 * s.feedforward // e.tensor_parallel)
+    act = next(t for t in lowering.plan.tasks if t.name == "mlp.swiglu")
+    assert act.primitive == "swiglu" and act.forward.operations == 6 * 8192 * 24576 // 8
+    assert checkpoints[0].pass_options == {}
+    assert type(patterns.select(patterns.CORES["mlp"], swiglu.shape, swiglu.execution, "mlp")) is patterns.GatedMLP
+    assert type(patterns.select(patterns.CORES["mlp"], s, e, "mlp")) is patterns.TwoLayerMLP
 
 
 def test_ir_types_come_from_the_generic_base():
@@ -140,9 +133,14 @@ def test_ir_types_come_from_the_generic_base():
     assert dataclasses.is_dataclass(TransformerPlanWork) and not dataclasses.fields(TransformerPlanWork)
 
 
-def test_a_core_without_an_overlapped_form_is_refused_under_tp_overlap(model, monkeypatch):
-    monkeypatch.setitem(patterns.CORES, "swiglu", SwiGLU())
-    overlapped = model.model_copy(update={"execution": model.execution.model_copy(update={"tp_overlap": "ring"})})
-    with pytest.raises(PassError, match="core pattern 'swiglu' has no form under TP overlap"):
-        TransformerDistribute(block=("attention", "swiglu")).apply(overlapped)
+def test_a_core_without_an_overlapped_form_is_refused_under_tp_overlap(model):
+    class NoOverlap(patterns.TwoLayerMLP):
+        name = "no_overlap"
+
+        emit_overlapped = patterns.CorePattern.emit_overlapped
+
+    overlapped = _with(model, tp_overlap="ring")
+    assert NoOverlap().unpriceable(overlapped.shape, overlapped.execution) == [
+        ("execution.tp_overlap", "core pattern 'no_overlap' has no form under TP overlap")]
+    assert patterns.TwoLayerMLP().unpriceable(overlapped.shape, overlapped.execution) == []
     assert TransformerDistribute().apply(overlapped).task("attn.qkv_ag").shape.kind == "overlapped_linear"

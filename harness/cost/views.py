@@ -47,7 +47,9 @@ keeps it the naive baseline of peaks, latencies and volume models):
 from __future__ import annotations
 
 import dataclasses
-from typing import Generic, Iterable, NamedTuple, TypeVar
+from typing import Any, Generic, Iterable, NamedTuple, Protocol, TypeVar, runtime_checkable
+
+import numpy as np
 
 from harness.errors import EvidenceError
 from harness.evidence.families import curve_for
@@ -117,6 +119,62 @@ class TaskCost:
         return self.passes[pass_name]
 
 
+#: Seconds as a pricer returns them: a float, or (a vectorised pricer: the search's placements) a numpy array
+#: of floats with one element per placement, combined elementwise by the composition.
+Seconds = Any
+
+
+@runtime_checkable
+class BlockPricer(Protocol):
+    """What pricing the tasks of a block needs (the block sums of the projection,
+    :func:`harness.schedule.projection.block_sums`; the search's per-tier block sums).
+
+    Implemented by :class:`Pricer` and by the pricers that re-price its messages:
+    ``harness.search.concurrent.TierPricer`` (every message on one tier), and,
+    through :class:`PlanPricer`, ``harness.search.placement.PlacementPricer`` and
+    ``ZeroNetworkPricer``. Invariant: compute and memory times are the wrapped
+    :class:`Pricer`'s (a re-pricer changes network times only).
+    """
+
+    #: The evidence profile priced from.
+    profile: EvidenceProfile
+    #: The cost view (which curve families apply).
+    view: CostView
+    #: Whether a task's processing time is max(compute, memory) (``roofline``) or their sum.
+    roofline: bool
+
+    def work(self, work: Work, optimizer: bool = False) -> PassCost:
+        """Compute, memory and processing time of one pass's work (the optimizer step on the vector engine)."""
+
+    def task(self, task: PlanTask) -> TaskCost:
+        """Times of one plan task in every pass, its messages' network time included."""
+
+    def message_s(self, message: Message | None) -> Seconds:
+        """Network time of one message (None, the identity, costs 0)."""
+
+    def compute_s(self, operations: float, engine: str) -> float:
+        """Time of ``operations`` on ``engine`` (``matrix`` or ``vector``)."""
+
+    def memory_s(self, size_bytes: float) -> float:
+        """Time to move ``size_bytes`` through memory tier 1."""
+
+    def tier2_s(self, size_bytes: float) -> float:
+        """Time to move ``size_bytes`` over the memory tier-2 link."""
+
+
+@runtime_checkable
+class PlanPricer(BlockPricer, Protocol):
+    """Everything a pricer provides: :class:`BlockPricer` and the pipeline boundary transfer a plan's
+    composition prices (:func:`harness.estimate.cost_view`, :func:`harness.schedule.block.block_times`).
+
+    Implemented by :class:`Pricer`, ``harness.search.placement.PlacementPricer`` (every network time
+    an array over placements) and ``ZeroNetworkPricer`` (every network time 0: the pruning bound).
+    """
+
+    def boundary_s(self, message: Message | None, plan: PortablePlanIR) -> Seconds:
+        """A pipeline boundary transfer of ``plan`` (family ``partitioned_p2p`` reads the plan's TP group)."""
+
+
 MEMO_LIMIT = 1 << 16
 K = TypeVar("K")
 V = TypeVar("V")
@@ -139,6 +197,18 @@ class _Memo(Generic[K, V]):
         self._held[id(instance)] = instance
         self.values[id(instance)] = value
         return value
+
+
+def seconds(amount, rate_per_s, efficiency):
+    """``amount / (rate x efficiency)``: the time of operations on an engine or of bytes through a memory
+    tier (floats, or numpy arrays elementwise)."""
+    return amount / (rate_per_s * efficiency)
+
+
+def processing_s(compute_s, memory_s, roofline: bool, maximum):
+    """A pass's processing time: ``maximum(compute, memory)`` under ``roofline``, else their sum
+    (``maximum`` is ``max`` for floats, ``np.maximum`` for arrays)."""
+    return maximum(compute_s, memory_s) if roofline else compute_s + memory_s
 
 
 class Pricer:
@@ -207,14 +277,14 @@ class Pricer:
                     engine, self._engine(engines, engine, datatype), datatype)
             peak, curve, what = resolved
         eff = 1.0 if curve is None else curve.efficiency(operations, *what)
-        return operations / (peak * eff)
+        return seconds(operations, peak, eff)
 
     def memory_s(self, size_bytes: float) -> float:
         if size_bytes == 0:
             return 0.0
         bandwidth, curve, what = self._memory
         eff = 1.0 if curve is None else curve.efficiency(size_bytes, *what)
-        return size_bytes / (bandwidth * eff)
+        return seconds(size_bytes, bandwidth, eff)
 
     def tier2_s(self, size_bytes: float) -> float:
         """Time to move ``size_bytes`` over the memory tier-2 link (the ``memory`` curve family applies)."""
@@ -225,7 +295,7 @@ class Pricer:
         if "memory" in self.view.curves:
             eff = tier.transfer_size_efficiency.efficiency(size_bytes, f"evidence profile {self.profile.name}",
                                                            "memory_tier2.transfer_size_efficiency")
-        return size_bytes / (tier.bandwidth_bytes_per_s * eff)
+        return seconds(size_bytes, tier.bandwidth_bytes_per_s, eff)
 
     def work(self, work: Work, optimizer: bool = False) -> PassCost:
         """Compute and memory time of one pass (the optimizer step runs on the vector engine)."""
@@ -241,12 +311,34 @@ class Pricer:
             return ZERO
         compute = self.compute_s(operations, "vector" if optimizer else work.engine, work.datatype)
         memory = self.memory_s(read + written)
-        processing = max(compute, memory) if self.roofline else compute + memory
+        processing = processing_s(compute, memory, self.roofline, max)
         issue = self._issue_s[work.engine]
         if issue and not optimizer and processing < issue:
             processing = issue  # family launch: the operation waits for the host to issue it
         return PassCost(compute, memory, processing)
 
+
+    def processing_s_of(self, operations: np.ndarray, size_bytes: np.ndarray, matrix: np.ndarray,
+                        issued: np.ndarray) -> np.ndarray:
+        """:meth:`work`'s processing time of many passes at once (the fit's design matrix): ``operations`` on
+        the matrix engine where ``matrix`` (else the vector engine), ``size_bytes`` through memory tier 1, the
+        host's issue time (family ``launch``) a floor where ``issued``. The same rules and the same written
+        forms (:func:`seconds`, :func:`processing_s`), elementwise; a pass of no operations has no compute
+        time and one of no bytes no memory time."""
+        (m_peak, m_curve, _), (v_peak, v_curve, _) = self._engines["matrix"], self._engines["vector"]
+        m_eff = 1.0 if m_curve is None else m_curve.efficiencies(operations)
+        v_eff = 1.0 if v_curve is None else v_curve.efficiencies(operations)
+        bandwidth, curve, _ = self._memory
+        memory_eff = 1.0 if curve is None else curve.efficiencies(size_bytes)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            compute = np.where(matrix, seconds(operations, m_peak, m_eff), seconds(operations, v_peak, v_eff))
+            compute = np.where(operations == 0, 0.0, compute)
+            memory = np.where(size_bytes == 0, 0.0, seconds(size_bytes, bandwidth, memory_eff))
+        processing = processing_s(compute, memory, self.roofline, np.maximum)
+        if self._issue_s["matrix"] or self._issue_s["vector"]:
+            issue = np.where(matrix, self._issue_s["matrix"], self._issue_s["vector"])
+            processing = np.where(issued, np.maximum(processing, issue), processing)
+        return processing
     def message_s(self, message: Message | None) -> float:
         """Network time of one message; the identity (None) costs nothing."""
         if message is None:

@@ -86,7 +86,7 @@ def calculon_error(error: InputError) -> InputError:
     """The same error with its field renamed to Calculon's terms (class kept)."""
     field = calculon_field(error.field)
     if isinstance(error, UnsupportedFeatureError):
-        return UnsupportedFeatureError(error.source, field)
+        return UnsupportedFeatureError(error.source, field, error.message)
     return InputError(error.source, field, error.message)
 
 

@@ -49,8 +49,7 @@ class Frozen(BaseModel):
     INTERNED: ClassVar[bool] = False
     #: Optional fields that are not content while they are None: ``model_dump`` (and so ``to_data``) and the
     #: canonical text leave them out, so adding such a field keeps every existing digest. Rule: only for fields
-    #: added after the class's first digests were published, and never the first key in sorted order (the
-    #: compiled canonical writer writes it after a comma; it refuses the class otherwise).
+    #: added after the class's first digests were published.
     ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset()
 
     def model_dump(self, **kwargs: Any) -> dict[str, Any]:

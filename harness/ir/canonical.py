@@ -18,6 +18,8 @@ Rules (what the reference path does, field kind by field kind):
   union of models: the writer of the value's class; ``tuple[X, ...]``: an array;
 - a field of the class's ``ABSENT_IF_NONE`` (:class:`~harness.ir.base.Frozen`)
   is left out while it is None (key and value), as ``to_data`` leaves it out;
+  one that sorts before the first other key is written ``"key":value,``, the
+  others ``,"key":value``;
 - a class with any other field kind (dicts, ``Any``, aliases, custom
   serializers, computed fields) gets no compiled writer: :func:`write` returns
   None and the caller uses the reference path;
@@ -188,25 +190,32 @@ def _compile(cls: type, extra: tuple[tuple[str, str], ...]) -> Writer:
     try:
         namespace: dict[str, Any] = dict(_HELPERS)
         entries = {key: text.replace("{", "{{").replace("}", "}}") for key, text in extra}
+        leading: list[tuple[str, str]] = []
         for name, field in cls.model_fields.items():
             if field.alias or field.serialization_alias or field.exclude or not name.isidentifier():
                 raise _Unsupported(f"{cls.__name__}.{name} is aliased, excluded or not an identifier")
             if name in entries:
                 raise _Unsupported(f"{cls.__name__}.{name} collides with an extra key")
             expression, conversion = _expression(field.annotation, f"o.{name}", namespace)
-            if name in absent:  # ',"key":value', or nothing while the value is None
-                inner = f"repr({expression})" if conversion else expression
-                key_text = _bind_constant(namespace, "," + json.dumps(name) + ":")
-                entries[name] = "{(_nothing if o." + name + " is None else " + key_text + " + " + inner + ")}"
+            if name in absent:  # ',"key":value' (before the first present key: '"key":value,'), or nothing
+                leading.append((name, f"repr({expression})" if conversion else expression))
             else:
                 entries[name] = "{" + expression + conversion + "}"
+        present = sorted(entries)
+        if leading and not present:
+            raise _Unsupported(f"{cls.__name__}: only absent-if-None fields")
+        for name, inner in leading:
+            before = name < present[0]
+            text = json.dumps(name) + ":" if before else "," + json.dumps(name) + ":"
+            key_text = _bind_constant(namespace, text)
+            entries[name] = ("{(_nothing if o." + name + " is None else " + key_text + " + " + inner
+                             + (" + _comma" if before else "") + ")}")
     finally:
         _COMPILING.discard(cls)
     keys = sorted(entries)
-    if keys and keys[0] in absent:
-        raise _Unsupported(f"{cls.__name__}.{keys[0]}: an absent-if-None field may not be the first key")
-    body = "".join(entries[key] if key in absent else ("," if i else "") + json.dumps(key) + ":" + entries[key]
-                   for i, key in enumerate(keys))
+    first = present[0] if present else None
+    body = "".join(entries[key] if key in absent else ("" if key == first else ",") + json.dumps(key) + ":"
+                   + entries[key] for key in keys)
     if "'" in body or "\\" in body:
         raise _Unsupported(f"{cls.__name__}: quote or backslash in constant text")
     text = "f'{{" + body + "}}'"
@@ -222,4 +231,4 @@ def _compile(cls: type, extra: tuple[tuple[str, str], ...]) -> Writer:
 
 
 _HELPERS: dict[str, Any] = {"_bool": _bool, "_string": encode_basestring_ascii, "_sequence": _sequence,
-                            "_null": "null", "_nothing": "", "_memo_get": _MEMO.get, "_remember": _remember}
+                            "_null": "null", "_nothing": "", "_comma": ",", "_memo_get": _MEMO.get, "_remember": _remember}

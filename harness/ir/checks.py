@@ -9,21 +9,48 @@ training with DP > 1, optimizer offload in training.
 
 from __future__ import annotations
 
-from harness.ir.model import MAX_DEGREE, ExecutionLayout, TransformerShape
+from harness.ir.model import MAX_DEGREE, ExecutionLayout, TransformerShape, key_value_heads
+from harness.passes.patterns import unpriceable
 
 Problem = tuple[str, str]
 
 
-def unsupported_features(execution: ExecutionLayout) -> list[str]:
-    """Fields that request semantics the estimate cannot represent: none since
-    the ConcretePlanIR carries TP/DP overlap and offload (kept so that callers
-    that classify inputs keep one place to ask)."""
-    return []
+def unsupported_features(shape: TransformerShape, execution: ExecutionLayout) -> list[Problem]:
+    """What the estimate cannot price: each ``(field, message)`` names a part of the model or layout that no
+    registered sub-graph pattern lowers (:func:`harness.passes.patterns.unpriceable`: a core slot, the norm
+    or the attention kernel matched by no pattern, or refused by the one selected, e.g. a QKV bias under TP
+    overlap). TP/DP overlap and offload are priced through the ConcretePlanIR."""
+    return unpriceable(shape, execution)
 
 
 def blocks_per_stage(blocks: int, pipeline_parallel: int) -> int:
     """Blocks on the first (fullest) stage: blocks / PP rounded up."""
     return -(-blocks // pipeline_parallel)
+
+
+def context_problems(s: TransformerShape, e: ExecutionLayout) -> list[Problem]:
+    """Context parallelism's rules: CP splits each sequence into 2 x CP chunks (causal load balancing), its
+    group needs a network tier, and it is priced by the portable plan only (no TP/DP overlap or offload yet,
+    no all-to-all variant yet)."""
+    cp = e.context_degree
+    if cp == 1:
+        return [("execution.cp_comm", "cp_comm needs context_parallel > 1")] if e.cp_comm is not None else []
+    problems: list[Problem] = []
+    if s.sequence_length % (2 * cp):
+        problems.append(("execution.context_parallel", f"CP={cp} splits model.sequence_length={s.sequence_length} "
+                                                       f"into 2 x CP = {2 * cp} chunks, which does not divide it"))
+    if e.network_tiers.context is None:
+        problems.append(("execution.network_tiers.context", f"context_parallel={cp} needs the tier of its group"))
+    if e.attention_kernel == "flash":
+        problems.append(("execution.attention_kernel", "flash attention with context_parallel > 1 is not modelled "
+                                                       "yet (the kernel spans the whole sequence)"))
+    if e.cp_comm == "a2a":
+        problems.append(("execution.cp_comm", "the all-to-all (Ulysses) variant is not modelled yet: use p2p"))
+    for name, on in (("tp_overlap", e.tp_overlap != "none"), ("dp_overlap", e.dp_overlap),
+                     ("offload", e.offload.weights or e.offload.activations or e.offload.optimizer)):
+        if on:
+            problems.append((f"execution.{name}", f"{name} with context_parallel > 1 is not modelled yet"))
+    return problems
 
 
 def layout_problems(shape: TransformerShape, execution: ExecutionLayout) -> list[Problem]:
@@ -32,19 +59,31 @@ def layout_problems(shape: TransformerShape, execution: ExecutionLayout) -> list
     tp = e.tensor_parallel
     problems: list[Problem] = []
     if e.processors > MAX_DEGREE:
-        problems.append(("execution", f"TP x PP x DP = {e.processors} processors exceeds the bound {MAX_DEGREE} (2^24)"))
+        problems.append(("execution", f"TP x PP x DP x CP = {e.processors} processors exceeds the bound {MAX_DEGREE} (2^24)"))
+    problems += context_problems(s, e)
     for name, value in (("hidden", s.hidden), ("feedforward", s.feedforward), ("attention_heads", s.attention_heads)):
         if value % tp:
             problems.append(("execution.tensor_parallel", f"TP={tp} does not divide model.{name}={value}"))
+    kv = key_value_heads(s, e)
+    if s.kv_heads is not None and e.attention == "multiquery" and s.kv_heads != 1:
+        problems.append(("model.kv_heads", f"{s.kv_heads} contradicts execution.attention: multiquery (one key/value "
+                                           "head); give one of them"))
+    elif s.attention_heads % kv:
+        problems.append(("model.kv_heads", f"{kv} does not divide attention_heads={s.attention_heads} (each "
+                                           "key/value head serves a group of query heads)"))
+    elif kv % tp and tp % kv:
+        problems.append(("execution.tensor_parallel", f"TP={tp} and model.kv_heads={kv}: one must divide the other "
+                                                      "(key/value heads split over TP, or replicated)"))
     if e.global_batch % e.data_parallel:
         problems.append(("execution.global_batch", f"{e.global_batch} is not divisible by data_parallel={e.data_parallel}"))
     elif (e.global_batch // e.data_parallel) % e.microbatch:
         problems.append(
             ("execution.microbatch", f"local batch {e.global_batch // e.data_parallel} is not divisible into microbatches of {e.microbatch}")
         )
-    if e.tp_communication in ("rs_ag", "p2p_rs_ag") and (e.microbatch * s.sequence_length) % tp:
+    local = e.microbatch * (s.sequence_length // e.context_degree)
+    if e.tp_communication in ("rs_ag", "p2p_rs_ag") and local % tp:
         problems.append(
-            ("execution.tp_communication", f"{e.tp_communication} splits microbatch x sequence = {e.microbatch * s.sequence_length} over TP={tp}, which does not divide it")
+            ("execution.tp_communication", f"{e.tp_communication} splits microbatch x sequence / CP = {local} over TP={tp}, which does not divide it")
         )
     if e.seq_par_ag_redo and e.tp_communication != "rs_ag":
         problems.append(("execution.seq_par_ag_redo", "all-gather redo needs sequence parallelism (tp_communication: rs_ag)"))
@@ -60,8 +99,8 @@ def layout_problems(shape: TransformerShape, execution: ExecutionLayout) -> list
         problems.append(("execution.dp_overlap", "DP overlap needs data_parallel > 1"))
     if e.offload.optimizer and not e.training:
         problems.append(("execution.offload.optimizer", "optimizer offload needs training: true"))
-    if e.optimizer_sharding and e.data_parallel == 1:
-        problems.append(("execution.optimizer_sharding", "optimizer sharding needs data_parallel > 1"))
+    if e.optimizer_sharding and e.data_parallel * e.context_degree == 1:
+        problems.append(("execution.optimizer_sharding", "optimizer sharding needs data_parallel x context_parallel > 1"))
     if e.pipeline_parallel == 1 and e.pipeline_interleaving != 1:
         problems.append(("execution.pipeline_interleaving", "interleaving needs pipeline_parallel > 1"))
     if e.pipeline_parallel > s.blocks:  # stages beyond the blocks would hold nothing and still be priced

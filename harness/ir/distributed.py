@@ -20,7 +20,7 @@ from typing import Annotated, ClassVar, Literal, Union, get_args
 from pydantic import Field
 
 from harness.ir.base import Artifact, Frozen
-from harness.ir.mesh import TENSOR, Group
+from harness.ir.mesh import CONTEXT, TENSOR, Group
 from harness.ir.model import ExecutionLayout, TransformerShape
 
 CollectiveOp = Literal["all_reduce", "reduce_scatter", "all_gather", "p2p"]
@@ -29,7 +29,9 @@ Phase = Literal["forward", "recompute", "recommunication"]
 #: sends nothing; ``collective``: a communication task whose time is its messages plus its local work on them
 #: (the block sums keep it apart from compute); ``tiled``: a compute task whose GEMM is tiled against its
 #: collective (TP overlap: priced by the ConcretePlanIR's projection).
-Exchange = Literal["none", "collective", "tiled"]
+#: ``ring``: messages sent in ring steps, each hidden behind one step of other tasks' passes (context-parallel
+#: attention; the block sums expose what the steps do not hide, harness.schedule.block).
+Exchange = Literal["none", "collective", "tiled", "ring"]
 
 
 class LinearShape(Frozen):
@@ -42,6 +44,10 @@ class LinearShape(Frozen):
     m: int = Field(gt=0, description="Rows of X and Y (local tokens).")
     n: int = Field(gt=0, description="Contraction width (input features).")
     k: int = Field(gt=0, description="Output features.")
+    bias: bool | None = Field(None, description="Y = X W + b: k bias parameters, the add fused in the GEMM epilogue "
+                                                "(None: no bias).")
+
+    ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"bias"})  # linears without a bias keep their digests
 
 
 class BatchMatmulShape(Frozen):
@@ -58,12 +64,13 @@ class BatchMatmulShape(Frozen):
 
 
 class NormShape(Frozen):
-    """Layer norm over ``elements`` activations with 2 x hidden parameters."""
+    """Normalisation over ``elements`` activations of rows ``hidden`` wide: layer norm (gain and bias, 2 x hidden
+    parameters) or RMSNorm (gain only, hidden parameters)."""
 
     INTERNED: ClassVar[bool] = True
     EXCHANGE: ClassVar[Exchange] = "none"
 
-    kind: Literal["layer_norm"] = "layer_norm"
+    kind: Literal["layer_norm", "rms_norm"] = "layer_norm"
     elements: int = Field(gt=0, description="Activation elements normalized.")
     hidden: int = Field(gt=0, description="Normalized width (gain and bias sizes).")
 
@@ -74,9 +81,10 @@ class PointwiseShape(Frozen):
     INTERNED: ClassVar[bool] = True
     EXCHANGE: ClassVar[Exchange] = "none"
 
-    kind: Literal["softmax", "dropout", "gelu"]
-    elements: int = Field(gt=0, description="Activation elements processed.")
-    fused: bool = Field(False, description="gelu only: fused into the preceding linear, keeps no activation.")
+    kind: Literal["softmax", "dropout", "gelu", "squared_relu", "swiglu", "geglu", "rope"]
+    elements: int = Field(gt=0, description="Output elements (a gated activation reads twice as many).")
+    fused: bool = Field(False, description="MLP activations only: fused into the preceding linear, keeps no "
+                                           "activation.")
 
 
 class ResidualShape(Frozen):
@@ -168,8 +176,52 @@ class CrossEntropyShape(Frozen):
     participants: int = Field(gt=0, description="Processors sharing the vocabulary (the TP group).")
 
 
+class FlashAttentionShape(Frozen):
+    """One fused causal attention kernel (FlashAttention-2) over the local heads of one microbatch.
+
+    Q has ``heads`` heads, K and V ``kv_heads`` (grouped-query: each K/V head serves heads / kv_heads query
+    heads), each ``head_size`` wide, over ``sequence`` tokens; a query attends to at most ``window`` keys (itself
+    and the ones before it). The work rule (tiles executed, recomputation in the backward pass) is
+    :func:`harness.passes.rules.flash_attention`.
+    """
+
+    INTERNED: ClassVar[bool] = True
+    EXCHANGE: ClassVar[Exchange] = "none"
+
+    kind: Literal["flash_attention"] = "flash_attention"
+    batch: int = Field(gt=0, description="Samples of the microbatch.")
+    heads: int = Field(gt=0, description="Local query heads (one TP rank).")
+    kv_heads: int = Field(gt=0, description="Local key/value heads (one TP rank).")
+    sequence: int = Field(gt=0, description="Tokens per sample (queries and keys).")
+    head_size: int = Field(gt=0, description="Width of one head, elements.")
+    window: int = Field(gt=0, description="Keys a query attends to at most, itself included (the sequence length "
+                                          "without a sliding window).")
+    dropout: bool = Field(description="Dropout on the probabilities inside the kernel (mask regenerated from the "
+                                      "random seed in the backward pass, never stored).")
+
+
+class RingExchangeShape(Frozen):
+    """The K/V exchange of context-parallel attention (Megatron-Core's ring, ``cp_comm: p2p``).
+
+    Each of the CP ranks holds the K and V of its own sequence chunks (``elements``, the forward message of
+    one step); in ``steps`` = CP - 1 ring steps it sends them to the next rank and receives the previous
+    one's, while the attention of the chunk it already holds runs (the tasks ``hides_behind``). The backward
+    pass sends K and V again with their gradients (twice the bytes per step). No local work.
+    """
+
+    INTERNED: ClassVar[bool] = True
+    EXCHANGE: ClassVar[Exchange] = "ring"
+    GROUP: ClassVar[Group] = CONTEXT  #: the group its messages span
+
+    kind: Literal["context_exchange"] = "context_exchange"
+    elements: int = Field(gt=0, description="K and V elements of the local sequence chunk (one step's message).")
+    steps: int = Field(gt=0, description="Ring steps (CP - 1).")
+    participants: int = Field(gt=1, description="Processors in the context-parallel group.")
+    hides_behind: tuple[str, ...] = Field(description="Tasks whose passes run while a step's message travels.")
+
+
 SHAPES = (LinearShape, BatchMatmulShape, NormShape, PointwiseShape, ResidualShape, ForkShape, CollectiveShape,
-          OverlappedLinearShape, CrossEntropyShape)
+          OverlappedLinearShape, CrossEntropyShape, FlashAttentionShape, RingExchangeShape)
 TaskShape = Annotated[Union[SHAPES], Field(discriminator="kind")]
 
 #: primitive kind -> its shape class (every value of every shape's ``kind`` Literal).

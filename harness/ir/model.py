@@ -28,7 +28,12 @@ from harness.ir.base import Artifact, Frozen
 Datatype = Literal["float8", "float16", "bfloat16", "float32"]
 RecomputeMode = Literal["full", "attn_only", "none"]
 TPCommunication = Literal["ar", "p2p_rs_ag", "rs_ag"]
+ContextCommunication = Literal["p2p", "a2a"]
 AttentionKind = Literal["multihead", "multiquery"]
+MlpKind = Literal["gelu", "swiglu", "geglu", "squared_relu"]
+NormKind = Literal["layernorm", "rmsnorm"]
+PositionKind = Literal["learned", "rope"]
+AttentionKernel = Literal["materialized", "flash"]
 
 BYTES_PER_ELEMENT: dict[str, int] = {"float8": 1, "float16": 2, "bfloat16": 2, "float32": 4}
 
@@ -66,7 +71,40 @@ class TransformerShape(StrictInput):
         "the output layer and loss (harness.passes.output_layer); absent, an evidence profile may supply its "
         "target's default (family output_layer)."))
 
-    ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"vocabulary"})  # shapes without one keep their digests
+    kv_heads: int | None = Field(None, gt=0, le=MAX_HEADS, description=(
+        "Key/value heads (grouped-query attention): attention_heads is multi-head, 1 multi-query; it divides "
+        "attention_heads. Absent: attention_heads, or 1 under execution.attention: multiquery. Each TP rank holds "
+        "kv_heads / TP of them, or one (replicated) when kv_heads < TP."))
+    mlp: MlpKind | None = Field(None, description=(
+        "MLP variant: gelu or squared_relu (two matrices, hidden -> feedforward -> hidden), swiglu or geglu "
+        "(gated: three matrices of width feedforward, gate and up fused into one hidden x 2 feedforward linear as "
+        "Megatron-Core's linear_fc1). Absent: gelu."))
+    norm: NormKind | None = Field(None, description=(
+        "Normalisation before each sub-block: layernorm (gain and bias, 2 x hidden parameters) or rmsnorm (gain "
+        "only, hidden parameters). Absent: layernorm."))
+    position: PositionKind | None = Field(None, description=(
+        "Position encoding: learned (absolute, added to the embedding: no work in the blocks) or rope (rotary: "
+        "pointwise work on Q and K in every block). Absent: learned."))
+    qkv_bias: bool | None = Field(None, description=(
+        "Q, K and V projections have a bias (Qwen2): its parameters, gradients and optimizer state; the add is "
+        "fused in the GEMM epilogue (no matrix operations). Absent: no bias."))
+    qk_norm: bool | None = Field(None, description=(
+        "RMSNorm of Q and K per head before the scores (Qwen3, OLMo-2), head_size parameters each. Absent: "
+        "none."))
+    attention_dropout: float | None = Field(None, ge=0, lt=1, description=(
+        "Dropout probability on the attention probabilities; 0: no dropout primitive (Llama). Absent: the "
+        "dropout is there (today's Megatron GPT)."))
+    sliding_window: int | None = Field(None, gt=0, le=MAX_SEQUENCE, description=(
+        "Sliding-window attention: each query attends to the last sliding_window tokens, itself included "
+        "(Mistral). A flash kernel skips the tiles outside the window; a materialized kernel computes the full "
+        "scores and masks them. Absent: full causal attention."))
+    tied_embeddings: bool | None = Field(None, description=(
+        "The output layer uses the input embedding's weights (GPT-2, Gemma) instead of its own (Llama). Absent: "
+        "tied."))
+
+    ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({
+        "vocabulary", "kv_heads", "mlp", "norm", "position", "qkv_bias", "qk_norm", "attention_dropout",
+        "sliding_window", "tied_embeddings"})  # shapes without them keep their digests
 
 
 class NetworkTiers(StrictInput):
@@ -75,6 +113,10 @@ class NetworkTiers(StrictInput):
     tensor: int = Field(ge=0, le=MAX_TIER, description="Network tier of the tensor-parallel group.")
     pipeline: int = Field(ge=0, le=MAX_TIER, description="Network tier of the pipeline-parallel peers.")
     data: int = Field(ge=0, le=MAX_TIER, description="Network tier of the data-parallel group.")
+    context: int | None = Field(None, ge=0, le=MAX_TIER, description=(
+        "Network tier of the context-parallel group (needed with context_parallel > 1)."))
+
+    ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"context"})  # layouts without CP keep their digests
 
 
 class Offload(StrictInput):
@@ -107,12 +149,30 @@ class ExecutionLayout(StrictInput):
     fused_activation: bool = Field(False, description="GeLU fused into the preceding linear (no stored activation).")
     attention: AttentionKind = Field("multihead", description="multihead or multiquery attention.")
     network_tiers: NetworkTiers = Field(description="Network tier per parallel dimension.")
+    context_parallel: int | None = Field(None, gt=0, le=MAX_DEGREE, description=(
+        "Context-parallel degree (CP; absent: 1): each sample's sequence split over CP processors in 2 x CP "
+        "chunks (rank r holds chunks r and 2CP-1-r, Megatron-Core's causal load balancing)."))
+    cp_comm: ContextCommunication | None = Field(None, description=(
+        "How context-parallel attention exchanges K/V: p2p (a ring of CP-1 steps overlapped with the attention; "
+        "the default) or a2a (Ulysses: all-to-all of Q, K, V and the output)."))
     training: bool = Field(True, description="Training (forward, backward, optimizer) or inference (forward only).")
     tp_overlap: Literal["none", "ring", "pipe"] = Field(
         "none", description="TP GEMM/collective overlap: none, ring (TP-1 network tiles) or pipe (TP tiles); needs TP > 1.")
     dp_overlap: bool = Field(False, description="DP gradient sync overlapped with the backward pass (training, DP > 1).")
     offload: Offload = Field(default_factory=Offload, description="Offload switches (weights, activations, optimizer "
                                                                   "state to memory tier 2).")
+    attention_kernel: AttentionKernel | None = Field(None, description=(
+        "Attention kernel: materialized (QK^T, softmax, dropout and PV as separate kernels over the s x s scores, "
+        "Megatron's unfused path) or flash (one FlashAttention-2 kernel: no s x s tensor in memory, the scores "
+        "recomputed in the backward pass, causal masking skipping the masked tiles). Absent: materialized."))
+
+    #: layouts without these keep their digests
+    ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"attention_kernel", "context_parallel", "cp_comm"})
+
+    @property
+    def context_degree(self) -> int:
+        """The context-parallel degree (1 when absent)."""
+        return 1 if self.context_parallel is None else self.context_parallel
 
     @property
     def processors(self) -> int:
@@ -130,6 +190,13 @@ class ExecutionLayout(StrictInput):
     @property
     def sequence_parallel(self) -> bool:
         return self.tp_communication == "rs_ag"
+
+
+def key_value_heads(shape: TransformerShape, execution: ExecutionLayout) -> int:
+    """The model's key/value heads: ``kv_heads``, else 1 under ``attention: multiquery``, else the heads."""
+    if shape.kv_heads is not None:
+        return shape.kv_heads
+    return 1 if execution.attention == "multiquery" else shape.attention_heads
 
 
 class ModelIR(Artifact):

@@ -3,11 +3,13 @@
 Lowers one Transformer block to the task DAG of one TP rank:
 
 - decomposes the block into primitives, one sub-graph pattern after the other
-  (:mod:`harness.passes.patterns`; option ``block``, default ``attention,mlp``):
-  each is a residual sub-block (fork, layer norm, ``f``, its core, ``g``,
-  dropout, residual) around a core: attention (Q/K/V projections, QK^T batch
-  matmul, softmax, probability dropout, PV batch matmul, output projection) or
-  MLP (linears and GeLU);
+  (:mod:`harness.passes.patterns`; option ``block``, default ``attention,mlp``,
+  names the slots): each is a residual sub-block (fork, norm, ``f``, its
+  core, ``g``, dropout, residual) around the core the ModelIR selects from
+  the slot's registered patterns (attention: Q/K/V projections, optional
+  QK-norm and RoPE, the score kernel, output projection; MLP: linears and
+  the activation); the norm and the attention kernel are selected the same
+  way;
 - inserts explicit TP collectives ``f`` (entering a TP region) and ``g``
   (leaving it) with their forward/backward collectives for base and edge
   blocks: ``ar`` all-reduces, ``rs_ag`` reduce-scatters/all-gathers (sequence
@@ -39,7 +41,7 @@ from harness.ir.distributed import CollectiveShape, DistributedTaskIR, Overlappe
 from harness.ir.model import ModelIR
 from harness.passes.base import ModulePass
 from harness.passes.output_layer import output_tasks
-from harness.passes.patterns import CORES, Block, BlockBuilder, ResidualSubBlock, with_clones
+from harness.passes.patterns import CORES, NORMS, Block, BlockBuilder, ResidualSubBlock, select, unpriceable, with_clones
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,26 +50,30 @@ class TransformerDistribute(ModulePass[ModelIR, DistributedTaskIR]):
 
     name = "transformer-distribute"
 
-    #: The block's core patterns, in order, each wrapped in a residual sub-block (names in ``patterns.CORES``).
+    #: The block's slots, in order, each a residual sub-block around the core pattern the ModelIR selects from
+    #: ``patterns.CORES[slot]``.
     block: tuple[str, ...] = ("attention", "mlp")
 
     def check_options(self) -> None:
         unknown = [name for name in self.block if name not in CORES]
         if unknown or not self.block:
-            raise self.fail(f"option block: {list(self.block)} must name core patterns of {sorted(CORES)}")
+            raise self.fail(f"option block: {list(self.block)} must name core slots of {sorted(CORES)}")
 
     def requires(self, ir: ModelIR) -> None:
-        """The ModelIR satisfies the import rules (harness.ir.checks), whoever built it."""
-        problems = layout_problems(ir.shape, ir.execution)
+        """The ModelIR satisfies the import rules (harness.ir.checks), whoever built it, and the registered
+        patterns lower every part of it (:func:`harness.passes.patterns.unpriceable`)."""
+        problems = layout_problems(ir.shape, ir.execution) + unpriceable(ir.shape, ir.execution, self.block)
         if problems:
             field, message = problems[0]
             raise self.fail(f"{field}: {message}")
 
     def apply(self, ir: ModelIR) -> DistributedTaskIR:
         block, out = Block.of(ir), BlockBuilder()
+        s, e = ir.shape, ir.execution
+        norm = select(NORMS, s, e, "norm")
         prev = None
-        for name in self.block:
-            prev = ResidualSubBlock(CORES[name]).emit(block, out, prev)
+        for slot in self.block:
+            prev = ResidualSubBlock(select(CORES[slot], s, e, slot), norm).emit(block, out, prev)
         vocabulary = ir.shape.vocabulary
         head = output_tasks(ir.shape, ir.execution, vocabulary) if vocabulary and ir.execution.training else None
         return DistributedTaskIR.trusted(shape=ir.shape, execution=ir.execution,

@@ -1,21 +1,37 @@
 """Sub-graph patterns of ``transformer-distribute``: each emits one piece of a TP block.
 
 A Transformer block of one tensor-parallel rank is a sequence of residual
-sub-blocks (:class:`ResidualSubBlock`): fork, layer norm, ``f`` collective,
-a *core* pattern, ``g`` collective, dropout, residual. Under TP overlap
-(ring or pipe) the core absorbs the two collectives into its first and last
-linear (``overlapped_linear`` tasks, :meth:`Block.overlapped`). The cores are
-the patterns that differ between architectures: :class:`MultiHeadAttention`
-(multi-head or multi-query attention) and :class:`GeluMLP`. Adding SwiGLU or
-grouped-query attention is a new core pattern registered in :data:`CORES`
-(and named in the pass's ``block`` option or chosen from the ModelIR), not an
-edit of the others.
+sub-blocks (:class:`ResidualSubBlock`): fork, normalisation, ``f``
+collective, a *core* pattern, ``g`` collective, dropout, residual. Under TP
+overlap (ring or pipe) the core absorbs the two collectives into its first
+and last linear (``overlapped_linear`` tasks, :meth:`Block.overlapped`).
+
+Patterns are chosen by the ModelIR, the Megatron-Core way (its
+``ModuleSpec``/``build_module``: the layer spec names the attention, MLP and
+norm modules and the layer builds what the spec names): each registry below
+holds small patterns, each pattern states which models it :meth:`matches`
+(the xDSL way: registered, selected by what they match), and :func:`select`
+takes the one that matches. A new variant is a new registry entry, not an
+edit of a pass or of another pattern:
+
+- :data:`CORES`, per block slot (``attention``, ``mlp``: the pass's ``block``
+  option names the slots, in block order): :class:`SelfAttention` (multi-head,
+  grouped-query and multi-query by ``model.kv_heads``), :class:`TwoLayerMLP`
+  (``mlp: gelu | squared_relu``), :class:`GatedMLP` (``mlp: swiglu | geglu``);
+- :data:`NORMS`: :class:`LayerNorm`, :class:`RMSNorm` (``model.norm``);
+- :data:`SCORE_KERNELS`: :class:`MaterializedScores`, :class:`FlashScores`
+  (``execution.attention_kernel``).
+
+:func:`unpriceable` lists what no registered pattern can lower (it is what
+:func:`harness.ir.checks.unsupported_features` reports).
 
 Rules shared by every pattern:
 
 - a pattern reads the block's sizes and flags from :class:`Block` (derived
-  once from the ModelIR) and appends forward tasks to a :class:`BlockBuilder`
-  in topological order; it returns the name of its output task;
+  once from the ModelIR; head counts and widths from ``head_size`` and the
+  key/value heads, never from hidden / heads) and appends forward tasks to a
+  :class:`BlockBuilder` in topological order; it returns the name of its
+  output task;
 - a task carries its recompute flag (clone it under recomputation) and its
   recommunicate flag (its forward collective is sent again); the clones
   themselves are made afterwards by :func:`with_clones`;
@@ -33,6 +49,7 @@ from harness.errors import PassError
 from harness.ir.distributed import (
     BatchMatmulShape,
     CollectiveOp,
+    FlashAttentionShape,
     CollectiveShape,
     ForkShape,
     LinearShape,
@@ -41,9 +58,10 @@ from harness.ir.distributed import (
     PointwiseShape,
     ResidualShape,
     Retention,
+    RingExchangeShape,
     Task,
 )
-from harness.ir.model import ExecutionLayout, ModelIR, TransformerShape
+from harness.ir.model import ExecutionLayout, ModelIR, TransformerShape, key_value_heads
 
 RECOMPUTE = "recompute/"
 RECOMMUNICATION = "recommunication/"
@@ -65,14 +83,37 @@ class Block:
     outside_act: int  # elements of one activation outside it (sequence-sharded under rs_ag)
     full: bool  # full recomputation
     attention: bool  # the attention core is recomputed (full or attn_only)
+    heads: int  # local query heads: attention_heads / TP
+    kv_heads: int  # local key/value heads: kv_heads / TP, or one (replicated) when kv_heads < TP
+    kv_split: bool  # the key/value heads are split over TP (not replicated)
+    queries: int  # sequence positions of one sample on this rank: sequence / CP (context parallelism)
+
+    @property
+    def context(self) -> int:
+        """The context-parallel degree."""
+        return self.execution.context_degree
 
     @classmethod
     def of(cls, ir: ModelIR) -> "Block":
         s, e = ir.shape, ir.execution
-        tokens = e.microbatch * s.sequence_length
+        tp = e.tensor_parallel
+        queries = s.sequence_length // e.context_degree  # context parallelism: this rank's share of the sequence
+        tokens = e.microbatch * queries
         full_act = tokens * s.hidden
-        outside = (tokens // e.tensor_parallel) * s.hidden if e.sequence_parallel else full_act
-        return cls(s, e, tokens, full_act, outside, e.recompute == "full", e.recompute in ("full", "attn_only"))
+        outside = (tokens // tp) * s.hidden if e.sequence_parallel else full_act
+        kv = key_value_heads(s, e)
+        return cls(s, e, tokens, full_act, outside, e.recompute == "full", e.recompute in ("full", "attn_only"),
+                   s.attention_heads // tp, max(1, kv // tp), kv >= tp, queries)
+
+    @property
+    def query_width(self) -> int:
+        """Local width of Q (and of the attention output): local heads x head_size."""
+        return self.heads * self.shape.head_size
+
+    @property
+    def kv_width(self) -> int:
+        """Local width of K and of V: local key/value heads x head_size."""
+        return self.kv_heads * self.shape.head_size
 
     @property
     def overlap(self) -> bool:
@@ -141,10 +182,34 @@ class BlockBuilder:
         return name
 
 
-class CorePattern(ABC):
+class Pattern(ABC):
+    """A registered sub-graph pattern: selected by what it matches in the ModelIR."""
+
+    name: ClassVar[str]  # the pattern's name (reported when a model matches none or several)
+
+    @abstractmethod
+    def matches(self, shape: TransformerShape, execution: ExecutionLayout) -> bool:
+        """Whether this pattern lowers the part of ``shape`` / ``execution`` its registry stands for."""
+
+    def unpriceable(self, shape: TransformerShape, execution: ExecutionLayout) -> list[tuple[str, str]]:
+        """``(field, message)`` for what of the model this pattern, once selected, cannot lower (default none)."""
+        return []
+
+
+def select(patterns: tuple[Pattern, ...], shape: TransformerShape, execution: ExecutionLayout,
+           what: str) -> Pattern:
+    """The one pattern of ``patterns`` that matches; a PassError naming ``what`` when none or several do."""
+    found = [p for p in patterns if p.matches(shape, execution)]
+    if len(found) != 1:
+        raise PassError("transformer-distribute", f"{len(found)} registered {what} patterns match the model "
+                                                  f"(of {[p.name for p in patterns]}); exactly one must")
+    return found[0]
+
+
+class CorePattern(Pattern):
     """The architecture-specific inside of a TP region (between ``f`` and ``g``)."""
 
-    name: ClassVar[str]  # the pattern's name in the pass's ``block`` option
+    slot: ClassVar[str]  # the block slot it fills (the pass's ``block`` option names slots)
     prefix: ClassVar[str]  # task-name prefix of its sub-block
 
     @abstractmethod
@@ -158,24 +223,66 @@ class CorePattern(ABC):
     def emit_overlapped(self, b: Block, out: BlockBuilder, prev: str) -> str:
         """The same under TP overlap: the first linear absorbs ``f`` (recommunicating like it), the last ``g``.
 
-        A core that does not define it cannot be lowered with TP overlap.
+        A core that does not define it cannot be lowered with TP overlap (:meth:`unpriceable` says so).
         """
         raise PassError("transformer-distribute", f"core pattern {self.name!r} has no form under TP overlap "
                                                   f"(tp_overlap={b.execution.tp_overlap})")
 
+    def unpriceable(self, shape: TransformerShape, execution: ExecutionLayout) -> list[tuple[str, str]]:
+        overlapped = type(self).emit_overlapped is not CorePattern.emit_overlapped
+        if execution.tp_overlap != "none" and not overlapped:
+            return [("execution.tp_overlap", f"core pattern {self.name!r} has no form under TP overlap")]
+        return []
+
+
+class NormPattern(Pattern):
+    """The normalisation at the head of a residual sub-block."""
+
+    @abstractmethod
+    def shape(self, b: Block) -> NormShape:
+        """The norm's task shape over the activation outside the TP region."""
+
+
+class LayerNorm(NormPattern):
+    """Layer norm (gain and bias): ``model.norm`` absent or ``layernorm``."""
+
+    name = "layernorm"
+
+    def matches(self, shape: TransformerShape, execution: ExecutionLayout) -> bool:
+        return shape.norm in (None, "layernorm")
+
+    def shape(self, b: Block) -> NormShape:
+        return NormShape.trusted(elements=b.outside_act, hidden=b.shape.hidden)
+
+
+class RMSNorm(NormPattern):
+    """RMSNorm (gain only): ``model.norm: rmsnorm``."""
+
+    name = "rmsnorm"
+
+    def matches(self, shape: TransformerShape, execution: ExecutionLayout) -> bool:
+        return shape.norm == "rmsnorm"
+
+    def shape(self, b: Block) -> NormShape:
+        return NormShape.trusted(kind="rms_norm", elements=b.outside_act, hidden=b.shape.hidden)
+
+
+#: Normalisation patterns (selected by ``model.norm``).
+NORMS: tuple[NormPattern, ...] = (LayerNorm(), RMSNorm())
+
 
 @dataclasses.dataclass(frozen=True)
 class ResidualSubBlock:
-    """fork -> layer norm -> f -> core -> g -> dropout -> residual (with the fork)."""
+    """fork -> norm -> f -> core -> g -> dropout -> residual (with the fork)."""
 
     core: CorePattern
+    norm: NormPattern
 
     def emit(self, b: Block, out: BlockBuilder, prev: str | None) -> str:
         p, full, act = self.core.prefix, b.full, b.outside_act
         fork = out.add(f"{p}.fork", ForkShape.trusted(elements=act, users=2), (prev,) if prev else (),
                        recompute=full)
-        prev = out.add(f"{p}.layer_norm", NormShape.trusted(elements=act, hidden=b.shape.hidden), (fork,),
-                       recompute=full, **REUSED)
+        prev = out.add(f"{p}.layer_norm", self.norm.shape(b), (fork,), recompute=full, **REUSED)
         if b.overlap:
             prev = self.core.emit_overlapped(b, out, prev)
         else:
@@ -191,54 +298,133 @@ class ResidualSubBlock:
                        recompute=full, **REUSED)
 
 
-class MultiHeadAttention(CorePattern):
-    """Q/K/V projections, QK^T, softmax, probability dropout, PV, output projection.
+class ScoreKernel(Pattern):
+    """The attention proper, from Q, K and V to the attention output (before the output projection)."""
 
-    Multi-query attention shrinks K and V to one head. Under ``attn_only`` (or
-    full) recomputation QK^T -> softmax -> dropout are recomputed, and the
-    QKV fork that feeds them; the fork's input is then not stored, so the
-    all-gather before it is sent again.
+    @abstractmethod
+    def emit(self, b: Block, out: BlockBuilder, qk: tuple[str, ...], v: str) -> str:
+        """Append the kernel's tasks after the Q/K producers ``qk`` and the V producer ``v``; return the last."""
+
+
+class MaterializedScores(ScoreKernel):
+    """QK^T -> softmax -> probability dropout -> PV as separate kernels over the s x s scores (Megatron's unfused
+    path; ``execution.attention_kernel`` absent or ``materialized``).
+
+    The full s x s scores are computed (a causal or sliding-window mask is applied to them, it saves no work);
+    grouped-query K and V are expanded to the query heads before the batch matmuls (Megatron-Core's
+    ``DotProductAttention``). ``model.attention_dropout: 0`` has no dropout primitive. Under ``attn_only`` (or
+    full) recomputation the region QK^T -> softmax -> dropout is recomputed.
     """
 
-    name = "attention"
+    name = "materialized"
+
+    def matches(self, shape: TransformerShape, execution: ExecutionLayout) -> bool:
+        return execution.attention_kernel in (None, "materialized")
+
+    def emit(self, b: Block, out: BlockBuilder, qk: tuple[str, ...], v: str) -> str:
+        s, e, attn = b.shape, b.execution, b.attention
+        local_heads = e.microbatch * b.heads
+        # this rank's queries (sequence / CP) against every key: with 2 x CP causally balanced chunks each CP
+        # rank computes 1/CP of the s x s scores
+        scores = b.heads * b.queries * s.sequence_length * e.microbatch
+        prev = out.add("attn.qk_matmul", BatchMatmulShape.trusted(batch=local_heads, m=b.queries,
+                       n=s.head_size, k=s.sequence_length), qk, recompute=attn, output_stored=not attn)
+        prev = out.add("attn.softmax", PointwiseShape.trusted(kind="softmax", elements=scores), (prev,),
+                       recompute=attn, output_stored=not attn)
+        if s.attention_dropout != 0:
+            prev = out.add("attn.probs_dropout", PointwiseShape.trusted(kind="dropout", elements=scores), (prev,),
+                           recompute=attn, activation_stored=not attn)
+        return out.add("attn.pv_matmul", BatchMatmulShape.trusted(batch=local_heads, m=b.queries,
+                       n=s.sequence_length, k=s.head_size), (prev, v), recompute=b.full)
+
+
+class FlashScores(ScoreKernel):
+    """One FlashAttention-2 kernel (``execution.attention_kernel: flash``): no s x s tensor, the scores recomputed
+    in its backward pass (so only full recomputation clones it); the work rule is
+    :func:`harness.passes.rules.flash_attention`."""
+
+    name = "flash"
+
+    def matches(self, shape: TransformerShape, execution: ExecutionLayout) -> bool:
+        return execution.attention_kernel == "flash"
+
+    def emit(self, b: Block, out: BlockBuilder, qk: tuple[str, ...], v: str) -> str:
+        s = b.shape
+        window = min(s.sliding_window or s.sequence_length, s.sequence_length)
+        flash = FlashAttentionShape.trusted(batch=b.execution.microbatch, heads=b.heads, kv_heads=b.kv_heads,
+                                            sequence=s.sequence_length, head_size=s.head_size, window=window,
+                                            dropout=s.attention_dropout != 0)
+        return out.add("attn.flash", flash, tuple(dict.fromkeys((*qk, v))), recompute=b.full)
+
+
+#: Attention kernels (selected by ``execution.attention_kernel``).
+SCORE_KERNELS: tuple[ScoreKernel, ...] = (MaterializedScores(), FlashScores())
+#: The attention tasks a context-parallel ring step hides behind (one chunk's scores per step).
+SCORE_TASKS = ("attn.qk_matmul", "attn.softmax", "attn.probs_dropout", "attn.pv_matmul")
+
+
+class SelfAttention(CorePattern):
+    """Q/K/V projections, [QK-norm], [RoPE], the score kernel, output projection.
+
+    K and V have the model's key/value heads (:func:`~harness.ir.model.key_value_heads`: multi-head,
+    grouped-query, multi-query), each ``head_size`` wide; they are split over TP when TP divides their count
+    and replicated (one per rank, unsplit weights) otherwise. ``model.qkv_bias`` gives Q, K and V a bias;
+    ``model.qk_norm`` an RMSNorm of Q and of K over each head; ``position: rope`` a rotary embedding of Q and K
+    (one pointwise task over both). The score kernel is the registered one :data:`SCORE_KERNELS` selects. Under
+    ``attn_only`` (or full) recomputation the materialized scores are recomputed, and the QKV fork that feeds
+    them; the fork's input is then not stored, so the all-gather before it is sent again.
+    """
+
+    name = "self_attention"
+    slot = "attention"
     prefix = "attn"
+
+    def matches(self, shape: TransformerShape, execution: ExecutionLayout) -> bool:
+        return True
+
+    def unpriceable(self, shape: TransformerShape, execution: ExecutionLayout) -> list[tuple[str, str]]:
+        if shape.qkv_bias and execution.tp_overlap != "none":
+            return [("model.qkv_bias", "a QKV bias has no form under TP overlap (the overlapped GEMM has no "
+                                       f"bias; tp_overlap={execution.tp_overlap})")]
+        return []
 
     def redo_input(self, b: Block) -> bool:
         return b.attention or b.execution.seq_par_ag_redo
 
     def emit(self, b: Block, out: BlockBuilder, prev: str) -> str:
         s, full = b.shape, b.full
-        proj = s.attention_heads * s.head_size // b.execution.tensor_parallel
-        kv_width = proj if b.execution.attention == "multihead" else s.head_size
+        bias = True if s.qkv_bias else None
         redo = self.redo_input(b)
         qkv = out.add("attn.qkv_fork", ForkShape.trusted(elements=b.full_act, users=3), (prev,), recompute=redo,
                       activation_stored=not redo)
-        q = out.add("attn.query", LinearShape.trusted(m=b.tokens, n=s.hidden, k=proj), (qkv,), recompute=full,
-                    **REUSED)
-        k = out.add("attn.key", LinearShape.trusted(m=b.tokens, n=s.hidden, k=kv_width), (qkv,), recompute=full,
-                    **REUSED)
-        v = out.add("attn.value", LinearShape.trusted(m=b.tokens, n=s.hidden, k=kv_width), (qkv,), recompute=full,
-                    **REUSED)
+        q = out.add("attn.query", LinearShape.trusted(m=b.tokens, n=s.hidden, k=b.query_width, bias=bias), (qkv,),
+                    recompute=full, **REUSED)
+        k = out.add("attn.key", LinearShape.trusted(m=b.tokens, n=s.hidden, k=b.kv_width, bias=bias), (qkv,),
+                    recompute=full, **REUSED)
+        v = out.add("attn.value", LinearShape.trusted(m=b.tokens, n=s.hidden, k=b.kv_width, bias=bias), (qkv,),
+                    recompute=full, **REUSED)
         prev = self._scores(b, out, (q, k), v)
-        return out.add("attn.out_proj", LinearShape.trusted(m=b.tokens, n=proj, k=s.hidden), (prev,), recompute=full)
+        return out.add("attn.out_proj", LinearShape.trusted(m=b.tokens, n=b.query_width, k=s.hidden), (prev,),
+                       recompute=full)
 
     def emit_overlapped(self, b: Block, out: BlockBuilder, prev: str) -> str:
-        """Q/K/V as one fused GEMM with ``f`` (multihead), or the query with ``f`` and the unsplit key and
-        value after a two-user fork of the gathered input (multiquery); the output projection with ``g``."""
-        s, full = b.shape, b.full
-        width = s.attention_heads * s.head_size
+        """Q/K/V as one fused GEMM with ``f`` (K/V split over TP), or the query with ``f`` and the replicated key
+        and value after a two-user fork of the gathered input (K/V replicated: multi-query); the output
+        projection with ``g``."""
+        s, full, tp = b.shape, b.full, b.execution.tensor_parallel
+        width = b.query_width * tp
         redo = self.redo_input(b)
-        if b.execution.attention == "multihead":
-            q = k = v = out.add("attn.qkv_ag", b.overlapped("f", s.hidden, 3 * width), (prev,), recompute=full,
-                                recommunicate=redo)
+        if b.kv_split:
+            q = k = v = out.add("attn.qkv_ag", b.overlapped("f", s.hidden, width + 2 * b.kv_width * tp), (prev,),
+                                recompute=full, recommunicate=redo)
         else:
             q = out.add("attn.query_ag", b.overlapped("f", s.hidden, width), (prev,), recompute=full,
                         recommunicate=redo)
             kv = out.add("attn.kv_fork", ForkShape.trusted(elements=b.full_act, users=2), (q,), recompute=redo,
                          activation_stored=not redo)
-            k = out.add("attn.key", LinearShape.trusted(m=b.tokens, n=s.hidden, k=s.head_size), (kv,),
+            k = out.add("attn.key", LinearShape.trusted(m=b.tokens, n=s.hidden, k=b.kv_width), (kv,),
                         recompute=full, **REUSED)
-            v = out.add("attn.value", LinearShape.trusted(m=b.tokens, n=s.hidden, k=s.head_size), (kv,),
+            v = out.add("attn.value", LinearShape.trusted(m=b.tokens, n=s.hidden, k=b.kv_width), (kv,),
                         recompute=full, **REUSED)
         prev = self._scores(b, out, tuple(dict.fromkeys((q, k))), v)
         return out.add("attn.out_proj_rs", b.overlapped("g", width, s.hidden), (prev,), recompute=full,
@@ -246,55 +432,102 @@ class MultiHeadAttention(CorePattern):
 
     @staticmethod
     def _scores(b: Block, out: BlockBuilder, qk: tuple[str, ...], v: str) -> str:
-        """QK^T -> softmax -> probability dropout -> PV (the recomputed region under ``attn_only``)."""
-        s, e, attn = b.shape, b.execution, b.attention
-        local_heads = e.microbatch * s.attention_heads // e.tensor_parallel
-        scores = s.attention_heads // e.tensor_parallel * s.sequence_length**2 * e.microbatch
-        prev = out.add("attn.qk_matmul", BatchMatmulShape.trusted(batch=local_heads, m=s.sequence_length,
-                       n=s.head_size, k=s.sequence_length), qk, recompute=attn, output_stored=not attn)
-        prev = out.add("attn.softmax", PointwiseShape.trusted(kind="softmax", elements=scores), (prev,),
-                       recompute=attn, output_stored=not attn)
-        prev = out.add("attn.probs_dropout", PointwiseShape.trusted(kind="dropout", elements=scores), (prev,),
-                       recompute=attn, activation_stored=not attn)
-        return out.add("attn.pv_matmul", BatchMatmulShape.trusted(batch=local_heads, m=s.sequence_length,
-                       n=s.sequence_length, k=s.head_size), (prev, v), recompute=b.full)
+        """[QK-norm] -> [RoPE] -> the selected score kernel."""
+        s, full = b.shape, b.full
+        if s.qk_norm:
+            q, k = qk if len(qk) == 2 else (qk[0], qk[0])
+            q = out.add("attn.q_norm", NormShape.trusted(kind="rms_norm", elements=b.tokens * b.query_width,
+                                                         hidden=s.head_size), (q,), recompute=full)
+            k = out.add("attn.k_norm", NormShape.trusted(kind="rms_norm", elements=b.tokens * b.kv_width,
+                                                         hidden=s.head_size), (k,), recompute=full)
+            qk = (q, k)
+        if s.position == "rope":
+            rope = PointwiseShape.trusted(kind="rope", elements=b.tokens * (b.query_width + b.kv_width))
+            qk = (out.add("attn.rope", rope, qk, recompute=full),)
+        if b.context > 1:  # the K/V ring of context parallelism, before the scores it feeds
+            exchange = RingExchangeShape.trusted(elements=2 * b.tokens * b.kv_width, steps=b.context - 1,
+                                                 participants=b.context, hides_behind=SCORE_TASKS)
+            v = out.add("attn.context_exchange", exchange, tuple(dict.fromkeys((*qk[1:], v))))
+            qk = (qk[0], v)
+        kernel = select(SCORE_KERNELS, s, b.execution, "attention kernel")
+        return kernel.emit(b, out, qk, v)
 
 
-class GeluMLP(CorePattern):
-    """fc1 -> GeLU -> fc2; fc1's input is redone (not stored) under full recompute or all-gather redo."""
+class TwoLayerMLP(CorePattern):
+    """fc1 -> activation (GeLU or squared ReLU) -> fc2 (``mlp`` absent, ``gelu`` or ``squared_relu``); fc1's input
+    is redone (not stored) under full recompute or all-gather redo."""
 
-    name = "mlp"
+    name = "two_layer_mlp"
+    slot = "mlp"
     prefix = "mlp"
+
+    def matches(self, shape: TransformerShape, execution: ExecutionLayout) -> bool:
+        return shape.mlp in (None, "gelu", "squared_relu")
 
     def redo_input(self, b: Block) -> bool:
         return b.full or b.execution.seq_par_ag_redo
 
+    def width(self, b: Block) -> int:
+        """Output features of fc1 (all TP ranks)."""
+        return b.shape.feedforward
+
     def emit(self, b: Block, out: BlockBuilder, prev: str) -> str:
         s, e, full = b.shape, b.execution, b.full
         inner = s.feedforward // e.tensor_parallel
-        prev = out.add("mlp.fc1", LinearShape.trusted(m=b.tokens, n=s.hidden, k=inner), (prev,), recompute=full,
-                       activation_stored=not self.redo_input(b))
-        prev = self._gelu(b, out, prev)
+        prev = out.add("mlp.fc1", LinearShape.trusted(m=b.tokens, n=s.hidden, k=self.width(b) // e.tensor_parallel),
+                       (prev,), recompute=full, activation_stored=not self.redo_input(b))
+        prev = self._activation(b, out, prev)
         return out.add("mlp.fc2", LinearShape.trusted(m=b.tokens, n=inner, k=s.hidden), (prev,), recompute=full)
 
     def emit_overlapped(self, b: Block, out: BlockBuilder, prev: str) -> str:
         s = b.shape
-        prev = out.add("mlp.fc1_ag", b.overlapped("f", s.hidden, s.feedforward), (prev,), recompute=b.full,
+        prev = out.add("mlp.fc1_ag", b.overlapped("f", s.hidden, self.width(b)), (prev,), recompute=b.full,
                        recommunicate=self.redo_input(b))
-        prev = self._gelu(b, out, prev)
+        prev = self._activation(b, out, prev)
         return out.add("mlp.fc2_rs", b.overlapped("g", s.feedforward, s.hidden), (prev,), recompute=b.full,
                        recommunicate=b.full)
 
     @staticmethod
-    def _gelu(b: Block, out: BlockBuilder, prev: str) -> str:
-        e = b.execution
-        gelu = PointwiseShape.trusted(kind="gelu", elements=b.shape.feedforward * b.tokens // e.tensor_parallel,
-                                      fused=e.fused_activation)
-        return out.add("mlp.gelu", gelu, (prev,), recompute=b.full)
+    def _activation(b: Block, out: BlockBuilder, prev: str) -> str:
+        e, kind = b.execution, b.shape.mlp or "gelu"
+        act = PointwiseShape.trusted(kind=kind, elements=b.shape.feedforward * b.tokens // e.tensor_parallel,
+                                     fused=e.fused_activation)
+        return out.add(f"mlp.{kind}", act, (prev,), recompute=b.full)
 
 
-#: Core patterns by name (the pass's ``block`` option names them, in block order).
-CORES: dict[str, CorePattern] = {core.name: core for core in (MultiHeadAttention(), GeluMLP())}
+class GatedMLP(TwoLayerMLP):
+    """fc1 (gate and up fused: hidden -> 2 x feedforward, Megatron-Core's ``linear_fc1`` with a gated linear unit)
+    -> SwiGLU or GeGLU -> fc2 (``mlp: swiglu | geglu``): the three matrices of width feedforward."""
+
+    name = "gated_mlp"
+
+    def matches(self, shape: TransformerShape, execution: ExecutionLayout) -> bool:
+        return shape.mlp in ("swiglu", "geglu")
+
+    def width(self, b: Block) -> int:
+        return 2 * b.shape.feedforward
+
+
+#: Core patterns per block slot (the pass's ``block`` option names the slots, in block order).
+CORES: dict[str, tuple[CorePattern, ...]] = {"attention": (SelfAttention(),), "mlp": (TwoLayerMLP(), GatedMLP())}
+
+
+def unpriceable(shape: TransformerShape, execution: ExecutionLayout,
+                slots: tuple[str, ...] = tuple(CORES)) -> list[tuple[str, str]]:
+    """``(field, message)`` for each part of the model no registered pattern lowers: a slot, the norm or the
+    attention kernel matched by none (or several), and what a selected pattern refuses (:meth:`Pattern.unpriceable`)."""
+    problems: list[tuple[str, str]] = []
+    chosen: list[Pattern] = []
+    for what, patterns, field in [*((slot, CORES[slot], f"model.{slot}") for slot in slots),
+                                  ("norm", NORMS, "model.norm"),
+                                  ("attention kernel", SCORE_KERNELS, "execution.attention_kernel")]:
+        found = [p for p in patterns if p.matches(shape, execution)]
+        if len(found) != 1:
+            problems.append((field, f"{len(found)} registered {what} patterns match (of {[p.name for p in patterns]})"))
+        chosen += found[:1]
+    for pattern in chosen:
+        problems += pattern.unpriceable(shape, execution)
+    return problems
 
 
 def with_clones(out: BlockBuilder, training: bool) -> list[Task]:

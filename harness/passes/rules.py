@@ -9,10 +9,28 @@ Rules, with ``b`` bytes per element:
   (gradients for both inputs), no wgrad; dgrad reads dC and writes dA, dB.
 - layer norm: 9 / 14 / 7 operations per element (forward / dgrad / wgrad),
   2 x hidden parameters; dgrad reads the weights and one tensor.
+- linear with a bias (``bias``): k more parameters (weights, gradient,
+  optimizer state); the forward reads them and the weight gradient writes
+  them; the add and the bias gradient (a column sum of dY) are fused in the
+  GEMM epilogues and add no operations (the matrix work stays 2MNK).
+- RMSNorm (``rms_norm``): 4 / 7 / 3 operations per element (forward: square,
+  sum, scale, gain; dgrad: g dY, x-hat, their product, its row sum, x-hat
+  times the mean, subtract, scale; wgrad: x-hat, times dY, sum), hidden
+  parameters; traffic from dependencies (dgrad reads X, dY and the gain).
 - softmax 5 / 8, GeLU 8 / 13, dropout 1 / 1 operations per element; the
   softmax and GeLU gradients read one tensor and write one; dropout keeps a
   one-byte mask per element (its stored activation), and its gradient buffer
   is accounted at mask size.
+- squared ReLU 2 / 3, SwiGLU 6 / 16, GeGLU 9 / 23, RoPE 3 / 3 operations per
+  output element (SwiGLU: sigmoid 4, times the gate, times up; its gradient
+  recomputes silu and forms both input gradients; GeGLU: GeLU's 8 / 13 plus
+  the product with up; RoPE: x cos + rotate(x) sin); traffic from
+  dependencies: a gated activation reads its two inputs (2 x elements) and
+  dY and writes two input gradients; RoPE keeps no activation (its gradient
+  is the inverse rotation of dY; the cos/sin tables, sequence x head_size,
+  are not counted).
+- flash attention: see :func:`flash_attention` (tiles executed, the
+  FlashAttention-2 backward, Q/K/V/O/dO/log-sum-exp traffic).
 - residual: forward one operation per output element, dgrad one per input.
 - fork: no forward work; dgrad sums ``users`` gradients.
 - TP collective: local reduction ``elements x (p-1)/p`` on the reducing side
@@ -44,6 +62,7 @@ from harness.ir.distributed import (
     BatchMatmulShape,
     CollectiveShape,
     CrossEntropyShape,
+    FlashAttentionShape,
     ForkShape,
     OverlappedLinearShape,
     LinearShape,
@@ -53,7 +72,19 @@ from harness.ir.distributed import (
 )
 from harness.ir.portable import Capacity, Engine, Work
 
-POINTWISE_OPERATIONS = {"softmax": (5, 8), "gelu": (8, 13), "dropout": (1, 1)}
+POINTWISE_OPERATIONS = {"softmax": (5, 8), "gelu": (8, 13), "dropout": (1, 1), "squared_relu": (2, 3),
+                        "swiglu": (6, 16), "geglu": (9, 23), "rope": (3, 3)}
+#: Pointwise kinds of Calculon 0.1.0's model: their gradient traffic is its named rule; the others' follows
+#: their dependencies.
+CALCULON_POINTWISE = frozenset({"softmax", "gelu"})
+#: Gated activations: two inputs (gate and up) per output element.
+GATED = frozenset({"swiglu", "geglu"})
+RMS_NORM_OPERATIONS = (4, 7, 3)
+#: Tokens per side of one FlashAttention-2 tile (its query block and key block, 128 for the head sizes of
+#: current models on A100/H100): the causal and sliding-window masks skip whole tiles.
+FLASH_TILE_TOKENS = 128
+#: Bytes of one log-sum-exp value (fp32) per query row and head, which the flash forward writes for its backward.
+LOG_SUM_EXP_BYTES = 4
 #: Memory-tier-1 bytes the loss moves per logit, forward and backward: Megatron's vocabulary-parallel softmax
 #: cross-entropy on fp16 logits, counted from its source (megatron/core/tensor_parallel/cross_entropy.py and the
 #: GPT pipeline model's fp32 cast). Forward: the logits cast to fp32 (read 2, write 4), the max over the
@@ -102,7 +133,7 @@ _NONE_MATRIX = _work(0, 0, 0, "matrix")
 
 def linear(s: LinearShape, b: int, shards: int) -> PrimitiveFacts:
     ops = 2 * s.m * s.n * s.k
-    x, w, y = s.m * s.n, s.n * s.k, s.m * s.k
+    x, w, y = s.m * s.n, s.n * s.k + (s.k if s.bias else 0), s.m * s.k
     return PrimitiveFacts(
         forward=_work(ops, (x + w) * b, y * b, "matrix"),
         activation_grad=_work(ops, (w + y) * b, x * b, "matrix"),
@@ -136,9 +167,34 @@ def layer_norm(s: NormShape, b: int, shards: int) -> PrimitiveFacts:
     )
 
 
+def rms_norm(s: NormShape, b: int, shards: int) -> PrimitiveFacts:
+    a, w = s.elements, s.hidden
+    fw, dg, wg = RMS_NORM_OPERATIONS
+    return PrimitiveFacts(
+        forward=_work(fw * a, (a + w) * b, a * b, "vector"),
+        activation_grad=_work(dg * a, (2 * a + w) * b, a * b, "vector"),
+        weight_grad=_work(wg * a, 2 * a * b, w * b, "vector"),
+        optimizer=_optimizer(w, 2 * w, b, shards),
+        capacity=_capacity(b, shards, weights=w, activation=a * b, output=a, activation_grad=a * b, moments=2 * w),
+    )
+
+
+def norm(s: NormShape, b: int, shards: int) -> PrimitiveFacts:
+    return rms_norm(s, b, shards) if s.kind == "rms_norm" else layer_norm(s, b, shards)
+
+
 def pointwise(s: PointwiseShape, b: int, shards: int) -> PrimitiveFacts:
     a = s.elements
     fw, dg = POINTWISE_OPERATIONS[s.kind]
+    if s.kind not in CALCULON_POINTWISE and s.kind != "dropout":
+        inputs = 2 * a if s.kind in GATED else a
+        kept = 0 if s.fused or s.kind == "rope" else inputs
+        return PrimitiveFacts(
+            forward=_work(fw * a, inputs * b, a * b, "vector"),
+            activation_grad=_work(dg * a, (kept + a) * b, inputs * b, "vector"),
+            weight_grad=_NONE, optimizer=_NONE,
+            capacity=_capacity(b, shards, activation=kept * b, output=a, activation_grad=a * b),
+        )
     if s.kind == "dropout":
         mask = a  # one byte per element
         forward = _work(fw * a, a * b, a * b + mask, "vector")
@@ -238,23 +294,106 @@ def cross_entropy(s: CrossEntropyShape, b: int, shards: int) -> PrimitiveFacts:
     )
 
 
+def causal_tiles(sequence: int, window: int, tile: int = FLASH_TILE_TOKENS) -> tuple[int, int]:
+    """(tiles executed, tiles of the full score matrix) of a causal kernel over ``sequence`` tokens whose queries
+    attend to at most ``window`` keys, at ``tile`` x ``tile`` granularity.
+
+    With ``n = ceil(sequence / tile)`` tiles per side, query tile ``i`` and key tile ``j`` hold a pair to compute
+    when ``0 <= i - j <= D``, ``D = n - 1`` without a window (``window >= sequence``), else ``D = 1 + floor((window
+    - 2) / tile)`` (``window >= 2``; 0 for a window of one token): a tile pair ``d = i - j >= 1`` apart holds a
+    query and a key ``(d - 1) tile + 1`` tokens apart at the least, inside the window when that is at most
+    ``window - 1``. Executed: ``sum over i of (min(i, D) + 1)``, i.e. ``n (n + 1) / 2`` for a causal mask (the
+    fraction ``(n + 1) / (2 n)`` of the full scores: 33/64 for 4096 tokens), ``D (D + 1) / 2 + (n - D)(D + 1)``
+    with a window. A tile on the diagonal (or the window's edge) is computed whole and masked inside.
+    """
+    n = -(-sequence // tile)
+    if window >= sequence:
+        reach = n - 1
+    else:
+        reach = min(n - 1, 1 + (window - 2) // tile if window >= 2 else 0)
+    return reach * (reach + 1) // 2 + (n - reach) * (reach + 1), n * n
+
+
+def score_products(batch: int, heads: int, sequence: int, head_size: int) -> int:
+    """Operations of one s x s score product (QK^T or PV) over ``batch`` x ``heads``: ``2 B H s^2 d``."""
+    return 2 * batch * heads * sequence * sequence * head_size
+
+
+def flash_attention(s: FlashAttentionShape, b: int, shards: int) -> PrimitiveFacts:
+    """FlashAttention-2, causal: the tiles of :func:`causal_tiles` executed, a fraction ``f`` of the full scores.
+
+    - forward: QK^T and PV over the executed tiles, ``2 x score_products x f`` on the matrix engine; reads Q
+      (``B H s d``), K and V (``B H_kv s d`` each), writes O (``B H s d``) and the fp32 log-sum-exp (``B H s``
+      x :data:`LOG_SUM_EXP_BYTES`); no s x s tensor touches memory;
+    - backward (activation gradient): the scores recomputed (QK^T), then dV = P^T dO, dP = dO V^T, dQ = dS K and
+      dK = dS^T Q: ``5 x score_products x f``; reads Q, K, V, O, dO and the log-sum-exp, writes dQ, dK, dV
+      (the row sums ``dO . O`` of its preprocessing and the fp32 dQ accumulator are not counted); no weights;
+    - the online softmax, the masking and the in-kernel dropout (its mask regenerated from the seed, never
+      stored) run inside the kernel next to the products and are not counted as separate operations;
+    - capacity: it keeps Q, K, V and the log-sum-exp for the backward (O is the output projection's stored
+      input); its gradient buffer is dO.
+    """
+    executed, tiles = causal_tiles(s.sequence, s.window)
+    full = score_products(s.batch, s.heads, s.sequence, s.head_size)
+    q = o = s.batch * s.heads * s.sequence * s.head_size
+    kv = 2 * s.batch * s.kv_heads * s.sequence * s.head_size
+    lse = s.batch * s.heads * s.sequence * LOG_SUM_EXP_BYTES
+    return PrimitiveFacts(
+        forward=_work(2 * full * executed / tiles, (q + kv) * b, o * b + lse, "matrix"),
+        activation_grad=_work(5 * full * executed / tiles, (q + kv + 2 * o) * b + lse, (q + kv) * b, "matrix"),
+        weight_grad=_NONE_MATRIX, optimizer=_NONE,
+        capacity=_capacity(b, shards, activation=(q + kv) * b + lse, output=o, activation_grad=o * b),
+    )
+
+
+def matrix_operations(shape) -> tuple[str, float] | None:
+    """The FLOP oracle's convention for one forward task: ``("linear" | "attention", operations)`` or None.
+
+    Forward + activation gradient + weight gradient matrix operations, no recomputation, the attention products
+    over the full s x s scores (PyTorch's ``FlopCounterMode``: ``aten.mm``/``aten.addmm`` are linear, counting
+    2MNK and not the bias add; ``aten.bmm`` attention): a linear's (or overlapped linear's) three passes, a batch
+    matmul's forward and activation gradient, and for a flash kernel the materialized products it stands for
+    (``3 x 2 x score_products``: QK^T and PV forward, twice each backward), not the tiles it executes.
+    """
+    if isinstance(shape, FlashAttentionShape):
+        return "attention", 6 * score_products(shape.batch, shape.heads, shape.sequence, shape.head_size)
+    family = {"linear": "linear", "overlapped_linear": "linear", "batch_matmul": "attention"}.get(shape.kind)
+    if family is None:
+        return None
+    facts = derive(shape, 2, 1)
+    return family, facts.forward.operations + facts.activation_grad.operations + facts.weight_grad.operations
+
+
+def context_exchange(s, b: int, shards: int) -> PrimitiveFacts:
+    """The context-parallel K/V ring: its messages only (no local work; the received chunks are transient)."""
+    return PrimitiveFacts(forward=_NONE, activation_grad=_NONE, weight_grad=_NONE, optimizer=_NONE,
+                          capacity=_capacity(b, shards))
+
+
 RULES = {
     "linear": linear,
     "batch_matmul": batch_matmul,
-    "layer_norm": layer_norm,
+    "layer_norm": norm,
+    "rms_norm": norm,
     "softmax": pointwise,
     "dropout": pointwise,
     "gelu": pointwise,
+    "squared_relu": pointwise,
+    "swiglu": pointwise,
+    "geglu": pointwise,
+    "rope": pointwise,
+    "flash_attention": flash_attention,
     "residual": residual,
     "fork": fork,
     "tp_collective": tp_collective,
     "overlapped_linear": overlapped_linear,
     "cross_entropy": cross_entropy,
+    "context_exchange": context_exchange,
 }
 
 
 #: Primitives with weights: the only ones whose facts depend on the optimizer shards.
-WEIGHTED = frozenset({"linear", "layer_norm", "overlapped_linear"})
+WEIGHTED = frozenset({"linear", "layer_norm", "rms_norm", "overlapped_linear"})
 
 _FACTS: dict[tuple, PrimitiveFacts] = {}
 FACTS_LIMIT = 8192

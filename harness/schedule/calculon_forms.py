@@ -131,16 +131,18 @@ class Iteration(NamedTuple):
 def blocks(k, fw_pp: Value, bw_pp: Value, fw_off_s: Value, bw_off_s: Value, ops: Arith) -> Blocks:
     """Base and edge block times: the block sums, the exposed TP time, the edge block's p2p, and offload's
     ``max(0, T(size) + memory_s - block_s)`` (rule offload-recompute-memory)."""
-    base_fw_no = k.fw_s + k.fw_exp_base
-    edge_fw_no = k.fw_s_edge + k.fw_exp_edge + fw_pp
-    base_fw_ovh = ops.maximum(0, fw_off_s + k.fw_mem_s - base_fw_no)
-    edge_fw_ovh = ops.maximum(0, fw_off_s + k.fw_mem_s - edge_fw_no)
-    base_bw_no = compat.block_backward_s(k.re_s, k.recomm_exp_base, k.ag_s, k.wg_s, k.ag_exp_base)
-    edge_bw_no = compat.block_backward_s(k.re_s_edge, k.recomm_exp_edge, k.ag_s_edge, k.wg_s_edge,
-                                         k.ag_exp_edge) + bw_pp
-    re_mem = compat.offload_recompute_memory_s(k.re_mem_own_s)
-    base_bw_ovh = ops.maximum(0, bw_off_s + k.ag_mem_s + k.wg_mem_s + re_mem - base_bw_no)
-    edge_bw_ovh = ops.maximum(0, bw_off_s + k.ag_mem_s + k.wg_mem_s + re_mem - edge_bw_no)
+    base_fw_no = k.forward_s + k.forward_tp_exposed_base_s
+    edge_fw_no = k.forward_edge_s + k.forward_tp_exposed_edge_s + fw_pp
+    base_fw_ovh = ops.maximum(0, fw_off_s + k.forward_memory_s - base_fw_no)
+    edge_fw_ovh = ops.maximum(0, fw_off_s + k.forward_memory_s - edge_fw_no)
+    base_bw_no = compat.block_backward_s(k.recompute_s, k.recommunication_exposed_base_s, k.activation_grad_s,
+                                         k.weight_grad_s, k.activation_grad_tp_exposed_base_s)
+    edge_bw_no = compat.block_backward_s(k.recompute_edge_s, k.recommunication_exposed_edge_s,
+                                         k.activation_grad_edge_s, k.weight_grad_edge_s,
+                                         k.activation_grad_tp_exposed_edge_s) + bw_pp
+    re_mem = compat.offload_recompute_memory_s(k.recompute_memory_s)
+    base_bw_ovh = ops.maximum(0, bw_off_s + k.activation_grad_memory_s + k.weight_grad_memory_s + re_mem - base_bw_no)
+    edge_bw_ovh = ops.maximum(0, bw_off_s + k.activation_grad_memory_s + k.weight_grad_memory_s + re_mem - edge_bw_no)
     return Blocks(base_fw_no, edge_fw_no, base_fw_ovh, edge_fw_ovh, base_fw_no + base_fw_ovh,
                   edge_fw_no + edge_fw_ovh, base_bw_no, edge_bw_no, base_bw_ovh, edge_bw_ovh,
                   base_bw_no + base_bw_ovh, edge_bw_no + edge_bw_ovh)
@@ -149,25 +151,26 @@ def blocks(k, fw_pp: Value, bw_pp: Value, fw_off_s: Value, bw_off_s: Value, ops:
 def iteration(s, k, *, fw_pp: Value, bw_pp: Value, fw_off_s: Value, bw_off_s: Value,
               dp: DataParallelSync | None, ops: Arith, finish: Callable[[Value], Value]) -> Iteration:
     """The iteration of schedule ``s`` from the block sums ``k``
-    (:func:`harness.schedule.projection.block_sums`, floats or arrays of variants).
+    (:class:`harness.schedule.projection.BlockSums`, floats or arrays of variants).
 
     ``dp``: None without a DP sync (no DP, or inference). ``finish`` turns each
     component into the caller's figure type (``float``; an array of every variant) before the total is summed.
     """
     training = s.training
-    nmb, chunks, bpp = s.microbatches, s.chunks_per_stage, s.blocks_per_stage
+    microbatches, chunks, bpp = s.microbatches, s.chunks_per_stage, s.blocks_per_stage
     nbase, nedge, pp = s.base_blocks_per_chunk, s.edge_blocks_per_chunk, s.pipeline_parallel
-    mult = bpp * nmb
-    per_chunk = nmb * chunks
+    mult = bpp * microbatches
+    per_chunk = microbatches * chunks
 
     def chunk_sum(base: Value, edge: Value) -> Value:
         return per_chunk * (nbase * base + nedge * edge)
 
-    tp_exposed = compat.tensor_parallel_s(per_chunk, nbase, nedge, k.fw_exp_base, k.fw_exp_edge, k.ag_exp_base,
-                                          k.ag_exp_edge)
-    recomm_exposed = chunk_sum(k.recomm_exp_base, k.recomm_exp_edge) if training else 0
+    tp_exposed = compat.tensor_parallel_s(per_chunk, nbase, nedge, k.forward_tp_exposed_base_s,
+                                          k.forward_tp_exposed_edge_s, k.activation_grad_tp_exposed_base_s,
+                                          k.activation_grad_tp_exposed_edge_s)
+    recomm_exposed = chunk_sum(k.recommunication_exposed_base_s, k.recommunication_exposed_edge_s) if training else 0
     if pp > 1:
-        pp_exposed = compat.pipeline_parallel_s(nmb, chunks, fw_pp, chunks if training else 0, bw_pp)
+        pp_exposed = compat.pipeline_parallel_s(microbatches, chunks, fw_pp, chunks if training else 0, bw_pp)
     else:
         pp_exposed = 0
     b = blocks(k, fw_pp, bw_pp, fw_off_s, bw_off_s, ops)
@@ -189,15 +192,17 @@ def iteration(s, k, *, fw_pp: Value, bw_pp: Value, fw_off_s: Value, bw_off_s: Va
             dp_exposed = without
 
     if compat.applies(compat.edge_tile_message):  # the edge block runs the base block's tiles
-        forward, backward, recompute = mult * k.fw_s, compat.backward_s(mult, k.ag_s, k.wg_s), mult * k.re_s
+        forward = mult * k.forward_s
+        backward = compat.backward_s(mult, k.activation_grad_s, k.weight_grad_s)
+        recompute = mult * k.recompute_s
     else:
-        forward = chunk_sum(k.fw_s, k.fw_s_edge)
-        backward = chunk_sum(k.ag_s + k.wg_s, k.ag_s_edge + k.wg_s_edge)
-        recompute = chunk_sum(k.re_s, k.re_s_edge)
+        forward = chunk_sum(k.forward_s, k.forward_edge_s)
+        backward = chunk_sum(k.activation_grad_s + k.weight_grad_s, k.activation_grad_edge_s + k.weight_grad_edge_s)
+        recompute = chunk_sum(k.recompute_s, k.recompute_edge_s)
     components = {
         "forward": forward,
         "backward": backward,
-        "optimizer": bpp * k.opt_s,
+        "optimizer": bpp * k.optimizer_s,
         "recompute": recompute,
         "tensor_parallel": tp_exposed,
         "pipeline_parallel": pp_exposed,
@@ -236,44 +241,47 @@ def with_accumulation(components_s: dict[str, Value], total_s: Value, backward_s
 def _data_parallel_overlap(s, k, b: Blocks, chunk_bw: Value, bw_pp: Value, dp: DataParallelSync, ops: Arith
                            ) -> tuple[Value, DataParallelWindows]:
     """The DP exposed time with DP overlap: the windows and inflections of Calculon's ``_compute_batch_stats``."""
-    nbase, nedge, bpc, pp, nmb = (s.base_blocks_per_chunk, s.edge_blocks_per_chunk, s.blocks_per_chunk,
+    nbase, nedge, bpc, pp, microbatches = (s.base_blocks_per_chunk, s.edge_blocks_per_chunk, s.blocks_per_chunk,
                                   s.pipeline_parallel, s.microbatches)
-    bdt, pu = dp.block_s, dp.processor_usage
+    block_sync_s, usage = dp.block_s, dp.processor_usage
     # prefix-counter-recompute-windows
-    base_win = b.base_bw - (k.ag_mem_s + k.wg_mem_s + k.re_mem_s)
-    edge_win = b.edge_bw - (k.ag_mem_s + k.wg_mem_s + k.re_mem_s)
-    compute = k.ag_flops_s + k.wg_flops_s + k.re_flops_s
+    base_win = b.base_bw - (k.activation_grad_memory_s + k.weight_grad_memory_s + k.recompute_window_memory_s)
+    edge_win = b.edge_bw - (k.activation_grad_memory_s + k.weight_grad_memory_s + k.recompute_window_memory_s)
+    compute = k.activation_grad_compute_s + k.weight_grad_compute_s + k.recompute_window_compute_s
     if not dp.sharding:
-        base_win += k.opt_s - k.opt_mem_s
-        edge_win += k.opt_s - k.opt_mem_s
-        compute += k.opt_flops_s
+        base_win += k.optimizer_s - k.optimizer_memory_s
+        edge_win += k.optimizer_s - k.optimizer_memory_s
+        compute += k.optimizer_compute_s
     # dp-same-tier-as-tp-link-time
-    base_win = ops.where(dp.same_tier_as_tp, base_win - (k.recomm_base + k.ag_tp_base), base_win)
-    edge_win = ops.where(dp.same_tier_as_tp, edge_win - (k.recomm_edge + k.ag_tp_edge), edge_win)
+    base_win = ops.where(dp.same_tier_as_tp,
+                         base_win - (k.recommunication_link_base_s + k.activation_grad_tp_link_base_s), base_win)
+    edge_win = ops.where(dp.same_tier_as_tp,
+                         edge_win - (k.recommunication_link_edge_s + k.activation_grad_tp_link_edge_s), edge_win)
     chunk_win = nbase * base_win + nedge * edge_win
     chunk_compute = bpc * compute
     overlappable = s.chunks_per_stage - 1
     last_size = bpc - 1
-    window_mb = compat.dp_window_microbatches(nmb, pp)
+    window_mb = compat.dp_window_microbatches(microbatches, pp)
     window = window_mb * chunk_win
     overlap_compute = window_mb * chunk_compute
-    chunk_dp = bpc * bdt
+    chunk_dp = bpc * block_sync_s
     collides_with_pp = ops.where(dp.same_tier_as_pp, compat.dp_collides_with_pp(True, pp),
                                  compat.dp_collides_with_pp(False, pp))
     if not compat.dp_collides_with_pp(True, pp):  # no pipeline traffic: no p2p in the windows
         bw_pp = 0
-    collided = ops.where(collides_with_pp, ops.minimum(chunk_dp // chunk_bw, nmb % pp if nmb % pp != 0 else pp), 0)
-    inflection = chunk_dp - (window - collided * bw_pp) + overlap_compute * pu
-    chunks_exposed = ops.where(inflection > 0, overlappable * inflection, overlappable * chunk_dp * pu)
+    collided = ops.where(collides_with_pp,
+                         ops.minimum(chunk_dp // chunk_bw, microbatches % pp if microbatches % pp != 0 else pp), 0)
+    inflection = chunk_dp - (window - collided * bw_pp) + overlap_compute * usage
+    chunks_exposed = ops.where(inflection > 0, overlappable * inflection, overlappable * chunk_dp * usage)
     if nbase > 0:
         last_window = chunk_win - bw_pp - (b.base_bw + b.edge_bw) / 2
         if not dp.sharding and compat.last_window_optimizer_credit():
-            last_window += k.opt_s - k.opt_mem_s
+            last_window += k.optimizer_s - k.optimizer_memory_s
     else:
         last_window = 0
-    last_inflection = (last_size * bdt) + (compute * pu - last_window)
-    last_exposed = ops.where(last_inflection > 0, last_inflection, last_size * bdt * pu)
+    last_inflection = (last_size * block_sync_s) + (compute * usage - last_window)
+    last_exposed = ops.where(last_inflection > 0, last_inflection, last_size * block_sync_s * usage)
     exposed = chunks_exposed + last_exposed
-    return (compat.dp_exposed_s(bdt, exposed),
+    return (compat.dp_exposed_s(block_sync_s, exposed),
             DataParallelWindows(window, overlap_compute, overlappable, last_window, last_size,
                                 collides_with_pp, bw_pp))

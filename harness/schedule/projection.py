@@ -78,41 +78,54 @@ def tier_of(queue: str) -> int:
 
 
 @dataclasses.dataclass(slots=True)
-class _Block:
-    fw_flops_s: float = 0.0
-    fw_mem_s: float = 0.0
-    fw_s: float = 0.0
-    fw_tp_base: float = 0.0
-    fw_tp_edge: float = 0.0
-    fw_exp_base: float = 0.0
-    fw_exp_edge: float = 0.0
-    re_flops_s: float = 0.0
-    re_mem_s: float = 0.0
-    re_mem_own_s: float = 0.0  # the recomputed layers' own memory time (no prefix counter)
-    re_s: float = 0.0
-    recomm_base: float = 0.0
-    recomm_edge: float = 0.0
-    recomm_exp_base: float = 0.0
-    recomm_exp_edge: float = 0.0
-    ag_flops_s: float = 0.0
-    ag_mem_s: float = 0.0
-    ag_s: float = 0.0
-    ag_tp_base: float = 0.0
-    ag_tp_edge: float = 0.0
-    ag_exp_base: float = 0.0
-    ag_exp_edge: float = 0.0
-    wg_flops_s: float = 0.0
-    wg_mem_s: float = 0.0
-    wg_s: float = 0.0
+class BlockSums:
+    """The per-block sums of one microbatch on the first stage (Calculon's ``_compute_block_stats``), in
+    seconds unless named otherwise; summed over the block's forward-phase tasks in plan order.
+
+    ``*_compute_s`` and ``*_memory_s`` are a pass's compute and memory-traffic times; ``<pass>_s`` its
+    processing time (an overlapped GEMM's from the tile model); ``*_tp_link_*_s`` the time its TP messages
+    occupy the link (message plus local reduction); ``*_tp_exposed_*_s`` the part of it the compute does not
+    hide; ``base`` / ``edge``: in a base block / in the chunk's edge block (whose collectives may differ).
+    Floats for one execution; the search fills every field with a numpy array of its variants
+    (:func:`harness.search.concurrent.project`).
+    """
+
+    forward_compute_s: float = 0.0  # forward compute time
+    forward_memory_s: float = 0.0  # forward memory-traffic time
+    forward_s: float = 0.0  # forward processing time, base block
+    forward_tp_link_base_s: float = 0.0  # forward TP link time, base block
+    forward_tp_link_edge_s: float = 0.0  # forward TP link time, edge block
+    forward_tp_exposed_base_s: float = 0.0  # forward TP time not hidden, base block
+    forward_tp_exposed_edge_s: float = 0.0  # forward TP time not hidden, edge block
+    # the recompute window: the running forward totals at each recomputed task (rule
+    # prefix-counter-recompute-windows), read by the DP overlap windows
+    recompute_window_compute_s: float = 0.0
+    recompute_window_memory_s: float = 0.0
+    recompute_memory_s: float = 0.0  # the recomputed tasks' own memory time (no prefix counter)
+    recompute_s: float = 0.0  # recompute processing time, base block
+    recommunication_link_base_s: float = 0.0  # re-sent TP messages' link time, base block
+    recommunication_link_edge_s: float = 0.0  # re-sent TP messages' link time, edge block
+    recommunication_exposed_base_s: float = 0.0  # re-sent TP time not hidden, base block
+    recommunication_exposed_edge_s: float = 0.0  # re-sent TP time not hidden, edge block
+    activation_grad_compute_s: float = 0.0  # activation-gradient compute time
+    activation_grad_memory_s: float = 0.0  # activation-gradient memory-traffic time
+    activation_grad_s: float = 0.0  # activation-gradient processing time, base block
+    activation_grad_tp_link_base_s: float = 0.0  # backward TP link time, base block
+    activation_grad_tp_link_edge_s: float = 0.0  # backward TP link time, edge block
+    activation_grad_tp_exposed_base_s: float = 0.0  # backward TP time not hidden, base block
+    activation_grad_tp_exposed_edge_s: float = 0.0  # backward TP time not hidden, edge block
+    weight_grad_compute_s: float = 0.0  # weight-gradient compute time
+    weight_grad_memory_s: float = 0.0  # weight-gradient memory-traffic time
+    weight_grad_s: float = 0.0  # weight-gradient processing time, base block
     # the edge block's processing times (equal to the base block's under edge-block-equals-base-block)
-    fw_s_edge: float = 0.0
-    re_s_edge: float = 0.0
-    ag_s_edge: float = 0.0
-    wg_s_edge: float = 0.0
-    opt_flops_s: float = 0.0
-    opt_mem_s: float = 0.0
-    opt_s: float = 0.0
-    tp_req: float = 0.0
+    forward_edge_s: float = 0.0
+    recompute_edge_s: float = 0.0
+    activation_grad_edge_s: float = 0.0
+    weight_grad_edge_s: float = 0.0
+    optimizer_compute_s: float = 0.0  # optimizer-step compute time
+    optimizer_memory_s: float = 0.0  # optimizer-step memory-traffic time
+    optimizer_s: float = 0.0  # optimizer-step processing time
+    tp_required_bytes_per_s: float = 0.0  # the TP link bandwidth the overlapped GEMMs need to hide their messages
 
 
 class _Tiles:
@@ -200,14 +213,14 @@ def _collective_pass(cost: PassCost) -> tuple[float, float, float, float, float,
     return 0, 0, base, edge, base, edge
 
 
-def _block(c: ConcretePlanIR, pricer: Pricer) -> _Block:
+def _block(c: ConcretePlanIR, pricer: Pricer) -> BlockSums:
     """Per-block sums in plan order (Calculon's _compute_block_stats)."""
     return block_sums(c.tasks, c.schedule.training, c.bytes_per_element, tier_of(c.queue_of["tensor"]), c.tp_tiles,
                       c.options.tp_overlap == "pipe", pricer)
 
 
 def block_sums(tasks: tuple, training: bool, b: int, tp_tier: int, tp_tiles: int, pipe: bool,
-               pricer: Pricer) -> _Block:
+               pricer: Pricer) -> BlockSums:
     """:func:`_block` from the plan's tasks and the few options it reads (TP tier, tiles, pipe): what the
     search shares between executions that differ only in DP overlap, offload and the PP and DP tiers."""
     profile = pricer.profile
@@ -220,39 +233,39 @@ def block_sums(tasks: tuple, training: bool, b: int, tp_tier: int, tp_tiles: int
             recomputed.add(t.clone_of)
         elif t.phase == "recommunication":
             resent[t.clone_of] = t
-    k = _Block()
+    k = BlockSums()
     for task in tasks:
         if task.phase != "forward":
             continue
         cost = pricer.task(task).passes
-        fw, ag, wg, opt = cost["forward"], cost["activation_grad"], cost["weight_grad"], cost["optimizer"]
+        fw, act_grad, wg, opt = cost["forward"], cost["activation_grad"], cost["weight_grad"], cost["optimizer"]
         kind = task.exchange  # what the task's shape is: compute, a collective, or a GEMM tiled against one
         again = resent.get(task.name)
         if kind == "tiled":
             msgs = task.messages
-            fw_s, fw_s_edge, fw_base, fw_edge, fw_exp_base, fw_exp_edge, k.tp_req = tiles.gemm_pass(
-                fw, msgs.forward_base, msgs.forward_edge, b, k.tp_req)
+            fw_s, fw_s_edge, fw_base, fw_edge, fw_exp_base, fw_exp_edge, k.tp_required_bytes_per_s = tiles.gemm_pass(
+                fw, msgs.forward_base, msgs.forward_edge, b, k.tp_required_bytes_per_s)
         elif kind == "collective":
             fw_s, fw_s_edge, fw_base, fw_edge, fw_exp_base, fw_exp_edge = _collective_pass(fw)
         else:
             fw_s = fw_s_edge = fw.processing_s
             fw_base = fw_edge = fw_exp_base = fw_exp_edge = 0
-        k.fw_flops_s += fw.compute_s
-        k.fw_mem_s += fw.memory_s
-        k.fw_s += fw_s
-        k.fw_s_edge += fw_s_edge
-        k.fw_tp_base += fw_base
-        k.fw_tp_edge += fw_edge
-        k.fw_exp_base += fw_exp_base
-        k.fw_exp_edge += fw_exp_edge
+        k.forward_compute_s += fw.compute_s
+        k.forward_memory_s += fw.memory_s
+        k.forward_s += fw_s
+        k.forward_edge_s += fw_s_edge
+        k.forward_tp_link_base_s += fw_base
+        k.forward_tp_link_edge_s += fw_edge
+        k.forward_tp_exposed_base_s += fw_exp_base
+        k.forward_tp_exposed_edge_s += fw_exp_edge
         if not training:
             continue
         if task.name in recomputed:  # the DP windows read the running forward totals (or the layers' own)
-            k.re_flops_s += compat.recompute_window_s(k.fw_flops_s, fw.compute_s)
-            k.re_mem_s += compat.recompute_window_s(k.fw_mem_s, fw.memory_s)
-            k.re_mem_own_s += fw.memory_s
-            k.re_s += fw_s
-            k.re_s_edge += fw_s_edge
+            k.recompute_window_compute_s += compat.recompute_window_s(k.forward_compute_s, fw.compute_s)
+            k.recompute_window_memory_s += compat.recompute_window_s(k.forward_memory_s, fw.memory_s)
+            k.recompute_memory_s += fw.memory_s
+            k.recompute_s += fw_s
+            k.recompute_edge_s += fw_s_edge
         reduces = compat.resent_reduces()
         if kind == "tiled" and again is not None:
             tiled = compat.weight_grad_tiled(task.name in recomputed)
@@ -273,39 +286,41 @@ def block_sums(tasks: tuple, training: bool, b: int, tp_tier: int, tp_tiles: int
                 rc = pricer.task(again).passes["forward"]
                 r_base, r_edge = rc.network_base_s, rc.network_edge_s
                 r_exp_base, r_exp_edge = r_base, r_edge
-            k.recomm_base += r_base
-            k.recomm_edge += r_edge
-            k.recomm_exp_base += r_exp_base
-            k.recomm_exp_edge += r_exp_edge
+            k.recommunication_link_base_s += r_base
+            k.recommunication_link_edge_s += r_edge
+            k.recommunication_exposed_base_s += r_exp_base
+            k.recommunication_exposed_edge_s += r_exp_edge
         if kind == "tiled":
             msgs = task.messages
-            ag_s, ag_s_edge, ag_base, ag_edge, ag_exp_base, ag_exp_edge, k.tp_req = tiles.gemm_pass(
-                ag, msgs.backward_base, msgs.backward_edge, b, k.tp_req)
+            (act_grad_s, act_grad_s_edge, act_grad_base, act_grad_edge, act_grad_exp_base, act_grad_exp_edge,
+             k.tp_required_bytes_per_s) = tiles.gemm_pass(
+                act_grad, msgs.backward_base, msgs.backward_edge, b, k.tp_required_bytes_per_s)
             redo = redo_base if again is not None and tiled else 0
             wg_s, _ = tiles.time(wg, redo)
             wg_s_edge = tiles.time(wg, redo_edge if again is not None and tiled else 0)[0]
         elif kind == "collective":
-            ag_s, ag_s_edge, ag_base, ag_edge, ag_exp_base, ag_exp_edge = _collective_pass(ag)
+            (act_grad_s, act_grad_s_edge, act_grad_base, act_grad_edge, act_grad_exp_base,
+             act_grad_exp_edge) = _collective_pass(act_grad)
             wg_s = wg_s_edge = 0
         else:
-            ag_s, wg_s = ag.processing_s, wg.processing_s
-            ag_s_edge, wg_s_edge = ag_s, wg_s
-            ag_base = ag_edge = ag_exp_base = ag_exp_edge = 0
-        k.ag_flops_s += ag.compute_s
-        k.ag_mem_s += ag.memory_s
-        k.ag_s += ag_s
-        k.ag_s_edge += ag_s_edge
-        k.ag_tp_base += ag_base
-        k.ag_tp_edge += ag_edge
-        k.ag_exp_base += ag_exp_base
-        k.ag_exp_edge += ag_exp_edge
-        k.wg_flops_s += wg.compute_s
-        k.wg_mem_s += wg.memory_s
-        k.wg_s += wg_s
-        k.wg_s_edge += wg_s_edge
-        k.opt_flops_s += opt.compute_s
-        k.opt_mem_s += opt.memory_s
-        k.opt_s += opt.processing_s
+            act_grad_s, wg_s = act_grad.processing_s, wg.processing_s
+            act_grad_s_edge, wg_s_edge = act_grad_s, wg_s
+            act_grad_base = act_grad_edge = act_grad_exp_base = act_grad_exp_edge = 0
+        k.activation_grad_compute_s += act_grad.compute_s
+        k.activation_grad_memory_s += act_grad.memory_s
+        k.activation_grad_s += act_grad_s
+        k.activation_grad_edge_s += act_grad_s_edge
+        k.activation_grad_tp_link_base_s += act_grad_base
+        k.activation_grad_tp_link_edge_s += act_grad_edge
+        k.activation_grad_tp_exposed_base_s += act_grad_exp_base
+        k.activation_grad_tp_exposed_edge_s += act_grad_exp_edge
+        k.weight_grad_compute_s += wg.compute_s
+        k.weight_grad_memory_s += wg.memory_s
+        k.weight_grad_s += wg_s
+        k.weight_grad_edge_s += wg_s_edge
+        k.optimizer_compute_s += opt.compute_s
+        k.optimizer_memory_s += opt.memory_s
+        k.optimizer_s += opt.processing_s
     return k
 
 
@@ -335,8 +350,9 @@ def calculon_projection(c: ConcretePlanIR, pricer: Pricer) -> Projection:
     dp_req_chunk, dp_req_tail = _dp_requirements(c, pricer, dp, it.dp_windows)
 
     # Offload bandwidth requirements (reported figures).
-    fw_window = min(b.base_fw_no - k.fw_mem_s, b.edge_fw_no - k.fw_mem_s)
-    bw_window = min(b.base_bw_no - (k.ag_mem_s + k.wg_mem_s), b.edge_bw_no - (k.ag_mem_s + k.wg_mem_s))
+    fw_window = min(b.base_fw_no - k.forward_memory_s, b.edge_fw_no - k.forward_memory_s)
+    bw_window = min(b.base_bw_no - (k.activation_grad_memory_s + k.weight_grad_memory_s),
+                    b.edge_bw_no - (k.activation_grad_memory_s + k.weight_grad_memory_s))
     memory = block_memory(c)  # reads the tasks and the schedule, which the ConcretePlanIR keeps
     kept = memory.activation_checkpoint_bytes if s.recompute == "full" else memory.activation_storage_bytes
     act_req = _div(kept, fw_window)
@@ -348,7 +364,7 @@ def calculon_projection(c: ConcretePlanIR, pricer: Pricer) -> Projection:
         offload_req = _div(fw_size, fw_window)
     return Projection(
         "calculon-0.1.0", it.components_s, it.total_s,
-        Requirements(k.tp_req, dp_req_chunk, dp_req_tail, act_req, weight_req, optim_req, offload_req),
+        Requirements(k.tp_required_bytes_per_s, dp_req_chunk, dp_req_tail, act_req, weight_req, optim_req, offload_req),
         {"base_forward": b.base_fw, "edge_forward": b.edge_fw, "base_backward": b.base_bw,
          "edge_backward": b.edge_bw})
 
@@ -358,12 +374,12 @@ def _data_parallel_sync(c: ConcretePlanIR, pricer: Pricer) -> forms.DataParallel
     s = c.schedule
     if c.data_parallel is None or not s.training:
         return None
-    bdt = 0
+    block_sync_s = 0
     for command in c.program("data_parallel").commands:
-        bdt += pricer.message_s(command.message)
+        block_sync_s += pricer.message_s(command.message)
     dp_tier, tp_tier, pp_tier = (tier_of(c.queue_of[d]) for d in ("data", "tensor", "pipeline"))
     return forms.DataParallelSync(
-        block_s=bdt, processor_usage=pricer.profile.networks[dp_tier].processor_usage,
+        block_s=block_sync_s, processor_usage=pricer.profile.networks[dp_tier].processor_usage,
         sharding=len(c.data_parallel.messages) == 2, overlap=c.options.dp_overlap,
         same_tier_as_tp=dp_tier == tp_tier, same_tier_as_pp=dp_tier == pp_tier)
 
@@ -375,7 +391,7 @@ def _dp_requirements(c: ConcretePlanIR, pricer: Pricer, dp: forms.DataParallelSy
         return 0, 0
     s = c.schedule
     dp_net = pricer.profile.networks[tier_of(c.queue_of["data"])]
-    pu, bdt, bpc = dp.processor_usage, dp.block_s, s.blocks_per_chunk
+    pu, block_sync_s, bpc = dp.processor_usage, dp.block_s, s.blocks_per_chunk
     scalars = ((dp_net.collectives["reduce_scatter"].volume_multiplier
                 + dp_net.collectives["all_gather"].volume_multiplier) if dp.sharding
                else dp_net.collectives["all_reduce"].volume_multiplier)
@@ -385,6 +401,6 @@ def _dp_requirements(c: ConcretePlanIR, pricer: Pricer, dp: forms.DataParallelSy
     chunk_time *= windows.overlappable
     dp_size = c.data_parallel.gradient_bytes
     req_chunk = bpc * dp_size / chunk_time * scalars if chunk_time > 0 else 0
-    tail_time = windows.last_window + windows.last_size * bdt * pu
+    tail_time = windows.last_window + windows.last_size * block_sync_s * pu
     req_tail = bpc * dp_size / tail_time * scalars if tail_time > 0 else 0
     return req_chunk, req_tail

@@ -44,6 +44,7 @@ from harness.ir.portable import Message, PlanTask, PortablePlanIR
 from harness.passes.concretize import TransformerConcretize, offload_transfer_bytes
 from harness.schedule import calculon_forms as forms
 from harness.schedule.memory import BlockMemory, StageMemory
+from harness.schedule.projection import BlockSums
 from harness.search.placement import with_messages
 from harness.search.space import PLACED_DIMENSIONS
 
@@ -62,6 +63,7 @@ class TierPricer:
         self.compute_s = pricer.compute_s
         self.memory_s = pricer.memory_s
         self.tier2_s = pricer.tier2_s
+        self.work = pricer.work
         self._tasks: dict[int, tuple[PlanTask, TaskCost]] = {}
 
     def message_s(self, message: Message | None) -> float:
@@ -131,7 +133,7 @@ def offload_memory(plan: PortablePlanIR, block: BlockMemory, stage: StageMemory,
 ARRAYS = forms.Arith("numpy arrays", np.maximum, np.minimum, np.where, np.any)
 
 
-def project(plan: PortablePlanIR, block: BlockMemory, pricer: Pricer, sums: list, variants: Variants,
+def project(plan: PortablePlanIR, block: BlockMemory, pricer: Pricer, sums: list[BlockSums], variants: Variants,
             networks: int, model: ModelIR) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """(total_s, components_s) of every variant: the ``calculon-0.1.0`` projection (training), vectorized,
     with the output layer added as the estimate adds it to a projection (family ``output_layer``).
@@ -146,12 +148,8 @@ def project(plan: PortablePlanIR, block: BlockMemory, pricer: Pricer, sums: list
     pn = mesh.group_tier_of(sizes, tiers, plan.pipeline.spans)
     dn = mesh.group_tier_of(sizes, tiers, plan.data_parallel.spans) if plan.data_parallel is not None else None
 
-    class K:  # the block sums of each variant's TP tier
-        pass
-
-    k = K()
-    for field in dataclasses.fields(sums[0]):
-        setattr(k, field.name, np.array([getattr(x, field.name) for x in sums], dtype=float)[tn])
+    k = BlockSums(**{field.name: np.array([getattr(x, field.name) for x in sums], dtype=float)[tn]
+                     for field in dataclasses.fields(BlockSums)})  # each variant's TP tier's sums
 
     def by_tier(values: list[float], tiers: np.ndarray) -> np.ndarray:
         return np.array(values, dtype=float)[tiers]

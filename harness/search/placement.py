@@ -52,6 +52,8 @@ class PlacementPricer:
     def __init__(self, pricer: Pricer, plan: PortablePlanIR, placements: np.ndarray, networks: int) -> None:
         self._pricer = pricer
         self.profile, self.view, self.work = pricer.profile, pricer.view, pricer.work
+        self.roofline, self.compute_s, self.memory_s, self.tier2_s = (pricer.roofline, pricer.compute_s,
+                                                                       pricer.memory_s, pricer.tier2_s)
         self._networks = networks
         self._tiers = {d: placements[:, i] for i, d in enumerate(PLACED_DIMENSIONS)}
         self._sizes = {use.dimension: use.group_size for use in plan.network_use}
@@ -113,6 +115,8 @@ class ZeroNetworkPricer:
     def __init__(self, pricer: Pricer) -> None:
         self._pricer = pricer
         self.profile, self.view, self.work = pricer.profile, pricer.view, pricer.work
+        self.roofline, self.compute_s, self.memory_s, self.tier2_s = (pricer.roofline, pricer.compute_s,
+                                                                       pricer.memory_s, pricer.tier2_s)
 
     def message_s(self, message: Message | None) -> float:
         return 0.0

@@ -1,0 +1,51 @@
+"""Every pricer provides what its Protocol names (harness.cost.views.BlockPricer, PlanPricer), and a
+re-pricer keeps the wrapped pricer's compute and memory times (it changes network times only)."""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import pytest
+
+from harness.cases import load_case
+from harness.cost.views import COST_VIEWS, BlockPricer, PlanPricer, Pricer
+from harness.evidence.profile import load_profile
+from harness.ir.portable import Work
+from harness.pipeline import lower
+from harness.search.concurrent import TierPricer
+from harness.search.placement import PlacementPricer, ZeroNetworkPricer
+
+from conftest import CASES_DIR
+
+
+@pytest.fixture(scope="module")
+def pricers():
+    pricer = Pricer(load_profile("a100_80g"), COST_VIEWS["system_evidence"], "float16")
+    plan = lower(load_case(CASES_DIR / "gpt3-175B_full.yaml").estimate_input()).plan
+    placements = np.array([[0, 1, 1], [1, 1, 1]], dtype=np.int64)
+    return pricer, {"Pricer": pricer, "PlacementPricer": PlacementPricer(pricer, plan, placements, 2),
+                    "ZeroNetworkPricer": ZeroNetworkPricer(pricer), "TierPricer": TierPricer(pricer, {"tensor": 1})}
+
+
+def test_the_protocols_name_every_member_their_consumers_read():
+    members = {name for name, _ in inspect.getmembers(PlanPricer) if not name.startswith("_")}
+    members |= set(PlanPricer.__annotations__) | set(BlockPricer.__annotations__)
+    assert members == {"profile", "view", "roofline", "work", "task", "message_s", "compute_s", "memory_s",
+                       "tier2_s", "boundary_s"}
+
+
+@pytest.mark.parametrize("name, protocol", [("Pricer", PlanPricer), ("PlacementPricer", PlanPricer),
+                                            ("ZeroNetworkPricer", PlanPricer), ("TierPricer", BlockPricer)])
+def test_each_pricer_implements_its_protocol(pricers, name, protocol):
+    assert isinstance(pricers[1][name], protocol)
+
+
+@pytest.mark.parametrize("name", ["PlacementPricer", "ZeroNetworkPricer", "TierPricer"])
+def test_a_re_pricer_keeps_compute_and_memory_times(pricers, name):
+    pricer, other = pricers[0], pricers[1][name]
+    gemm = Work(operations=3e12, bytes_read=2e8, bytes_written=1e8, engine="matrix")
+    assert other.work(gemm) == pricer.work(gemm)
+    assert other.compute_s(3e12, "matrix") == pricer.compute_s(3e12, "matrix")
+    assert (other.memory_s(2e8), other.tier2_s(2e8), other.roofline) == (pricer.memory_s(2e8), pricer.tier2_s(2e8),
+                                                                          pricer.roofline)
