@@ -20,7 +20,7 @@ from typing import Annotated, ClassVar, Literal, Union, get_args
 from pydantic import Field
 
 from harness.ir.base import Artifact, Frozen
-from harness.ir.mesh import TENSOR, Group
+from harness.ir.mesh import CONTEXT, TENSOR, Group
 from harness.ir.model import ExecutionLayout, TransformerShape
 
 CollectiveOp = Literal["all_reduce", "reduce_scatter", "all_gather", "p2p"]
@@ -29,7 +29,9 @@ Phase = Literal["forward", "recompute", "recommunication"]
 #: sends nothing; ``collective``: a communication task whose time is its messages plus its local work on them
 #: (the block sums keep it apart from compute); ``tiled``: a compute task whose GEMM is tiled against its
 #: collective (TP overlap: priced by the ConcretePlanIR's projection).
-Exchange = Literal["none", "collective", "tiled"]
+#: ``ring``: messages sent in ring steps, each hidden behind one step of other tasks' passes (context-parallel
+#: attention; the block sums expose what the steps do not hide, harness.schedule.block).
+Exchange = Literal["none", "collective", "tiled", "ring"]
 
 
 class LinearShape(Frozen):
@@ -198,8 +200,28 @@ class FlashAttentionShape(Frozen):
                                       "random seed in the backward pass, never stored).")
 
 
+class RingExchangeShape(Frozen):
+    """The K/V exchange of context-parallel attention (Megatron-Core's ring, ``cp_comm: p2p``).
+
+    Each of the CP ranks holds the K and V of its own sequence chunks (``elements``, the forward message of
+    one step); in ``steps`` = CP - 1 ring steps it sends them to the next rank and receives the previous
+    one's, while the attention of the chunk it already holds runs (the tasks ``hides_behind``). The backward
+    pass sends K and V again with their gradients (twice the bytes per step). No local work.
+    """
+
+    INTERNED: ClassVar[bool] = True
+    EXCHANGE: ClassVar[Exchange] = "ring"
+    GROUP: ClassVar[Group] = CONTEXT  #: the group its messages span
+
+    kind: Literal["context_exchange"] = "context_exchange"
+    elements: int = Field(gt=0, description="K and V elements of the local sequence chunk (one step's message).")
+    steps: int = Field(gt=0, description="Ring steps (CP - 1).")
+    participants: int = Field(gt=1, description="Processors in the context-parallel group.")
+    hides_behind: tuple[str, ...] = Field(description="Tasks whose passes run while a step's message travels.")
+
+
 SHAPES = (LinearShape, BatchMatmulShape, NormShape, PointwiseShape, ResidualShape, ForkShape, CollectiveShape,
-          OverlappedLinearShape, CrossEntropyShape, FlashAttentionShape)
+          OverlappedLinearShape, CrossEntropyShape, FlashAttentionShape, RingExchangeShape)
 TaskShape = Annotated[Union[SHAPES], Field(discriminator="kind")]
 
 #: primitive kind -> its shape class (every value of every shape's ``kind`` Literal).

@@ -364,6 +364,12 @@ def matrix_operations(shape) -> tuple[str, float] | None:
     return family, facts.forward.operations + facts.activation_grad.operations + facts.weight_grad.operations
 
 
+def context_exchange(s, b: int, shards: int) -> PrimitiveFacts:
+    """The context-parallel K/V ring: its messages only (no local work; the received chunks are transient)."""
+    return PrimitiveFacts(forward=_NONE, activation_grad=_NONE, weight_grad=_NONE, optimizer=_NONE,
+                          capacity=_capacity(b, shards))
+
+
 RULES = {
     "linear": linear,
     "batch_matmul": batch_matmul,
@@ -382,6 +388,7 @@ RULES = {
     "tp_collective": tp_collective,
     "overlapped_linear": overlapped_linear,
     "cross_entropy": cross_entropy,
+    "context_exchange": context_exchange,
 }
 
 
