@@ -112,6 +112,9 @@ def layout_problems(shape: TransformerShape, execution: ExecutionLayout) -> list
         problems.append(("execution.optimizer_sharding", "optimizer sharding needs data_parallel x context_parallel > 1"))
     if e.pipeline_parallel == 1 and e.pipeline_interleaving != 1:
         problems.append(("execution.pipeline_interleaving", "interleaving needs pipeline_parallel > 1"))
+    if e.pipeline_parallel > s.blocks:  # stages beyond the blocks would hold nothing and still be priced
+        problems.append(("execution.pipeline_parallel", f"PP={e.pipeline_parallel} exceeds the {s.blocks} blocks "
+                                                        "(every stage needs at least one block)"))
     per_stage = blocks_per_stage(s.blocks, e.pipeline_parallel)
     if per_stage % e.pipeline_interleaving:
         problems.append(

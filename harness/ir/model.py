@@ -104,7 +104,8 @@ class TransformerShape(StrictInput):
         "scores and masks them. Absent: full causal attention."))
     tied_embeddings: bool | None = Field(None, description=(
         "The output layer uses the input embedding's weights (GPT-2, Gemma) instead of its own (Llama). Absent: "
-        "tied."))
+        "tied. Accepted and changing no figure: the embedding and output-layer weights are not in the memory, "
+        "optimizer or data-parallel figures yet, tied or not (docs/model-features.md, 'Not modelled')."))
 
     ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({
         "vocabulary", "kv_heads", "mlp", "norm", "position", "qkv_bias", "qk_norm", "attention_dropout",
