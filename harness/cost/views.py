@@ -49,6 +49,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Generic, Iterable, NamedTuple, Protocol, TypeVar, runtime_checkable
 
+import numpy as np
+
 from harness.errors import EvidenceError
 from harness.evidence.families import curve_for
 from harness.evidence.profile import MEASURED_FAMILY_NAMES, ComputeEngine, EvidenceProfile, defines_family
@@ -197,6 +199,18 @@ class _Memo(Generic[K, V]):
         return value
 
 
+def seconds(amount, rate_per_s, efficiency):
+    """``amount / (rate x efficiency)``: the time of operations on an engine or of bytes through a memory
+    tier (floats, or numpy arrays elementwise)."""
+    return amount / (rate_per_s * efficiency)
+
+
+def processing_s(compute_s, memory_s, roofline: bool, maximum):
+    """A pass's processing time: ``maximum(compute, memory)`` under ``roofline``, else their sum
+    (``maximum`` is ``max`` for floats, ``np.maximum`` for arrays)."""
+    return maximum(compute_s, memory_s) if roofline else compute_s + memory_s
+
+
 class Pricer:
     """Prices work and messages for one profile, datatype and view.
 
@@ -263,14 +277,14 @@ class Pricer:
                     engine, self._engine(engines, engine, datatype), datatype)
             peak, curve, what = resolved
         eff = 1.0 if curve is None else curve.efficiency(operations, *what)
-        return operations / (peak * eff)
+        return seconds(operations, peak, eff)
 
     def memory_s(self, size_bytes: float) -> float:
         if size_bytes == 0:
             return 0.0
         bandwidth, curve, what = self._memory
         eff = 1.0 if curve is None else curve.efficiency(size_bytes, *what)
-        return size_bytes / (bandwidth * eff)
+        return seconds(size_bytes, bandwidth, eff)
 
     def tier2_s(self, size_bytes: float) -> float:
         """Time to move ``size_bytes`` over the memory tier-2 link (the ``memory`` curve family applies)."""
@@ -281,7 +295,7 @@ class Pricer:
         if "memory" in self.view.curves:
             eff = tier.transfer_size_efficiency.efficiency(size_bytes, f"evidence profile {self.profile.name}",
                                                            "memory_tier2.transfer_size_efficiency")
-        return size_bytes / (tier.bandwidth_bytes_per_s * eff)
+        return seconds(size_bytes, tier.bandwidth_bytes_per_s, eff)
 
     def work(self, work: Work, optimizer: bool = False) -> PassCost:
         """Compute and memory time of one pass (the optimizer step runs on the vector engine)."""
@@ -297,12 +311,34 @@ class Pricer:
             return ZERO
         compute = self.compute_s(operations, "vector" if optimizer else work.engine, work.datatype)
         memory = self.memory_s(read + written)
-        processing = max(compute, memory) if self.roofline else compute + memory
+        processing = processing_s(compute, memory, self.roofline, max)
         issue = self._issue_s[work.engine]
         if issue and not optimizer and processing < issue:
             processing = issue  # family launch: the operation waits for the host to issue it
         return PassCost(compute, memory, processing)
 
+
+    def processing_s_of(self, operations: np.ndarray, size_bytes: np.ndarray, matrix: np.ndarray,
+                        issued: np.ndarray) -> np.ndarray:
+        """:meth:`work`'s processing time of many passes at once (the fit's design matrix): ``operations`` on
+        the matrix engine where ``matrix`` (else the vector engine), ``size_bytes`` through memory tier 1, the
+        host's issue time (family ``launch``) a floor where ``issued``. The same rules and the same written
+        forms (:func:`seconds`, :func:`processing_s`), elementwise; a pass of no operations has no compute
+        time and one of no bytes no memory time."""
+        (m_peak, m_curve, _), (v_peak, v_curve, _) = self._engines["matrix"], self._engines["vector"]
+        m_eff = 1.0 if m_curve is None else m_curve.efficiencies(operations)
+        v_eff = 1.0 if v_curve is None else v_curve.efficiencies(operations)
+        bandwidth, curve, _ = self._memory
+        memory_eff = 1.0 if curve is None else curve.efficiencies(size_bytes)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            compute = np.where(matrix, seconds(operations, m_peak, m_eff), seconds(operations, v_peak, v_eff))
+            compute = np.where(operations == 0, 0.0, compute)
+            memory = np.where(size_bytes == 0, 0.0, seconds(size_bytes, bandwidth, memory_eff))
+        processing = processing_s(compute, memory, self.roofline, np.maximum)
+        if self._issue_s["matrix"] or self._issue_s["vector"]:
+            issue = np.where(matrix, self._issue_s["matrix"], self._issue_s["vector"])
+            processing = np.where(issued, np.maximum(processing, issue), processing)
+        return processing
     def message_s(self, message: Message | None) -> float:
         """Network time of one message; the identity (None) costs nothing."""
         if message is None:

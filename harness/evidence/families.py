@@ -71,6 +71,7 @@ from __future__ import annotations
 import math
 from typing import Literal
 
+import numpy as np
 from pydantic import ConfigDict, Field, field_validator
 
 from harness.errors import EvidenceError
@@ -104,6 +105,18 @@ class SaturatingCurve(_Strict):
             return self.max_efficiency
         if not size > 0:
             raise EvidenceError(source, field, f"a saturating curve has no efficiency at size {size}")
+        return self.at(size)
+
+    def efficiencies(self, sizes):
+        """:meth:`efficiency` at every size of a numpy array (the fit's design matrix); the value at size 0
+        is not a number (never priced)."""
+        if self.half_size == 0:
+            return self.max_efficiency
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return self.at(sizes)
+
+    def at(self, size):
+        """``max_efficiency x size / (size + half_size)``: the one form, for a float or a numpy array."""
         return self.max_efficiency * size / (size + self.half_size)
 
 

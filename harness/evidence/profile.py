@@ -68,11 +68,12 @@ import time
 from pathlib import Path
 from typing import Annotated, ClassVar, Literal, get_args
 
+import numpy as np
 import yaml
 from pydantic import ConfigDict, Field, Strict, field_validator, model_validator
 
 from harness import locations
-from harness.errors import EvidenceError, InputError
+from harness.errors import EvidenceError, HarnessError, InputError
 from harness.evidence.families import (
     CollectiveCurve,
     DerivedProvenance,
@@ -146,13 +147,37 @@ class Curve(StrictEvidence):
         return self
 
     def efficiency(self, size: float, source: str, field: str) -> float:
+        """The efficiency at ``size`` (an error naming ``source`` and ``field`` below the smallest threshold)."""
         if self.saturating is not None:
             return self.saturating.efficiency(size, source, field)
-        for point in self.points:
-            if size >= point.threshold:
-                return point.efficiency
-        raise EvidenceError(source, field, f"size {size} is below the curve's smallest threshold "
-                                           f"{self.points[-1].threshold}")
+        found = self._steps(size, _choose, None)
+        if found is None:
+            raise EvidenceError(source, field, f"size {size} is below the curve's smallest threshold "
+                                               f"{self.points[-1].threshold}")
+        return found
+
+    def efficiencies(self, sizes: np.ndarray) -> np.ndarray | float:
+        """:meth:`efficiency` at every size of a numpy array (the fit's design matrix, by the same rules); a
+        size of 0 is never priced and its value is unused."""
+        if self.saturating is not None:
+            return self.saturating.efficiencies(sizes)
+        out = self._steps(sizes, np.where, np.nan)
+        if np.any(np.isnan(out) & (sizes > 0)):
+            raise HarnessError(f"a size is below the step curve's smallest threshold {self.points[-1].threshold}")
+        return np.where(np.isnan(out), 1.0, out)
+
+    def _steps(self, size, where, below):
+        """The step rule, written once: the efficiency of the largest threshold not above ``size``
+        (``below`` when every threshold is above it); ``where(condition, if_true, if_false)`` is a
+        conditional expression for a float, ``np.where`` for an array."""
+        out = below
+        for point in reversed(self.points):  # smallest threshold first; a larger one that applies wins
+            out = where(size >= point.threshold, point.efficiency, out)
+        return out
+
+
+def _choose(condition: bool, if_true, if_false):
+    return if_true if condition else if_false
 
 
 class ComputeEngine(StrictEvidence):

@@ -186,6 +186,8 @@ class Design:
             m_coef.append(coefficient)
 
         for task in plan.tasks:  # as harness.schedule.block.block_times reads them
+            if task.exchange == "ring":
+                raise ValueError("the fit's design has no ring exchange (context parallelism)")
             if task.phase == "forward" and task.exchange != "collective":
                 items.add(t, c["forward_s"], task.forward)
                 items.add(t, c["activation_grad_s"], task.activation_grad)
@@ -235,25 +237,13 @@ class Design:
         out (a plan's own output tasks are always priced).
         """
         pricer = Pricer(profile, view, self.datatype)
-        matrix, vector = pricer.matrix, pricer.vector
         ops, size = self._operations, self._bytes
         coefficient = self._item_coefficient
         if self._output_layer.any() and (profile.output_layer is None or "output_layer" not in view.curves):
             coefficient = np.where(self._output_layer, 0.0, coefficient)
         if self._accumulation.any() and not accumulation_applies(profile, view):
             coefficient = np.where(self._accumulation, 0.0, coefficient)
-        m_eff = _efficiency(matrix.operation_size_efficiency, ops, "matrix" in view.curves)
-        v_eff = _efficiency(vector.operation_size_efficiency, ops, "vector" in view.curves)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            compute = np.where(self._matrix, ops / (matrix.peak_flops_per_s * m_eff),
-                               ops / (vector.peak_flops_per_s * v_eff))
-            compute = np.where(ops == 0, 0.0, compute)
-            mem_eff = _efficiency(profile.memory_tier1.transfer_size_efficiency, size, "memory" in view.curves)
-            memory = np.where(size == 0, 0.0, size / (profile.memory_tier1.bandwidth_bytes_per_s * mem_eff))
-        processing = np.maximum(compute, memory) if profile.processing_mode == "roofline" else compute + memory
-        if profile.launch is not None and "launch" in view.curves:
-            issue = np.where(self._matrix, profile.launch.issue_s("matrix"), profile.launch.issue_s("vector"))
-            processing = np.where(self._optimizer | self._device_only, processing, np.maximum(processing, issue))
+        processing = pricer.processing_s_of(ops, size, self._matrix, ~(self._optimizer | self._device_only))
         out = np.bincount(self._item_target, weights=coefficient * processing, minlength=len(self.targets))
         if profile.launch is not None and "launch" in view.curves and profile.launch.issue_s_per_microbatch:
             out = out + self._microbatches * profile.launch.issue_s_per_microbatch  # the host's microbatch time
@@ -295,26 +285,6 @@ class Design:
                 real = sum(getattr(block, f) for f in fields)
             worst = max(worst, abs(predicted[i] - real) / real)
         return worst
-
-
-def _efficiency(curve, sizes: np.ndarray, applied: bool) -> np.ndarray | float:
-    """A curve's efficiency at every size (1.0 when the family is not applied), by the curve's rule
-    (:class:`~harness.evidence.profile.Curve`: saturating or steps; a size of 0 is never priced, its value is
-    unused)."""
-    if not applied:
-        return 1.0
-    if curve.saturating is not None:
-        saturating = curve.saturating
-        if saturating.half_size == 0:
-            return saturating.max_efficiency
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return saturating.max_efficiency * sizes / (sizes + saturating.half_size)
-    out = np.full(np.shape(sizes), np.nan)
-    for point in reversed(curve.points):  # smallest threshold first; larger thresholds overwrite
-        out = np.where(sizes >= point.threshold, point.efficiency, out)
-    if np.any(np.isnan(out) & (sizes > 0)):
-        raise HarnessError(f"a size is below the step curve's smallest threshold {curve.points[-1].threshold}")
-    return np.where(np.isnan(out), 1.0, out)
 
 
 def benchmark_work(record: GemmRecord | MemoryTransferRecord) -> Work:
