@@ -152,8 +152,9 @@ class BlockPricer(Protocol):
     def message_s(self, message: Message | None) -> Seconds:
         """Network time of one message (None, the identity, costs 0)."""
 
-    def compute_s(self, operations: float, engine: str) -> float:
-        """Time of ``operations`` on ``engine`` (``matrix`` or ``vector``)."""
+    def compute_s(self, operations: float, engine: str, datatype: str | None = None) -> float:
+        """Time of ``operations`` on ``engine`` (``matrix`` or ``vector``) in ``datatype`` (None: the
+        pricer's)."""
 
     def memory_s(self, size_bytes: float) -> float:
         """Time to move ``size_bytes`` through memory tier 1."""
