@@ -49,3 +49,19 @@ def test_a_re_pricer_keeps_compute_and_memory_times(pricers, name):
     assert other.compute_s(3e12, "matrix") == pricer.compute_s(3e12, "matrix")
     assert (other.memory_s(2e8), other.tier2_s(2e8), other.roofline) == (pricer.memory_s(2e8), pricer.tier2_s(2e8),
                                                                           pricer.roofline)
+
+
+def test_the_fits_array_prices_equal_the_pricers_on_step_and_saturating_curves():
+    """Pricer.processing_s_of (the fit's design matrix) and Pricer.work price the same passes bit for bit:
+    the step curves of a100_80g (sizes on, between and below thresholds) and the saturating curves and
+    launch floor of a100_measured, matrix and vector engines, issued or not."""
+    sizes = np.array([1.0, 5e5, 1e6, 3e7, 1e9, 4e9, 1e11, 2e12, 7e13])
+    for name in ("a100_80g", "a100_measured"):
+        pricer = Pricer(load_profile(name), COST_VIEWS["system_evidence"], "float16")
+        for matrix in (True, False):
+            operations, size = sizes, sizes[::-1] * 3
+            got = pricer.processing_s_of(operations, size, np.full(len(sizes), matrix), np.ones(len(sizes), bool))
+            engine = "matrix" if matrix else "vector"
+            expected = [pricer.work(Work(operations=float(o), bytes_read=float(b) / 2, bytes_written=float(b) / 2,
+                                         engine=engine)).processing_s for o, b in zip(operations, size)]
+            assert got.tolist() == expected, (name, engine)
