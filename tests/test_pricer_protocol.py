@@ -65,3 +65,20 @@ def test_the_fits_array_prices_equal_the_pricers_on_step_and_saturating_curves()
             expected = [pricer.work(Work(operations=float(o), bytes_read=float(b) / 2, bytes_written=float(b) / 2,
                                          engine=engine)).processing_s for o, b in zip(operations, size)]
             assert got.tolist() == expected, (name, engine)
+
+
+def test_the_tier_pricers_task_memo_is_bounded(pricers, monkeypatch):
+    """With a bound of 2, three distinct tasks leave at most 2 remembered, and each price is still the
+    wrapped pricer's task re-priced on the tier (the memo changes no result)."""
+    import harness.search.concurrent as concurrent
+
+    monkeypatch.setattr(concurrent, "MEMO_LIMIT", 2)
+    pricer = pricers[0]
+    tier = TierPricer(pricer, {"tensor": 1})
+    plan = lower(load_case(CASES_DIR / "gpt3-175B_full.yaml").estimate_input()).plan
+    messaged = [t for t in plan.tasks if t.messages is not None][:3]
+    assert len({id(t) for t in messaged}) == 3
+    first = [tier.task(t) for t in messaged]
+    assert len(tier._tasks) <= 2
+    fresh = TierPricer(pricer, {"tensor": 1})
+    assert [c.passes for c in first] == [fresh.task(t).passes for t in messaged]
