@@ -38,7 +38,8 @@ def gpt_row(**changes) -> dict:
         "precision": "bf16",
         "recompute": {"granularity": "none", "modules": None, "layers": None},
         "measured": {"iteration_s": 20.0, "derived_from": "step_time", "as_reported": {"step": 20.0}},
-        "consistency": [], "notes": "", "extra": {},
+        "consistency": [], "notes": "",
+        "extra": {"model_cite": "NVIDIA/dgxc-benchmarking@35a9 nemo_megatron/gpt3_175b_hydra.yaml (dropout 0.1)"},
     }
     for path, value in changes.items():
         target = row
@@ -147,6 +148,20 @@ def test_what_no_case_field_holds_is_refused_by_name(plain_stack, changes, field
     assert case.input is None and field in dict(case.unsupported), case
 
 
+def test_the_attention_dropout_comes_from_the_recipe_or_the_row_is_refused(plain_stack):
+    """gpt3_175b_hydra.yaml: 0.1 (today's dropout, nothing set); grok1_314b.yaml: 0.0 (no dropout primitive:
+    model.attention_dropout 0 where the case format has it); an unlisted recipe: refused by name."""
+    grok = {"model_cite": "NVIDIA/dgxc-benchmarking@35a9 grok1/grok1_314b.yaml: fast-geglu"}
+    case = run_case(run_of(gpt_row(extra=grok)), "h100_80g_nvl8")
+    if case_has_field("model.attention_dropout"):
+        assert case.input.model.attention_dropout == 0.0
+    else:
+        assert "needs case field model.attention_dropout" in dict(case.unsupported)["model.attention_dropout"]
+    unknown = run_case(run_of(gpt_row(extra={"model_cite": "x@1 other/recipe.yaml"})), "h100_80g_nvl8")
+    assert "'other/recipe.yaml'" in dict(unknown.unsupported)["model.attention_dropout"]
+    assert "model.attention_dropout" not in dict(run_case(run_of(gpt_row()), "h100_80g_nvl8").unsupported)
+
+
 def test_every_stack_needs_the_flash_kernel():
     """The shipped stacks all run a fused attention kernel: until the case format has it, refused by name."""
     case = run_case(run_of(gpt_row(source__where="NVIDIA/dgxc-benchmarking@35a9 gpt3/README.md")), "h100_80g_nvl8")
@@ -225,7 +240,7 @@ def test_auto_system_names_the_missing_profile(plain_stack, tmp_path):
     (tmp_path / "evidence").mkdir()
     results = estimate_runs([run_of(gpt_row(system__gpu="gb300"))], "auto", "runs.json")
     assert results[0].status == "unsupported" and results[0].fields == ("system.gpu",)
-    assert "'gb300'" in results[0].reason
+    assert "'gb300_nvl72'" in results[0].reason
 
 
 def test_a_larger_nvlink_domain_than_the_profile_is_refused(plain_stack):

@@ -21,6 +21,9 @@ Rules (each one an entry of the table):
 - **The stack** (:data:`STACKS`, chosen by the repository of ``source.where``): what every row of that
   software runs without the row saying so (the fused attention kernel; the data-parallel gradient
   reduction overlapped with the backward pass), each with the source line that says so.
+- **The recipe** (:data:`RECIPES`, chosen by the file ``extra.model_cite`` names): the attention dropout,
+  which rows do not state; 0 sets ``model.attention_dropout: 0`` (no dropout primitive), a nonzero
+  probability is today's behaviour; a recipe not in the table refuses the row (``model.attention_dropout``).
 - **Placement** (:func:`network_tiers`): Megatron-Core's rank order puts TP fastest, then CP, then DP,
   then PP (``tp-cp-ep-dp-pp``); a group whose span (the ranks from its first to its last member) fits
   in one NVLink domain (``system.gpus_per_nvlink_domain``) is on tier 0, else on tier 1. The TP group
@@ -69,6 +72,39 @@ STACKS = {
         "Megatron-Bridge performance recipes: Transformer Engine fused attention; CommOverlapConfig enables "
         "the data-parallel gradient overlap with the distributed optimizer when DP > 1")),
 }
+
+
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+    """A fact of the model recipe a row ran (``extra.model_cite``'s file) that the row schema does not hold."""
+
+    attention_dropout: float
+    citation: str
+
+
+#: Model recipes by the file ``extra.model_cite`` names first (after ``repo@commit``), each fact read in it.
+#: A recipe absent here leaves the fact unknown: the row is refused (``model.attention_dropout``), never given
+#: a guessed value. Verified so far: the files below; not yet: dgxc-benchmarking's llama3.1_8b/70b.yaml,
+#: SimuMax's run_pretrain_deepseekv2.sh, Megatron-Bridge's qwen_provider.py.
+RECIPES = {
+    "nemo_megatron/gpt3_175b_hydra.yaml": Recipe(0.1, "dgxc-benchmarking gpt3_175b_hydra.yaml: hidden/attention "
+                                                      "dropout 0.1 (the row's extra.model_cite)"),
+    "grok1/grok1_314b.yaml": Recipe(0.0, "dgxc-benchmarking@35a9aec grok1/grok1_314b.yaml: attention_dropout 0.0"),
+    "nemotron/nemotron4-15b-synth.yaml": Recipe(0.0, "dgxc-benchmarking@8f5cbb3 nemotron/nemotron4-15b-synth.yaml: "
+                                                     "attention_dropout 0.0"),
+    "simu_tools/megatron_scripts/scripts/run_pretrain_llama3.sh": Recipe(0.0, "SimuMax run_pretrain_llama3.sh: "
+                                                                              "--attention-dropout 0.0"),
+    "run_pretrain_llama3.sh": Recipe(0.0, "SimuMax run_pretrain_llama3.sh: --attention-dropout 0.0"),
+    "src/megatron/bridge/models/llama/llama_provider.py": Recipe(0.0, "Megatron-Bridge llama_provider.py "
+                                                                      "Llama3ModelProvider: attention_dropout 0.0"),
+}
+
+
+def recipe_file(run: MeasuredRun) -> str | None:
+    """The file ``extra.model_cite`` names first (the word after ``repo@commit``), if any."""
+    cite = run.extra.get("model_cite")
+    words = cite.split() if isinstance(cite, str) else []
+    return words[1].rstrip(":;,") if len(words) > 1 else None
 
 
 class Draft:
@@ -295,6 +331,12 @@ def run_case(run: MeasuredRun, system: str, source: str = "<runs>") -> RunCase:
     else:
         feature("execution.attention_kernel", "materialized")(draft, "stack.attention_kernel", stack.attention_kernel)
         draft.set("execution.dp_overlap", stack.dp_overlap and run.parallel.dp > 1, "stack.dp_overlap")
+    recipe = RECIPES.get(recipe_file(run) or "")
+    if recipe is None:
+        draft.refuse("model.attention_dropout", f"not stated by the row, and no recipe fact for {recipe_file(run)!r} "
+                                                "(RECIPES)")
+    elif recipe.attention_dropout == 0:  # nonzero is today's behaviour (the dropout primitive is there)
+        feature("model.attention_dropout", None)(draft, "model.attention_dropout", 0.0)
     for dim, tier in network_tiers(run).items():
         if dim != "context" or run.parallel.cp > 1:
             draft.set(f"execution.network_tiers.{dim}", tier, "system.gpus_per_nvlink_domain")

@@ -11,7 +11,8 @@ Per row (:func:`estimate_runs`), in file order, ``{"id", "status", "reason", "to
   ``error_pct = 100 x (total_s - measured_s) / measured_s``; ``views`` holds both views'.
 
 The profile: ``--system NAME`` prices every row on NAME; ``--system auto`` prices each row on the profile
-named as its ``system.gpu`` (``h100_sxm_80g``, ``b200``, ``gb200``); a GPU without one is ``unsupported``
+named as its ``system.gpu`` (``h100_sxm_80g``, ``b200``; ``gb200`` -> ``gb200_nvl72``,
+:data:`AUTO_PROFILES`); a GPU without one is ``unsupported``
 with field ``system.gpu``. A row whose NVLink domain is larger than the profile's tier 0 is
 ``unsupported`` (field ``system.gpus_per_nvlink_domain``): the placement would not be the run's.
 An evidence profile that cannot price a row's datatype is ``unsupported`` (the profile's error).
@@ -36,6 +37,9 @@ from harness.measurements.runs import run_case
 from harness.measurements.runs_schema import MeasuredRun
 
 AUTO = "auto"
+#: ``--system auto``: the profile of a row's ``system.gpu`` where its name is not the GPU's (a rack profile is
+#: named after its NVLink domain); any other GPU's profile is named as the GPU.
+AUTO_PROFILES = {"gb200": "gb200_nvl72", "gb300": "gb300_nvl72"}
 DEFAULT_VIEW = "system_evidence"
 STATUSES = ("ok", "infeasible", "unsupported", "invalid")
 
@@ -73,7 +77,7 @@ def _profile(name: str, cache: dict[str, EvidenceProfile | str]) -> EvidenceProf
 
 def estimate_run(run: MeasuredRun, system: str, source: str, profiles: dict, views=DEFAULT_VIEWS) -> RowResult:
     """One row's outcome on the profile ``system`` (a name, or :data:`AUTO`)."""
-    name = run.system.gpu if system == AUTO else system
+    name = AUTO_PROFILES.get(run.system.gpu, run.system.gpu) if system == AUTO else system
     case = run_case(run, name, source)
     if case.invalid is not None:
         return RowResult(run, "invalid", case.reason, {})
