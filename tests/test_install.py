@@ -134,9 +134,15 @@ def test_the_installed_package_is_the_wheel_not_the_checkout(installed):
 
 
 def test_estimate_from_another_directory_uses_the_packaged_evidence(installed):
+    from harness.commands.estimate import case_json, case_throughput
+
     out = json.loads(installed.run("estimate", "case.yaml", "--json").stdout)
     case = load_case(CASES_DIR / f"{CASE}.yaml")
-    assert out == [estimate_json(case.id, estimate(case.estimate_input()))]  # the checkout's own estimate
+    est = estimate(case.estimate_input())
+    expected = [case_json(case.id, est, case_throughput("x", case.estimate_input(), est))]
+    assert out == expected  # the checkout's own estimate
+    # issue 23.4: the packaged case by name, from a directory without a project, through the installed wheel
+    assert json.loads(installed.run("estimate", CASE, "--json").stdout) == expected
 
 
 def test_every_command_runs_from_another_directory(installed, tmp_path):

@@ -157,5 +157,5 @@ def test_a_case_without_a_vocabulary_keeps_the_golden_digests_and_one_with_it_do
 def test_lower_distributed_prints_the_output_tasks_with_the_padded_local_vocabulary(tmp_path, capsys):
     assert main(["lower", write_case(tmp_path, 50257), "--stage", "distributed"]) == 0
     text = capsys.readouterr().out  # gpt3-175B: microbatch 1 x sequence 2048 tokens, h 12288, TP 8: 51200 / 8
-    assert "%output.logits = linear[forward](-) {m=2048 n=12288 k=6400}" in text
+    assert "%output.logits = linear[forward](-) {2048 x 12288 . 12288 x 6400}" in text
     assert "%output.loss = cross_entropy[forward](output.logits) {tokens=2048 vocabulary=6400 participants=8}" in text

@@ -23,16 +23,31 @@ def render_model(ir: ModelIR) -> list[str]:
             f"  execution: {_fields(ir.execution.model_copy(update={}))}"]
 
 
+#: Shapes whose ``m``, ``n``, ``k`` are rows, contraction width and columns (the IR's field names, kept for its
+#: digests); the text writes them in the conventional GEMM notation M x K . K x N, K being the reduction width.
+GEMM_KINDS = frozenset({"linear", "batch_matmul", "overlapped_linear"})
+
+
+def _shape_text(shape) -> str:
+    """A task shape's fields; a GEMM's as ``M x K . K x N`` (rows x reduction . reduction x columns) first."""
+    if shape.kind not in GEMM_KINDS:
+        return _fields(shape)
+    rest = {k: v for k, v in shape.model_dump(exclude={"kind", "m", "n", "k"}).items() if v is not None}
+    gemm = f"{shape.m} x {shape.n} . {shape.n} x {shape.k}"
+    return " ".join([gemm, *(f"{k}={v}" for k, v in rest.items())])
+
+
 def render_distributed(ir: DistributedTaskIR) -> list[str]:
-    lines = [f"distributed block of one TP rank: {len(ir.tasks)} tasks"]
+    lines = [f"distributed block of one TP rank: {len(ir.tasks)} tasks (GEMMs as M x K . K x N: rows x reduction "
+             ". reduction x columns)"]
     for t in ir.tasks:
         deps = ", ".join(t.depends_on) or "-"
-        lines.append(f"  %{t.name} = {t.shape.kind}[{t.phase}]({deps}) {{{_fields(t.shape)}}}")
+        lines.append(f"  %{t.name} = {t.shape.kind}[{t.phase}]({deps}) {{{_shape_text(t.shape)}}}")
     if ir.output_tasks:
         lines.append("output layer, once per microbatch on the last stage:")
         for t in ir.output_tasks:
             deps = ", ".join(t.depends_on) or "-"
-            lines.append(f"  %{t.name} = {t.shape.kind}[{t.phase}]({deps}) {{{_fields(t.shape)}}}")
+            lines.append(f"  %{t.name} = {t.shape.kind}[{t.phase}]({deps}) {{{_shape_text(t.shape)}}}")
     return lines
 
 
