@@ -58,6 +58,7 @@ from __future__ import annotations
 import dataclasses
 
 from harness import calculon_compat as compat
+from harness.passes import precision
 from harness.ir.distributed import (
     BatchMatmulShape,
     CollectiveShape,
@@ -68,6 +69,7 @@ from harness.ir.distributed import (
     LinearShape,
     NormShape,
     PointwiseShape,
+    QuantizeShape,
     ResidualShape,
 )
 from harness.ir.portable import Capacity, Engine, Work
@@ -132,14 +134,16 @@ _NONE_MATRIX = _work(0, 0, 0, "matrix")
 
 
 def linear(s: LinearShape, b: int, shards: int) -> PrimitiveFacts:
-    return _gemm(s.m, s.n, s.k, s.bias, b, shards)
-
-
-def _gemm(m: int, n: int, k: int, bias: bool | None, b: int, shards: int) -> PrimitiveFacts:
-    """The linear rule of ``Y[m,k] = X[m,n] W[n,k] (+ bias[k])`` (see the module rules)."""
-    ops = 2 * m * n * k
-    x, matrix, y = m * n, n * k, m * k
-    w = matrix + (k if bias else 0)
+    ops = 2 * s.m * s.n * s.k
+    x, matrix, y = s.m * s.n, s.n * s.k, s.m * s.k
+    w = matrix + (s.k if s.bias else 0)
+    if s.precision is not None:  # quantized GEMMs (harness.passes.precision)
+        forward, activation_grad, weight_grad, kept = precision.linear_facts(s, b)
+        return PrimitiveFacts(
+            forward=forward, activation_grad=activation_grad, weight_grad=weight_grad,
+            optimizer=_optimizer(w, 2 * w, b, shards),
+            capacity=_capacity(b, shards, weights=w, activation=kept, output=y, activation_grad=y * b,
+                               moments=2 * w))
     return PrimitiveFacts(
         forward=_work(ops, (x + w) * b, y * b, "matrix"),
         activation_grad=_work(ops, (matrix + y) * b, x * b, "matrix"),
@@ -377,6 +381,13 @@ def context_exchange(s, b: int, shards: int) -> PrimitiveFacts:
                           capacity=_capacity(b, shards))
 
 
+def quantize(s: QuantizeShape, b: int, shards: int) -> PrimitiveFacts:
+    """A quantized linear's casts (harness.passes.precision)."""
+    forward, backward = precision.quantize_facts(s, b)
+    return PrimitiveFacts(forward=forward, activation_grad=backward, weight_grad=_NONE, optimizer=_NONE,
+                          capacity=_capacity(b, shards))
+
+
 RULES = {
     "linear": linear,
     "batch_matmul": batch_matmul,
@@ -396,6 +407,7 @@ RULES = {
     "overlapped_linear": overlapped_linear,
     "cross_entropy": cross_entropy,
     "context_exchange": context_exchange,
+    "quantize": quantize,
 }
 
 
