@@ -14,7 +14,7 @@ import yaml
 
 from harness.cases import case_has_field
 from harness.interop.hf_config import translate_config
-from tests.conftest import one_error_line, run_cli
+from conftest import one_error_line, run_cli
 
 LLAMA3_8B = {"architectures": ["LlamaForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
              "bos_token_id": 128000, "eos_token_id": 128001, "hidden_act": "silu", "hidden_size": 4096,

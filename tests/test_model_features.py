@@ -14,6 +14,8 @@ from harness.interop.calculon_format import calculon_from_input
 from harness.ir.model import ExecutionLayout, TransformerShape
 from harness.pipeline import lower
 
+from conftest import ROOT
+
 SHAPE = dict(hidden=256, feedforward=1024, sequence_length=512, attention_heads=8, head_size=32, blocks=2)
 LAYOUT = dict(tensor_parallel=1, pipeline_parallel=1, data_parallel=1, global_batch=2, microbatch=2,
               network_tiers={"tensor": 0, "pipeline": 0, "data": 0})
@@ -32,12 +34,19 @@ def forward_names(lowering):
     return [t.name for t in lowering.distributed.tasks if t.phase == "forward"]
 
 
-def test_a_qkv_bias_under_tp_overlap_is_reported_as_unpriceable_naming_the_field():
-    bad = data({"qkv_bias": True}, tensor_parallel=2, tp_overlap="ring")
-    with pytest.raises(UnsupportedFeatureError, match=r"case.yaml: model.qkv_bias: a QKV bias has no form under TP "
-                                                      r"overlap"):
-        validate_input("case.yaml", bad)
-    validate_input("case.yaml", data({"qkv_bias": True}, tensor_parallel=2))  # without overlap: priced
+def test_a_qkv_bias_under_tp_overlap_is_on_the_fused_overlapped_gemm():
+    low = lower(data({"qkv_bias": True}, tensor_parallel=2, tp_overlap="ring"))
+    qkv = plan_task(low, "attn.qkv_ag")
+    local = (256 + 2 * 256) // 2  # Q, K, V of 8 heads x 32, over TP 2
+    assert qkv.capacity.weight_bytes == (256 * local + local) * B
+    plain = plan_task(lower(data(tensor_parallel=2, tp_overlap="ring")), "attn.qkv_ag")
+    assert qkv.forward.operations == plain.forward.operations == 2 * 1024 * 256 * local
+    assert qkv.forward.bytes_read == plain.forward.bytes_read + local * B
+    assert qkv.activation_grad.bytes_read == plain.activation_grad.bytes_read
+    # multi-query under TP overlap: the query's overlapped GEMM and the replicated K and V linears carry it
+    mq = lower(data({"qkv_bias": True, "kv_heads": 1}, tensor_parallel=2, tp_overlap="ring"))
+    assert plan_task(mq, "attn.query_ag").capacity.weight_bytes == (256 * 128 + 128) * B
+    assert plan_task(mq, "attn.key").capacity.weight_bytes == (256 * 32 + 32) * B
 
 
 def test_calculon_translation_refuses_every_new_field_instead_of_dropping_it():
@@ -150,6 +159,8 @@ def test_qkv_bias_adds_parameters_not_matrix_operations():
         assert biased.forward.operations == unbiased.forward.operations == 2 * 1024 * 256 * width
         assert biased.capacity.weight_bytes == (256 * width + width) * B
         assert biased.forward.bytes_read == unbiased.forward.bytes_read + width * B
+        assert biased.activation_grad.bytes_read == unbiased.activation_grad.bytes_read  # dgrad: W and dY only
+        assert biased.weight_grad.bytes_written == unbiased.weight_grad.bytes_written + width * B
     assert low.plan.data_parallel is None
     dp = lower(data({"qkv_bias": True, "kv_heads": 2}, data_parallel=2, global_batch=4)).plan.data_parallel
     dp_plain = lower(data({"kv_heads": 2}, data_parallel=2, global_batch=4)).plan.data_parallel
@@ -250,3 +261,50 @@ def test_matrix_flops_per_block_in_the_oracle_convention():
     mq = _matrix_flops(data({"kv_heads": 1}, tensor_parallel=2))
     assert mq == {"linear": 6 * 1024 * (2 * 256 * 128 + 2 * 256 * 32 + 2 * 256 * 512),
                   "attention": 6 * 2 * 2 * 4 * 512 * 512 * 32}
+
+
+def _shape_of_hf_config(config: dict, sequence_length: int) -> dict:
+    """The case's model section of a vendored FLOP-oracle config, mapped by hand (its matrix-relevant fields)."""
+    if config["model_type"] == "gpt2":
+        hidden, heads = config["n_embd"], config["n_head"]
+        return dict(hidden=hidden, feedforward=config["n_inner"] or 4 * hidden, attention_heads=heads,
+                    head_size=hidden // heads, sequence_length=sequence_length, blocks=1, mlp="gelu")
+    hidden, heads = config["hidden_size"], config["num_attention_heads"]
+    shape = dict(hidden=hidden, feedforward=config["intermediate_size"], attention_heads=heads,
+                 head_size=config.get("head_dim") or hidden // heads, sequence_length=sequence_length, blocks=1,
+                 position="rope")
+    if config["model_type"] == "gpt_neox":
+        return {**shape, "mlp": "gelu"}
+    shape.update(kv_heads=config["num_key_value_heads"], mlp="swiglu", norm="rmsnorm")
+    if config["model_type"] == "qwen2":
+        shape["qkv_bias"] = True
+    if config["model_type"] == "qwen3":
+        shape["qk_norm"] = True
+    return shape
+
+
+def test_every_vendored_flop_oracle_record_equals_the_plans_matrix_operations():
+    """PyTorch's FlopCounterMode on the transformers decoder layer (vendor/flops, docs/flop-oracle.md) against
+    workload.matrix_flops_per_block of the same shape, exactly, under both attention kernels."""
+    import json
+
+    from harness.workload import matrix_flops_per_block
+
+    records = sorted((ROOT / "vendor" / "flops").glob("*.json"))
+    assert len(records) >= 10
+    for path in records:
+        record = json.loads(path.read_text())
+        config = json.loads((path.parent / "configs" / f"{record['id'].rsplit('_b', 1)[0]}.json").read_text())
+        shape = _shape_of_hf_config(config, record["sequence_length"])
+        mb = record["microbatch"]
+        for kernel in ("materialized", "flash"):
+            figures = matrix_flops_per_block(lower(EstimateInput.model_validate({
+                "model": shape, "system": "a100_80g",
+                "execution": {**LAYOUT, "global_batch": mb, "microbatch": mb, "attention_kernel": kernel}})).distributed)
+            assert (figures.linear, figures.attention) == (record["linear_flops"], record["attention_flops"]), path.name
+
+
+def test_vocabulary_padding_is_megatrons_multiple_of_128_x_tp():
+    from harness.passes.output_layer import padded_vocabulary
+    assert padded_vocabulary(128256, 1) == 1002 * 128 == 128256
+    assert padded_vocabulary(128256, 8) == 126 * 1024 == 129024

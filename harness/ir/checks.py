@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from harness.ir.model import MAX_DEGREE, ExecutionLayout, TransformerShape, key_value_heads
 from harness.passes.patterns import unpriceable
+from harness.passes.precision import RECIPES
 
 Problem = tuple[str, str]
 
@@ -61,6 +62,14 @@ def layout_problems(shape: TransformerShape, execution: ExecutionLayout) -> list
     if e.processors > MAX_DEGREE:
         problems.append(("execution", f"TP x PP x DP x CP = {e.processors} processors exceeds the bound {MAX_DEGREE} (2^24)"))
     problems += context_problems(s, e)
+    if e.precision is not None:
+        recipe = RECIPES[e.precision]
+        from_recipe = recipe.layout_datatype
+        if e.datatype != from_recipe:
+            problems.append(("execution.datatype", f"precision {e.precision} runs everything but the quantized GEMMs "
+                                                   f"in {from_recipe}: state datatype: {from_recipe}"))
+        if recipe.gemm_datatype is not None and e.tp_overlap != "none":
+            problems.append(("execution.tp_overlap", f"TP overlap with precision {e.precision} is not modelled yet"))
     for name, value in (("hidden", s.hidden), ("feedforward", s.feedforward), ("attention_heads", s.attention_heads)):
         if value % tp:
             problems.append(("execution.tensor_parallel", f"TP={tp} does not divide model.{name}={value}"))

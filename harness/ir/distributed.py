@@ -21,7 +21,7 @@ from pydantic import Field
 
 from harness.ir.base import Artifact, Frozen
 from harness.ir.mesh import CONTEXT, TENSOR, Group
-from harness.ir.model import ExecutionLayout, TransformerShape
+from harness.ir.model import ExecutionLayout, Precision, TransformerShape
 
 CollectiveOp = Literal["all_reduce", "reduce_scatter", "all_gather", "p2p"]
 Phase = Literal["forward", "recompute", "recommunication"]
@@ -46,8 +46,11 @@ class LinearShape(Frozen):
     k: int = Field(gt=0, description="Output features.")
     bias: bool | None = Field(None, description="Y = X W + b: k bias parameters, the add fused in the GEMM epilogue "
                                                 "(None: no bias).")
+    precision: Precision | None = Field(None, description=(
+        "A quantizing recipe (harness.passes.precision): the GEMMs on quantized operands; None: the plan's "
+        "datatype."))
 
-    ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"bias"})  # linears without a bias keep their digests
+    ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"bias", "precision"})  # digests without them kept
 
 
 class BatchMatmulShape(Frozen):
@@ -162,6 +165,10 @@ class OverlappedLinearShape(Frozen):
     base_backward: CollectiveOp | None = Field(description="Backward collective in a base block.")
     edge_forward: CollectiveOp | None = Field(description="Forward collective in a chunk's edge block.")
     edge_backward: CollectiveOp | None = Field(description="Backward collective in a chunk's edge block.")
+    bias: bool | None = Field(None, description="The linear has a bias: k local bias parameters, the add fused in "
+                                                "the GEMM epilogue (None: no bias).")
+
+    ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"bias"})  # overlapped linears without one keep digests
 
 
 class CrossEntropyShape(Frozen):
@@ -200,6 +207,20 @@ class FlashAttentionShape(Frozen):
                                       "random seed in the backward pass, never stored).")
 
 
+class QuantizeShape(Frozen):
+    """The casts a quantized linear's operands need (harness.passes.precision): its input X and weight W in
+    the forward pass, its output gradient dY in the backward pass."""
+
+    INTERNED: ClassVar[bool] = True
+    EXCHANGE: ClassVar[Exchange] = "none"
+
+    kind: Literal["quantize"] = "quantize"
+    input_elements: int = Field(gt=0, description="Elements of the linear's input X.")
+    weight_elements: int = Field(gt=0, description="Elements of its weight W.")
+    grad_elements: int = Field(gt=0, description="Elements of its output gradient dY.")
+    recipe: Precision = Field(description="The recipe (execution.precision).")
+
+
 class RingExchangeShape(Frozen):
     """The K/V exchange of context-parallel attention (Megatron-Core's ring, ``cp_comm: p2p``).
 
@@ -221,7 +242,7 @@ class RingExchangeShape(Frozen):
 
 
 SHAPES = (LinearShape, BatchMatmulShape, NormShape, PointwiseShape, ResidualShape, ForkShape, CollectiveShape,
-          OverlappedLinearShape, CrossEntropyShape, FlashAttentionShape, RingExchangeShape)
+          OverlappedLinearShape, CrossEntropyShape, FlashAttentionShape, RingExchangeShape, QuantizeShape)
 TaskShape = Annotated[Union[SHAPES], Field(discriminator="kind")]
 
 #: primitive kind -> its shape class (every value of every shape's ``kind`` Literal).

@@ -19,7 +19,7 @@ from pydantic import Field
 from harness.ir.base import Artifact, Frozen
 from harness.ir.distributed import CollectiveOp, Exchange, Phase, Retention, exchange
 from harness.ir.mesh import DATA, PIPELINE, TENSOR, DimensionName, Group
-from harness.ir.model import Datatype, RecomputeMode
+from harness.ir.model import ComputeDatatype, Datatype, RecomputeMode
 
 Engine = Literal["matrix", "vector"]
 PASSES = ("forward", "activation_grad", "weight_grad", "optimizer")
@@ -39,7 +39,7 @@ class Work(Frozen):
     bytes_read: float = Field(ge=0, description="Bytes read from memory tier 1.")
     bytes_written: float = Field(ge=0, description="Bytes written to memory tier 1.")
     engine: Engine = Field(description="Processing engine the operations need (matrix or vector).")
-    datatype: Datatype | None = Field(None, description="Datatype the operations run in (selects the engine's peak "
+    datatype: ComputeDatatype | None = Field(None, description="Datatype the operations run in (selects the engine's peak "
                                                         "and curve); absent: the plan's datatype.")
 
     @property
