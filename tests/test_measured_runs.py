@@ -305,3 +305,15 @@ def test_evidence_import_runs_writes_the_rows_of_one_gpu_as_iteration_records(pl
     assert corpus.header.name == "runs-h100_sxm_80g"
     status, printed, err = run_cli(capsys, "evidence", "import", "runs", rows, "--gpu", "gb200", "--output", out)
     one_error_line(status, err, rows, "rows", "other GPU 3")
+
+
+def test_a_case_no_pattern_prices_is_unsupported_naming_the_row_field(plain_stack, monkeypatch):
+    """The estimate path's refusal of a valid case (UnsupportedFeatureError on execution.tp_overlap) is traced
+    back to the row field the case field came from."""
+    import harness.cases
+
+    monkeypatch.setattr(harness.cases, "unsupported_features",
+                        lambda shape, execution: [("execution.tp_overlap", "no form under TP overlap")])
+    case = run_case(run_of(gpt_row()), "h100_80g_nvl8")
+    assert case.input is None and case.invalid is None
+    assert "no form under TP overlap" in dict(case.unsupported)["parallel.tp_comm_overlap"]

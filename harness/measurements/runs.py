@@ -41,7 +41,7 @@ from typing import Any, Callable
 from pydantic import BaseModel, ValidationError
 
 from harness.cases import EstimateInput, case_has_field, validate_input
-from harness.errors import InputError
+from harness.errors import InputError, UnsupportedFeatureError
 from harness.measurements.runs_schema import MeasuredRun
 
 #: Row ``precision`` -> case ``execution.datatype`` for the recipes whose every work runs in one datatype.
@@ -355,6 +355,9 @@ def run_case(run: MeasuredRun, system: str, source: str = "<runs>") -> RunCase:
         if path in draft.features:
             return RunCase(None, ((row_field, f"the case format refuses {path}: {first['msg']}"),))
         return RunCase(None, (), (row_field, f"{path}: {first['msg']}"))
+    except UnsupportedFeatureError as error:  # a valid case that no registered pattern prices (yet)
+        row_field = draft.origin.get(error.field, error.field)
+        return RunCase(None, ((row_field, f"the harness cannot price {error.field} here: {error.message}"),))
     except InputError as error:
         return RunCase(None, (), (draft.origin.get(error.field, error.field), error.message))
     return RunCase(case, ())
