@@ -66,6 +66,13 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{name}: {text}")
     if config.getoption("--harness-cases"):
         _load_cases(config)  # an explicit case directory must hold cases that load
+    if _option(config, "--harness-oracle") == "live":  # a usage error once, not an error in every test
+        src = config.getoption("--harness-calculon-src")
+        if not src:
+            raise pytest.UsageError("--harness-oracle live needs --harness-calculon-src=PATH or HARNESS_CALCULON_SRC")
+        if not (Path(src) / "calculon" / "llm" / "llm.py").is_file():
+            raise pytest.UsageError(f"--harness-calculon-src: {src}: not a Calculon source checkout "
+                                    "(no calculon/llm/llm.py)")
     if os.environ.get("CI"):
         used = [flag for flag in UPDATE_FLAGS if _option(config, flag)]
         if used:

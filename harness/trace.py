@@ -68,17 +68,25 @@ def trace_size(plan: PortablePlanIR, task_microbatches: int) -> tuple[int, int]:
 
 def check_trace_size(plan: PortablePlanIR, source: str, *, task_microbatches: int = 1,
                      max_operations: int = MAX_TRACE_OPERATIONS, max_events: int = MAX_TRACE_EVENTS) -> None:
-    """Refuse, before any simulation, an iteration whose trace would exceed the work bounds."""
+    """Refuse, before any simulation, an iteration whose trace would exceed the work bounds. A raised
+    ``max_operations`` raises the events bound in proportion (the events grow with the operations); the error
+    names the option that would help: ``--task-microbatches`` when tasks are nested in more than one
+    microbatch, else ``--max-operations``."""
     s = plan.schedule
+    max_events = max(max_events, round(max_events * max_operations / MAX_TRACE_OPERATIONS))
     operations, events = trace_size(plan, task_microbatches)
     if operations > max_operations:
         raise InputError(source, "trace", f"the iteration has {operations} pipeline operations (PP {s.pipeline_parallel}"
                                           f" x {s.chunks_per_stage} chunks x {s.microbatches} microbatches x "
                                           f"{2 if s.training else 1} phases), more than the trace limit "
                                           f"{max_operations} (--max-operations)")
-    if events > max_events:
+    if events > max_events and task_microbatches > 1:
         raise InputError(source, "--task-microbatches", f"the trace would hold up to {events} events, more than "
                                                         f"the limit {max_events}: nest tasks in fewer microbatches")
+    if events > max_events:
+        raise InputError(source, "--max-operations", f"the trace would hold up to {events} events, more than the "
+                                                     f"limit {max_events} ({max_operations} operations allowed): raise "
+                                                     f"--max-operations")
 
 
 def _ns(seconds: float) -> int:

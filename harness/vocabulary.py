@@ -149,6 +149,8 @@ PARALLEL_DIMENSIONS = Vocabulary(
          "required"),
     Term("data", "Data parallelism: the global batch split over replicas; weight gradients reduced over the group.",
          "required"),
+    Term("context", "Context parallelism: each sample's sequence split over the group (2 x CP chunks, causally "
+                    "balanced); attention exchanges K/V in a ring (or all-to-all, Ulysses).", "optional"),
 )
 
 # --- timing components ---------------------------------------------------------------------------------------

@@ -186,6 +186,7 @@ def make_project(base: Path, vendor: Path) -> Path:
     shutil.copytree(TREE / "evidence", project / "evidence")
     shutil.copytree(TREE / "cases", project / "cases")
     shutil.copytree(TREE / "goldens", project / "goldens", ignore=shutil.ignore_patterns("test_*"))
+    shutil.copytree(TREE / "measurements", project / "measurements")
     (project / "vendor").symlink_to(vendor)
     return project
 
@@ -205,6 +206,7 @@ def run_attempt(attempt: Attempt, scratch: Path, vendor: Path) -> tuple[str, lis
     inputs = [work / rel for rel in attempt.files] + [work / p.format(**fmt) for p in attempt.protect]
     inputs += sorted(p for p in (project / "evidence").glob("*.yaml"))
     inputs += [project / "goldens" / "baseline_regression_contract.json"]
+    inputs += sorted(p for d in ("cases", "measurements") for p in (project / d).rglob("*") if p.is_file())
     outputs = [work / o.format(**fmt) for o in attempt.outputs]
     before = snapshot(inputs)
     out_before = snapshot(outputs)
@@ -1689,7 +1691,17 @@ def misc_attempts() -> list[Attempt]:
     return a
 
 
+def measured_group() -> list[Attempt]:
+    """Issue 24's surfaces: importers, fit and report, outputs onto the tool's data, scheduler and --top, the
+    plugin (scripts/hostile_sweep_measured.py)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from hostile_sweep_measured import measured_attempts
+
+    return measured_attempts(Attempt, PY, symlink=_symlink, pytest_ok=_pytest_ok, pytest_refuses=_pytest_refuses)
+
+
 GROUPS = {
+    "measured": measured_group,
     "case": case_attempts, "paths": path_attempts, "outputs": output_attempts, "profile": profile_attempts,
     "json": json_attempts, "batch": batch_attempts, "contract": contract_attempts, "vendor": vendor_attempts,
     "calibrate": calibrate_attempts, "trace": trace_attempts, "search": search_attempts,

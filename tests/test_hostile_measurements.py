@@ -448,3 +448,36 @@ def test_derive_names_the_name_rule_and_refuses_an_invisible_character_in_the_re
                         "--reason", "fused \u202eaccumulation", "--output", tmp_path / "mine.yaml")[::2],
                    "--reason: holds the invisible character U+202E")
     assert not any(tmp_path.iterdir())
+
+
+def test_calibrate_compare_of_a_missing_profile_names_the_option(tmp_path, capsys):
+    one_error_line(*run(capsys, "calibrate", "--compare", "nosuch", "--output", tmp_path / "r.json")[::2],
+                   "<command line>: --compare: no evidence profile named 'nosuch'")
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_a_raised_max_operations_raises_the_events_bound_and_the_error_names_the_option_that_helps():
+    """400 000 operations (PP 8 x 25 000 microbatches x 2 phases) and about as many events: within
+    ``--max-operations 1000000``; the events bound grows with it (it blamed ``--task-microbatches``, which was 1)."""
+    from types import SimpleNamespace
+
+    from harness.trace import check_trace_size
+
+    schedule = SimpleNamespace(training=True, pipeline_parallel=8, chunks_per_stage=1, microbatches=25_000,
+                               blocks_per_chunk=6)
+    plan = SimpleNamespace(schedule=schedule, tasks=[None] * 20)
+    check_trace_size(plan, "c.yaml", task_microbatches=1, max_operations=1_000_000)
+    with pytest.raises(InputError, match="c.yaml: --max-operations: the trace would hold up to"):
+        check_trace_size(plan, "c.yaml", task_microbatches=1, max_operations=400_000, max_events=100_000)
+    with pytest.raises(InputError, match="c.yaml: --task-microbatches: "):
+        check_trace_size(plan, "c.yaml", task_microbatches=25_000, max_operations=1_000_000)
+
+
+def test_more_pipeline_stages_than_blocks_is_refused(tmp_path, capsys):
+    """PP 64 on the 48 blocks of Megatron-22B left 16 empty stages, estimated ``ok``."""
+    text = (CASES_DIR / "megatron-22B_full.yaml").read_text()
+    assert "pipeline_parallel: 1\n" in text and "global_batch: 4\n" in text
+    case = tmp_path / "c.yaml"
+    case.write_text(text.replace("pipeline_parallel: 1\n", "pipeline_parallel: 64\n"))
+    one_error_line(*run(capsys, "estimate", case)[::2], f"{case}: execution.pipeline_parallel: PP=64 exceeds the 48 "
+                                                        "blocks")

@@ -49,16 +49,17 @@ def test_a_group_names_distinct_dimensions_in_vocabulary_order():
 def test_every_primitive_says_how_it_communicates():
     assert set(RULES) == set(SHAPE_OF)
     assert exchange("tp_collective") == "collective" and exchange("overlapped_linear") == "tiled"
-    assert {exchange(k) for k in RULES if k not in ("tp_collective", "overlapped_linear")} == {"none"}
-    for kind in RULES:
-        if exchange(kind) != "none":
-            assert SHAPE_OF[kind].GROUP == ("tensor",)
+    assert exchange("context_exchange") == "ring" and SHAPE_OF["context_exchange"].GROUP == ("context",)
+    others = set(RULES) - {"tp_collective", "overlapped_linear", "context_exchange"}
+    assert {exchange(k) for k in others} == {"none"}
+    for kind in ("tp_collective", "overlapped_linear"):
+        assert SHAPE_OF[kind].GROUP == ("tensor",)
 
 
 def test_the_concretize_pass_has_one_tier_option_per_dimension():
     options = TransformerConcretize().options(include_defaults=True)
     assert {f"{d}_tier" for d in PARALLEL_DIMENSIONS} <= set(options)
-    assert TransformerConcretize.for_layout(layout()).tiers() == {"tensor": 0, "pipeline": 1, "data": 2}
+    assert TransformerConcretize.for_layout(layout()).tiers() == {"tensor": 0, "pipeline": 1, "data": 2, "context": 0}
 
 
 def test_the_lowering_key_ignores_exactly_what_relayout_changes():

@@ -14,6 +14,8 @@ from harness.interop.calculon_format import calculon_from_input
 from harness.ir.model import ExecutionLayout, TransformerShape
 from harness.pipeline import lower
 
+from conftest import ROOT
+
 SHAPE = dict(hidden=256, feedforward=1024, sequence_length=512, attention_heads=8, head_size=32, blocks=2)
 LAYOUT = dict(tensor_parallel=1, pipeline_parallel=1, data_parallel=1, global_batch=2, microbatch=2,
               network_tiers={"tensor": 0, "pipeline": 0, "data": 0})
@@ -250,3 +252,50 @@ def test_matrix_flops_per_block_in_the_oracle_convention():
     mq = _matrix_flops(data({"kv_heads": 1}, tensor_parallel=2))
     assert mq == {"linear": 6 * 1024 * (2 * 256 * 128 + 2 * 256 * 32 + 2 * 256 * 512),
                   "attention": 6 * 2 * 2 * 4 * 512 * 512 * 32}
+
+
+def _shape_of_hf_config(config: dict, sequence_length: int) -> dict:
+    """The case's model section of a vendored FLOP-oracle config, mapped by hand (its matrix-relevant fields)."""
+    if config["model_type"] == "gpt2":
+        hidden, heads = config["n_embd"], config["n_head"]
+        return dict(hidden=hidden, feedforward=config["n_inner"] or 4 * hidden, attention_heads=heads,
+                    head_size=hidden // heads, sequence_length=sequence_length, blocks=1, mlp="gelu")
+    hidden, heads = config["hidden_size"], config["num_attention_heads"]
+    shape = dict(hidden=hidden, feedforward=config["intermediate_size"], attention_heads=heads,
+                 head_size=config.get("head_dim") or hidden // heads, sequence_length=sequence_length, blocks=1,
+                 position="rope")
+    if config["model_type"] == "gpt_neox":
+        return {**shape, "mlp": "gelu"}
+    shape.update(kv_heads=config["num_key_value_heads"], mlp="swiglu", norm="rmsnorm")
+    if config["model_type"] == "qwen2":
+        shape["qkv_bias"] = True
+    if config["model_type"] == "qwen3":
+        shape["qk_norm"] = True
+    return shape
+
+
+def test_every_vendored_flop_oracle_record_equals_the_plans_matrix_operations():
+    """PyTorch's FlopCounterMode on the transformers decoder layer (vendor/flops, docs/flop-oracle.md) against
+    workload.matrix_flops_per_block of the same shape, exactly, under both attention kernels."""
+    import json
+
+    from harness.workload import matrix_flops_per_block
+
+    records = sorted((ROOT / "vendor" / "flops").glob("*.json"))
+    assert len(records) >= 10
+    for path in records:
+        record = json.loads(path.read_text())
+        config = json.loads((path.parent / "configs" / f"{record['id'].rsplit('_b', 1)[0]}.json").read_text())
+        shape = _shape_of_hf_config(config, record["sequence_length"])
+        mb = record["microbatch"]
+        for kernel in ("materialized", "flash"):
+            figures = matrix_flops_per_block(lower(EstimateInput.model_validate({
+                "model": shape, "system": "a100_80g",
+                "execution": {**LAYOUT, "global_batch": mb, "microbatch": mb, "attention_kernel": kernel}})).distributed)
+            assert (figures.linear, figures.attention) == (record["linear_flops"], record["attention_flops"]), path.name
+
+
+def test_vocabulary_padding_is_megatrons_multiple_of_128_x_tp():
+    from harness.passes.output_layer import padded_vocabulary
+    assert padded_vocabulary(128256, 1) == 1002 * 128 == 128256
+    assert padded_vocabulary(128256, 8) == 126 * 1024 == 129024

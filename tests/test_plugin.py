@@ -91,3 +91,15 @@ def test_every_update_flag_of_the_golden_plugins_is_refused(pytester):
                if word.startswith("--")}
     writing = {o for o in options if ("update" in o or "regen" in o) and ("snapshot" in o or "regen" in o)}
     assert writing == set(UPDATE_FLAGS)
+
+
+@pytest.mark.parametrize("extra", [[], ["--harness-calculon-src=nowhere"]])
+def test_a_live_oracle_without_a_calculon_checkout_is_one_usage_error(pytester, monkeypatch, extra):
+    """Issue 24: ``--harness-oracle live`` without a checkout was an error in every test; it is a usage error
+    before any test runs."""
+    monkeypatch.delenv("HARNESS_CALCULON_SRC", raising=False)
+    directory = _cases(pytester, "megatron-22B_full")
+    pytester.makepyfile(test_cases=CASE_TEST)
+    result = pytester.runpytest("--harness-cases", str(directory), "--harness-oracle", "live", *extra, "-q")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "--harness-calculon-src" in result.stderr.str() and "Traceback" not in result.stderr.str()

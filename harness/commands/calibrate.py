@@ -60,7 +60,7 @@ def run(args) -> int:
         oracle = RecordedCalculon()
     compare = tuple(check_profile_name(name, "<command line>", "--compare") for name in args.compare)
     for name in compare:
-        load_profile(name)  # a missing or bad profile fails here, before the experiment
+        load_profile(name, referrer="<command line>", field="--compare")  # fails here, before the experiment
     report = run_experiment(cases, oracle, compare=compare)
     write_text(args.output, report.to_json() + "\n")
     print_report(report)

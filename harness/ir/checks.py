@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from harness.ir.model import MAX_DEGREE, ExecutionLayout, TransformerShape, key_value_heads
 from harness.passes.patterns import unpriceable
+from harness.passes.precision import RECIPES
 
 Problem = tuple[str, str]
 
@@ -28,13 +29,47 @@ def blocks_per_stage(blocks: int, pipeline_parallel: int) -> int:
     return -(-blocks // pipeline_parallel)
 
 
+def context_problems(s: TransformerShape, e: ExecutionLayout) -> list[Problem]:
+    """Context parallelism's rules: CP splits each sequence into 2 x CP chunks (causal load balancing), its
+    group needs a network tier, and it is priced by the portable plan only (no TP/DP overlap or offload yet,
+    no all-to-all variant yet)."""
+    cp = e.context_degree
+    if cp == 1:
+        return [("execution.cp_comm", "cp_comm needs context_parallel > 1")] if e.cp_comm is not None else []
+    problems: list[Problem] = []
+    if s.sequence_length % (2 * cp):
+        problems.append(("execution.context_parallel", f"CP={cp} splits model.sequence_length={s.sequence_length} "
+                                                       f"into 2 x CP = {2 * cp} chunks, which does not divide it"))
+    if e.network_tiers.context is None:
+        problems.append(("execution.network_tiers.context", f"context_parallel={cp} needs the tier of its group"))
+    if e.attention_kernel == "flash":
+        problems.append(("execution.attention_kernel", "flash attention with context_parallel > 1 is not modelled "
+                                                       "yet (the kernel spans the whole sequence)"))
+    if e.cp_comm == "a2a":
+        problems.append(("execution.cp_comm", "the all-to-all (Ulysses) variant is not modelled yet: use p2p"))
+    for name, on in (("tp_overlap", e.tp_overlap != "none"), ("dp_overlap", e.dp_overlap),
+                     ("offload", e.offload.weights or e.offload.activations or e.offload.optimizer)):
+        if on:
+            problems.append((f"execution.{name}", f"{name} with context_parallel > 1 is not modelled yet"))
+    return problems
+
+
 def layout_problems(shape: TransformerShape, execution: ExecutionLayout) -> list[Problem]:
     """All violated rules, in a stable order; empty when the layout is valid."""
     e, s = execution, shape
     tp = e.tensor_parallel
     problems: list[Problem] = []
     if e.processors > MAX_DEGREE:
-        problems.append(("execution", f"TP x PP x DP = {e.processors} processors exceeds the bound {MAX_DEGREE} (2^24)"))
+        problems.append(("execution", f"TP x PP x DP x CP = {e.processors} processors exceeds the bound {MAX_DEGREE} (2^24)"))
+    problems += context_problems(s, e)
+    if e.precision is not None:
+        recipe = RECIPES[e.precision]
+        from_recipe = recipe.layout_datatype
+        if e.datatype != from_recipe:
+            problems.append(("execution.datatype", f"precision {e.precision} runs everything but the quantized GEMMs "
+                                                   f"in {from_recipe}: state datatype: {from_recipe}"))
+        if recipe.gemm_datatype is not None and e.tp_overlap != "none":
+            problems.append(("execution.tp_overlap", f"TP overlap with precision {e.precision} is not modelled yet"))
     for name, value in (("hidden", s.hidden), ("feedforward", s.feedforward), ("attention_heads", s.attention_heads)):
         if value % tp:
             problems.append(("execution.tensor_parallel", f"TP={tp} does not divide model.{name}={value}"))
@@ -54,9 +89,10 @@ def layout_problems(shape: TransformerShape, execution: ExecutionLayout) -> list
         problems.append(
             ("execution.microbatch", f"local batch {e.global_batch // e.data_parallel} is not divisible into microbatches of {e.microbatch}")
         )
-    if e.tp_communication in ("rs_ag", "p2p_rs_ag") and (e.microbatch * s.sequence_length) % tp:
+    local = e.microbatch * (s.sequence_length // e.context_degree)
+    if e.tp_communication in ("rs_ag", "p2p_rs_ag") and local % tp:
         problems.append(
-            ("execution.tp_communication", f"{e.tp_communication} splits microbatch x sequence = {e.microbatch * s.sequence_length} over TP={tp}, which does not divide it")
+            ("execution.tp_communication", f"{e.tp_communication} splits microbatch x sequence / CP = {local} over TP={tp}, which does not divide it")
         )
     if e.seq_par_ag_redo and e.tp_communication != "rs_ag":
         problems.append(("execution.seq_par_ag_redo", "all-gather redo needs sequence parallelism (tp_communication: rs_ag)"))
@@ -72,10 +108,13 @@ def layout_problems(shape: TransformerShape, execution: ExecutionLayout) -> list
         problems.append(("execution.dp_overlap", "DP overlap needs data_parallel > 1"))
     if e.offload.optimizer and not e.training:
         problems.append(("execution.offload.optimizer", "optimizer offload needs training: true"))
-    if e.optimizer_sharding and e.data_parallel == 1:
-        problems.append(("execution.optimizer_sharding", "optimizer sharding needs data_parallel > 1"))
+    if e.optimizer_sharding and e.data_parallel * e.context_degree == 1:
+        problems.append(("execution.optimizer_sharding", "optimizer sharding needs data_parallel x context_parallel > 1"))
     if e.pipeline_parallel == 1 and e.pipeline_interleaving != 1:
         problems.append(("execution.pipeline_interleaving", "interleaving needs pipeline_parallel > 1"))
+    if e.pipeline_parallel > s.blocks:  # stages beyond the blocks would hold nothing and still be priced
+        problems.append(("execution.pipeline_parallel", f"PP={e.pipeline_parallel} exceeds the {s.blocks} blocks "
+                                                        "(every stage needs at least one block)"))
     per_stage = blocks_per_stage(s.blocks, e.pipeline_parallel)
     if per_stage % e.pipeline_interleaving:
         problems.append(

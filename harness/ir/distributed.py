@@ -20,8 +20,8 @@ from typing import Annotated, ClassVar, Literal, Union, get_args
 from pydantic import Field
 
 from harness.ir.base import Artifact, Frozen
-from harness.ir.mesh import TENSOR, Group
-from harness.ir.model import ExecutionLayout, TransformerShape
+from harness.ir.mesh import CONTEXT, TENSOR, Group
+from harness.ir.model import ExecutionLayout, Precision, TransformerShape
 
 CollectiveOp = Literal["all_reduce", "reduce_scatter", "all_gather", "p2p"]
 Phase = Literal["forward", "recompute", "recommunication"]
@@ -29,7 +29,9 @@ Phase = Literal["forward", "recompute", "recommunication"]
 #: sends nothing; ``collective``: a communication task whose time is its messages plus its local work on them
 #: (the block sums keep it apart from compute); ``tiled``: a compute task whose GEMM is tiled against its
 #: collective (TP overlap: priced by the ConcretePlanIR's projection).
-Exchange = Literal["none", "collective", "tiled"]
+#: ``ring``: messages sent in ring steps, each hidden behind one step of other tasks' passes (context-parallel
+#: attention; the block sums expose what the steps do not hide, harness.schedule.block).
+Exchange = Literal["none", "collective", "tiled", "ring"]
 
 
 class LinearShape(Frozen):
@@ -44,8 +46,11 @@ class LinearShape(Frozen):
     k: int = Field(gt=0, description="Output features.")
     bias: bool | None = Field(None, description="Y = X W + b: k bias parameters, the add fused in the GEMM epilogue "
                                                 "(None: no bias).")
+    precision: Precision | None = Field(None, description=(
+        "A quantizing recipe (harness.passes.precision): the GEMMs on quantized operands; None: the plan's "
+        "datatype."))
 
-    ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"bias"})  # linears without a bias keep their digests
+    ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"bias", "precision"})  # digests without them kept
 
 
 class BatchMatmulShape(Frozen):
@@ -198,8 +203,42 @@ class FlashAttentionShape(Frozen):
                                       "random seed in the backward pass, never stored).")
 
 
+class QuantizeShape(Frozen):
+    """The casts a quantized linear's operands need (harness.passes.precision): its input X and weight W in
+    the forward pass, its output gradient dY in the backward pass."""
+
+    INTERNED: ClassVar[bool] = True
+    EXCHANGE: ClassVar[Exchange] = "none"
+
+    kind: Literal["quantize"] = "quantize"
+    input_elements: int = Field(gt=0, description="Elements of the linear's input X.")
+    weight_elements: int = Field(gt=0, description="Elements of its weight W.")
+    grad_elements: int = Field(gt=0, description="Elements of its output gradient dY.")
+    recipe: Precision = Field(description="The recipe (execution.precision).")
+
+
+class RingExchangeShape(Frozen):
+    """The K/V exchange of context-parallel attention (Megatron-Core's ring, ``cp_comm: p2p``).
+
+    Each of the CP ranks holds the K and V of its own sequence chunks (``elements``, the forward message of
+    one step); in ``steps`` = CP - 1 ring steps it sends them to the next rank and receives the previous
+    one's, while the attention of the chunk it already holds runs (the tasks ``hides_behind``). The backward
+    pass sends K and V again with their gradients (twice the bytes per step). No local work.
+    """
+
+    INTERNED: ClassVar[bool] = True
+    EXCHANGE: ClassVar[Exchange] = "ring"
+    GROUP: ClassVar[Group] = CONTEXT  #: the group its messages span
+
+    kind: Literal["context_exchange"] = "context_exchange"
+    elements: int = Field(gt=0, description="K and V elements of the local sequence chunk (one step's message).")
+    steps: int = Field(gt=0, description="Ring steps (CP - 1).")
+    participants: int = Field(gt=1, description="Processors in the context-parallel group.")
+    hides_behind: tuple[str, ...] = Field(description="Tasks whose passes run while a step's message travels.")
+
+
 SHAPES = (LinearShape, BatchMatmulShape, NormShape, PointwiseShape, ResidualShape, ForkShape, CollectiveShape,
-          OverlappedLinearShape, CrossEntropyShape, FlashAttentionShape)
+          OverlappedLinearShape, CrossEntropyShape, FlashAttentionShape, RingExchangeShape, QuantizeShape)
 TaskShape = Annotated[Union[SHAPES], Field(discriminator="kind")]
 
 #: primitive kind -> its shape class (every value of every shape's ``kind`` Literal).

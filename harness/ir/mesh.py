@@ -36,12 +36,14 @@ DEGREE_FIELDS: dict[str, str] = {
     "tensor": "tensor_parallel",
     "pipeline": "pipeline_parallel",
     "data": "data_parallel",
+    "context": "context_parallel",
 }
 PARALLEL_DIMENSIONS.require(DEGREE_FIELDS, "harness.ir.mesh.DEGREE_FIELDS", ordered=True)
 
 TENSOR: Group = ("tensor",)
 PIPELINE: Group = ("pipeline",)
 DATA: Group = ("data",)
+CONTEXT: Group = ("context",)
 
 
 def group(*dimensions: str) -> Group:

@@ -28,6 +28,11 @@ from harness.ir.base import Artifact, Frozen
 Datatype = Literal["float8", "float16", "bfloat16", "float32"]
 RecomputeMode = Literal["full", "attn_only", "none"]
 TPCommunication = Literal["ar", "p2p_rs_ag", "rs_ag"]
+ContextCommunication = Literal["p2p", "a2a"]
+#: Mixed-precision recipes (harness.passes.precision).
+Precision = Literal["fp16", "bf16", "fp8_delayed", "fp8_current", "mxfp8", "nvfp4"]
+#: Datatypes a work's operations may run in (a plan's element datatype, or a quantized GEMM's).
+ComputeDatatype = Literal["float4", "float8", "float16", "bfloat16", "float32"]
 AttentionKind = Literal["multihead", "multiquery"]
 MlpKind = Literal["gelu", "swiglu", "geglu", "squared_relu"]
 NormKind = Literal["layernorm", "rmsnorm"]
@@ -99,7 +104,8 @@ class TransformerShape(StrictInput):
         "scores and masks them. Absent: full causal attention."))
     tied_embeddings: bool | None = Field(None, description=(
         "The output layer uses the input embedding's weights (GPT-2, Gemma) instead of its own (Llama). Absent: "
-        "tied."))
+        "tied. Accepted and changing no figure: the embedding and output-layer weights are not in the memory, "
+        "optimizer or data-parallel figures yet, tied or not (docs/model-features.md, 'Not modelled')."))
 
     ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({
         "vocabulary", "kv_heads", "mlp", "norm", "position", "qkv_bias", "qk_norm", "attention_dropout",
@@ -112,6 +118,10 @@ class NetworkTiers(StrictInput):
     tensor: int = Field(ge=0, le=MAX_TIER, description="Network tier of the tensor-parallel group.")
     pipeline: int = Field(ge=0, le=MAX_TIER, description="Network tier of the pipeline-parallel peers.")
     data: int = Field(ge=0, le=MAX_TIER, description="Network tier of the data-parallel group.")
+    context: int | None = Field(None, ge=0, le=MAX_TIER, description=(
+        "Network tier of the context-parallel group (needed with context_parallel > 1)."))
+
+    ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"context"})  # layouts without CP keep their digests
 
 
 class Offload(StrictInput):
@@ -144,6 +154,16 @@ class ExecutionLayout(StrictInput):
     fused_activation: bool = Field(False, description="GeLU fused into the preceding linear (no stored activation).")
     attention: AttentionKind = Field("multihead", description="multihead or multiquery attention.")
     network_tiers: NetworkTiers = Field(description="Network tier per parallel dimension.")
+    context_parallel: int | None = Field(None, gt=0, le=MAX_DEGREE, description=(
+        "Context-parallel degree (CP; absent: 1): each sample's sequence split over CP processors in 2 x CP "
+        "chunks (rank r holds chunks r and 2CP-1-r, Megatron-Core's causal load balancing)."))
+    precision: Precision | None = Field(None, description=(
+        "Mixed-precision recipe (Transformer Engine's; harness.passes.precision): fp16 or bf16 (everything in the "
+        "datatype), or fp8_delayed, fp8_current, mxfp8, nvfp4 (the linear GEMMs on quantized operands, everything "
+        "else bf16). Absent: everything in the datatype."))
+    cp_comm: ContextCommunication | None = Field(None, description=(
+        "How context-parallel attention exchanges K/V: p2p (a ring of CP-1 steps overlapped with the attention; "
+        "the default) or a2a (Ulysses: all-to-all of Q, K, V and the output)."))
     training: bool = Field(True, description="Training (forward, backward, optimizer) or inference (forward only).")
     tp_overlap: Literal["none", "ring", "pipe"] = Field(
         "none", description="TP GEMM/collective overlap: none, ring (TP-1 network tiles) or pipe (TP tiles); needs TP > 1.")
@@ -155,7 +175,14 @@ class ExecutionLayout(StrictInput):
         "Megatron's unfused path) or flash (one FlashAttention-2 kernel: no s x s tensor in memory, the scores "
         "recomputed in the backward pass, causal masking skipping the masked tiles). Absent: materialized."))
 
-    ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"attention_kernel"})  # layouts without it keep their digests
+    #: layouts without these keep their digests
+    ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"attention_kernel", "context_parallel", "cp_comm",
+                                                         "precision"})
+
+    @property
+    def context_degree(self) -> int:
+        """The context-parallel degree (1 when absent)."""
+        return 1 if self.context_parallel is None else self.context_parallel
 
     @property
     def processors(self) -> int:

@@ -19,7 +19,7 @@ from pydantic import Field
 from harness.ir.base import Artifact, Frozen
 from harness.ir.distributed import CollectiveOp, Exchange, Phase, Retention, exchange
 from harness.ir.mesh import DATA, PIPELINE, TENSOR, DimensionName, Group
-from harness.ir.model import Datatype, RecomputeMode
+from harness.ir.model import ComputeDatatype, Datatype, RecomputeMode
 
 Engine = Literal["matrix", "vector"]
 PASSES = ("forward", "activation_grad", "weight_grad", "optimizer")
@@ -39,7 +39,7 @@ class Work(Frozen):
     bytes_read: float = Field(ge=0, description="Bytes read from memory tier 1.")
     bytes_written: float = Field(ge=0, description="Bytes written to memory tier 1.")
     engine: Engine = Field(description="Processing engine the operations need (matrix or vector).")
-    datatype: Datatype | None = Field(None, description="Datatype the operations run in (selects the engine's peak "
+    datatype: ComputeDatatype | None = Field(None, description="Datatype the operations run in (selects the engine's peak "
                                                         "and curve); absent: the plan's datatype.")
 
     @property
@@ -65,7 +65,7 @@ class TaskMessages(Frozen):
     """Messages of a collective task; None is the identity (nothing sent). They span :attr:`spans`."""
 
     CANONICAL_MEMO: ClassVar[bool] = True
-    ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"group"})  # the tensor group's messages keep their digests
+    ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"group", "ring_steps", "hides_behind"})  # TP: digests kept
 
     forward_base: Message | None = Field(description="Forward message in a base block.")
     forward_edge: Message | None = Field(description="Forward message in a chunk's edge block.")
@@ -73,6 +73,10 @@ class TaskMessages(Frozen):
     backward_edge: Message | None = Field(description="Backward message in a chunk's edge block.")
     group: Group | None = Field(None, description="The parallel group the messages span (harness.ir.mesh); "
                                                   "absent: the tensor group.")
+    ring_steps: int | None = Field(None, gt=0, description="A ring exchange: each message is sent this many times, "
+                                                           "one step after the other; absent: once.")
+    hides_behind: tuple[str, ...] | None = Field(None, description=(
+        "A ring exchange: the tasks whose passes run while a step travels (harness.schedule.block)."))
 
     @property
     def spans(self) -> Group:

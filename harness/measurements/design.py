@@ -186,6 +186,8 @@ class Design:
             m_coef.append(coefficient)
 
         for task in plan.tasks:  # as harness.schedule.block.block_times reads them
+            if task.exchange == "ring":
+                raise ValueError("the fit's design has no ring exchange (context parallelism)")
             if task.phase == "forward" and task.exchange != "collective":
                 items.add(t, c["forward_s"], task.forward)
                 items.add(t, c["activation_grad_s"], task.activation_grad)

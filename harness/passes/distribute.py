@@ -40,6 +40,7 @@ from harness.ir.checks import layout_problems
 from harness.ir.distributed import CollectiveShape, DistributedTaskIR, OverlappedLinearShape, Task
 from harness.ir.model import ModelIR
 from harness.passes.base import ModulePass
+from harness.passes.precision import with_precision
 from harness.passes.output_layer import output_tasks
 from harness.passes.patterns import CORES, NORMS, Block, BlockBuilder, ResidualSubBlock, select, unpriceable, with_clones
 
@@ -76,6 +77,7 @@ class TransformerDistribute(ModulePass[ModelIR, DistributedTaskIR]):
             prev = ResidualSubBlock(select(CORES[slot], s, e, slot), norm).emit(block, out, prev)
         vocabulary = ir.shape.vocabulary
         head = output_tasks(ir.shape, ir.execution, vocabulary) if vocabulary and ir.execution.training else None
+        out.tasks = with_precision(out.tasks, e.precision)  # quantized linears (harness.passes.precision)
         return DistributedTaskIR.trusted(shape=ir.shape, execution=ir.execution,
                                          tasks=tuple(with_clones(out, ir.execution.training)), output_tasks=head)
 

@@ -61,7 +61,8 @@ def _tasks(tokens: int, hidden: int, tensor_parallel: int, vocabulary: int) -> t
 
 def output_tasks(shape: TransformerShape, execution: ExecutionLayout, vocabulary: int) -> tuple[Task, ...]:
     """The DistributedTaskIR output tasks of ``shape`` and ``execution`` with ``vocabulary`` (memoized)."""
-    return _tasks(execution.microbatch * shape.sequence_length, shape.hidden, execution.tensor_parallel, vocabulary)
+    tokens = execution.microbatch * (shape.sequence_length // execution.context_degree)  # this CP rank's share
+    return _tasks(tokens, shape.hidden, execution.tensor_parallel, vocabulary)
 
 
 @functools.lru_cache(maxsize=1024)

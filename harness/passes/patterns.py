@@ -58,6 +58,7 @@ from harness.ir.distributed import (
     PointwiseShape,
     ResidualShape,
     Retention,
+    RingExchangeShape,
     Task,
 )
 from harness.ir.model import ExecutionLayout, ModelIR, TransformerShape, key_value_heads
@@ -85,17 +86,24 @@ class Block:
     heads: int  # local query heads: attention_heads / TP
     kv_heads: int  # local key/value heads: kv_heads / TP, or one (replicated) when kv_heads < TP
     kv_split: bool  # the key/value heads are split over TP (not replicated)
+    queries: int  # sequence positions of one sample on this rank: sequence / CP (context parallelism)
+
+    @property
+    def context(self) -> int:
+        """The context-parallel degree."""
+        return self.execution.context_degree
 
     @classmethod
     def of(cls, ir: ModelIR) -> "Block":
         s, e = ir.shape, ir.execution
         tp = e.tensor_parallel
-        tokens = e.microbatch * s.sequence_length
+        queries = s.sequence_length // e.context_degree  # context parallelism: this rank's share of the sequence
+        tokens = e.microbatch * queries
         full_act = tokens * s.hidden
         outside = (tokens // tp) * s.hidden if e.sequence_parallel else full_act
         kv = key_value_heads(s, e)
         return cls(s, e, tokens, full_act, outside, e.recompute == "full", e.recompute in ("full", "attn_only"),
-                   s.attention_heads // tp, max(1, kv // tp), kv >= tp)
+                   s.attention_heads // tp, max(1, kv // tp), kv >= tp, queries)
 
     @property
     def query_width(self) -> int:
@@ -316,15 +324,17 @@ class MaterializedScores(ScoreKernel):
     def emit(self, b: Block, out: BlockBuilder, qk: tuple[str, ...], v: str) -> str:
         s, e, attn = b.shape, b.execution, b.attention
         local_heads = e.microbatch * b.heads
-        scores = b.heads * s.sequence_length**2 * e.microbatch
-        prev = out.add("attn.qk_matmul", BatchMatmulShape.trusted(batch=local_heads, m=s.sequence_length,
+        # this rank's queries (sequence / CP) against every key: with 2 x CP causally balanced chunks each CP
+        # rank computes 1/CP of the s x s scores
+        scores = b.heads * b.queries * s.sequence_length * e.microbatch
+        prev = out.add("attn.qk_matmul", BatchMatmulShape.trusted(batch=local_heads, m=b.queries,
                        n=s.head_size, k=s.sequence_length), qk, recompute=attn, output_stored=not attn)
         prev = out.add("attn.softmax", PointwiseShape.trusted(kind="softmax", elements=scores), (prev,),
                        recompute=attn, output_stored=not attn)
         if s.attention_dropout != 0:
             prev = out.add("attn.probs_dropout", PointwiseShape.trusted(kind="dropout", elements=scores), (prev,),
                            recompute=attn, activation_stored=not attn)
-        return out.add("attn.pv_matmul", BatchMatmulShape.trusted(batch=local_heads, m=s.sequence_length,
+        return out.add("attn.pv_matmul", BatchMatmulShape.trusted(batch=local_heads, m=b.queries,
                        n=s.sequence_length, k=s.head_size), (prev, v), recompute=b.full)
 
 
@@ -349,6 +359,8 @@ class FlashScores(ScoreKernel):
 
 #: Attention kernels (selected by ``execution.attention_kernel``).
 SCORE_KERNELS: tuple[ScoreKernel, ...] = (MaterializedScores(), FlashScores())
+#: The attention tasks a context-parallel ring step hides behind (one chunk's scores per step).
+SCORE_TASKS = ("attn.qk_matmul", "attn.softmax", "attn.probs_dropout", "attn.pv_matmul")
 
 
 class SelfAttention(CorePattern):
@@ -432,6 +444,11 @@ class SelfAttention(CorePattern):
         if s.position == "rope":
             rope = PointwiseShape.trusted(kind="rope", elements=b.tokens * (b.query_width + b.kv_width))
             qk = (out.add("attn.rope", rope, qk, recompute=full),)
+        if b.context > 1:  # the K/V ring of context parallelism, before the scores it feeds
+            exchange = RingExchangeShape.trusted(elements=2 * b.tokens * b.kv_width, steps=b.context - 1,
+                                                 participants=b.context, hides_behind=SCORE_TASKS)
+            v = out.add("attn.context_exchange", exchange, tuple(dict.fromkeys((*qk[1:], v))))
+            qk = (qk[0], v)
         kernel = select(SCORE_KERNELS, s, b.execution, "attention kernel")
         return kernel.emit(b, out, qk, v)
 

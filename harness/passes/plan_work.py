@@ -81,9 +81,20 @@ def clear_memos() -> None:
 
 
 def gradient_group(e: ExecutionLayout) -> mesh.Group:
-    """The group a block's weight gradients are reduced over: the ranks that hold the same weights (every
-    dimension that splits the batch or the sequence, not the weights)."""
-    return mesh.DATA
+    """The group a block's weight gradients are reduced over (and optimizer state is sharded over): the ranks
+    that hold the same weights, every dimension that splits the batch or the sequence, not the weights: data,
+    and data x context with context parallelism (Megatron-Core's data-parallel group with CP)."""
+    return mesh.group("data", "context") if e.context_degree > 1 else mesh.DATA
+
+
+def _ring_messages(s, b: int, tier: int, backward: bool) -> TaskMessages:
+    """A ring exchange's messages: one p2p step of the K/V chunk forward, K/V and their gradients backward
+    (twice the bytes), each sent ``steps`` times (``TaskMessages.ring_steps``)."""
+    forward = Message.trusted(collective="p2p", message_bytes=s.elements * b, participants=2, network_tier=tier)
+    back = Message.trusted(collective="p2p", message_bytes=2 * s.elements * b, participants=2,
+                           network_tier=tier) if backward else None
+    return TaskMessages.trusted(forward_base=forward, forward_edge=forward, backward_base=back, backward_edge=back,
+                                group=s.GROUP, ring_steps=s.steps, hides_behind=s.hides_behind)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,7 +112,7 @@ class TransformerPlanWork(ModulePass[DistributedTaskIR, PortablePlanIR]):
     def apply(self, ir: DistributedTaskIR) -> PortablePlanIR:
         e = ir.execution
         b = e.bytes_per_element
-        shards = e.data_parallel if e.optimizer_sharding else 1
+        shards = mesh.group_size(e, gradient_group(e)) if e.optimizer_sharding else 1
         tasks = tuple(self._plan_task(t, b, shards, e, e.training) for t in ir.tasks)
         return PortablePlanIR.trusted(
             datatype=e.datatype,
@@ -124,8 +135,8 @@ class TransformerPlanWork(ModulePass[DistributedTaskIR, PortablePlanIR]):
             # recommunication task sends its original's forward messages again
             # (as does the recompute clone of an overlapped linear: its GEMM is
             # tiled against them). They travel on their group's tier.
-            messages = _task_messages(task.shape, b, mesh.group_tier(e, task.shape.GROUP),
-                                      training and task.phase == "forward")
+            messages = (_ring_messages if task.shape.EXCHANGE == "ring" else _task_messages)(
+                task.shape, b, mesh.group_tier(e, task.shape.GROUP), training and task.phase == "forward")
         if task.phase == "forward" and training:
             passes = dict(forward=facts.forward, activation_grad=facts.activation_grad,
                           weight_grad=facts.weight_grad, optimizer=facts.optimizer)
@@ -172,7 +183,7 @@ class TransformerPlanWork(ModulePass[DistributedTaskIR, PortablePlanIR]):
         per_stage = blocks_per_stage(s.blocks, e.pipeline_parallel)
         remainder = s.blocks % e.pipeline_parallel
         per_chunk = per_stage // e.pipeline_interleaving
-        checkpoint = (e.microbatch * s.sequence_length * s.hidden * e.bytes_per_element
+        checkpoint = (e.microbatch * (s.sequence_length // e.context_degree) * s.hidden * e.bytes_per_element
                       if e.training and e.recompute == "full" else 0)
         return Schedule.trusted(
             training=e.training, recompute=e.recompute, global_batch=e.global_batch, microbatches=e.microbatches,
@@ -189,7 +200,7 @@ class TransformerPlanWork(ModulePass[DistributedTaskIR, PortablePlanIR]):
         if e.pipeline_parallel == 1:
             return PipelineTraffic.trusted(forward=None, backward=None, forward_transfers_per_microbatch=0,
                                                    backward_transfers_per_microbatch=0)
-        tokens = e.microbatch * s.sequence_length
+        tokens = e.microbatch * (s.sequence_length // e.context_degree)
         sharded = e.tp_communication in ("rs_ag", "p2p_rs_ag")
         boundary = (tokens // e.tensor_parallel if sharded else tokens) * s.hidden * e.bytes_per_element
         tier = mesh.group_tier(e, PipelineTraffic.spans)

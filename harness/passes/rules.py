@@ -58,6 +58,7 @@ from __future__ import annotations
 import dataclasses
 
 from harness import calculon_compat as compat
+from harness.passes import precision
 from harness.ir.distributed import (
     BatchMatmulShape,
     CollectiveShape,
@@ -68,6 +69,7 @@ from harness.ir.distributed import (
     LinearShape,
     NormShape,
     PointwiseShape,
+    QuantizeShape,
     ResidualShape,
 )
 from harness.ir.portable import Capacity, Engine, Work
@@ -134,6 +136,13 @@ _NONE_MATRIX = _work(0, 0, 0, "matrix")
 def linear(s: LinearShape, b: int, shards: int) -> PrimitiveFacts:
     ops = 2 * s.m * s.n * s.k
     x, w, y = s.m * s.n, s.n * s.k + (s.k if s.bias else 0), s.m * s.k
+    if s.precision is not None:  # quantized GEMMs (harness.passes.precision)
+        forward, activation_grad, weight_grad, kept = precision.linear_facts(s, b)
+        return PrimitiveFacts(
+            forward=forward, activation_grad=activation_grad, weight_grad=weight_grad,
+            optimizer=_optimizer(w, 2 * w, b, shards),
+            capacity=_capacity(b, shards, weights=w, activation=kept, output=y, activation_grad=y * b,
+                               moments=2 * w))
     return PrimitiveFacts(
         forward=_work(ops, (x + w) * b, y * b, "matrix"),
         activation_grad=_work(ops, (w + y) * b, x * b, "matrix"),
@@ -364,6 +373,19 @@ def matrix_operations(shape) -> tuple[str, float] | None:
     return family, facts.forward.operations + facts.activation_grad.operations + facts.weight_grad.operations
 
 
+def context_exchange(s, b: int, shards: int) -> PrimitiveFacts:
+    """The context-parallel K/V ring: its messages only (no local work; the received chunks are transient)."""
+    return PrimitiveFacts(forward=_NONE, activation_grad=_NONE, weight_grad=_NONE, optimizer=_NONE,
+                          capacity=_capacity(b, shards))
+
+
+def quantize(s: QuantizeShape, b: int, shards: int) -> PrimitiveFacts:
+    """A quantized linear's casts (harness.passes.precision)."""
+    forward, backward = precision.quantize_facts(s, b)
+    return PrimitiveFacts(forward=forward, activation_grad=backward, weight_grad=_NONE, optimizer=_NONE,
+                          capacity=_capacity(b, shards))
+
+
 RULES = {
     "linear": linear,
     "batch_matmul": batch_matmul,
@@ -382,6 +404,8 @@ RULES = {
     "tp_collective": tp_collective,
     "overlapped_linear": overlapped_linear,
     "cross_entropy": cross_entropy,
+    "context_exchange": context_exchange,
+    "quantize": quantize,
 }
 
 

@@ -16,11 +16,24 @@ schedule component traces back to its tasks:
   reduction/copy work of the pass, in a base and in an edge block;
 - ``recomm_*``: recommunication tasks, network time;
 - ``pp_*``: one pipeline boundary transfer; ``dp_s``: one block's DP sync.
+
+A ring exchange (exchange ``ring``: context parallelism's K/V ring) sends its
+message in ``steps`` steps, each while one chunk of the tasks it hides behind
+runs (``hides_behind``: the attention scores, ``steps + 1`` chunks, one per CP
+rank's K/V), as Megatron-Core's ring attention launches step ``i + 1``'s
+send/receive before computing step ``i``. What a step does not hide is exposed
+(:func:`ring_exposed_s`: ``steps x max(0, step - hidden / (steps + 1))``) and
+counted in the pass it stalls: ``forward_s`` (and ``recompute_s`` when the
+hidden tasks are recomputed, which redoes the ring) and ``activation_grad_s``
+(the backward ring: K/V with their gradients). Context parallelism has no
+timing component of its own yet.
 """
 
 from __future__ import annotations
 
 import dataclasses
+
+import numpy as np
 
 from harness.cost.views import Pricer, TaskCost
 from harness.ir.distributed import exchange
@@ -49,13 +62,25 @@ class BlockTimes:
     dp_s: float  # one block's data-parallel gradient synchronisation
 
 
+def ring_exposed_s(step_s, hidden_s, steps: int):
+    """Exposed time of a ring of ``steps`` message steps of ``step_s`` each, hidden behind ``steps + 1`` equal
+    chunks of ``hidden_s`` (the first chunk runs on local data)."""
+    return steps * np.maximum(0.0, step_s - hidden_s / (steps + 1))
+
+
 def block_times(plan: PortablePlanIR, costs: tuple[TaskCost, ...], pricer: Pricer) -> BlockTimes:
     forward_s = recompute_s = activation_grad_s = weight_grad_s = optimizer_s = 0.0
     tp_forward_base_s = tp_forward_edge_s = tp_backward_base_s = tp_backward_edge_s = 0.0
     recomm_base_s = recomm_edge_s = 0.0
+    rings = []
     for cost in costs:
         passes = cost.passes
-        if cost.phase == "forward" and exchange(cost.primitive) != "collective":
+        kind = exchange(cost.primitive)
+        if kind == "ring":
+            if cost.phase == "forward":
+                rings.append((cost.name, passes))
+            continue
+        if cost.phase == "forward" and kind != "collective":
             forward_s += passes["forward"].processing_s
             activation_grad_s += passes["activation_grad"].processing_s
             weight_grad_s += passes["weight_grad"].processing_s
@@ -72,6 +97,21 @@ def block_times(plan: PortablePlanIR, costs: tuple[TaskCost, ...], pricer: Price
             resent = passes["forward"]  # a recommunication task: its re-sent TP messages
             recomm_base_s += resent.network_base_s
             recomm_edge_s += resent.network_edge_s
+    if rings:  # the hidden tasks priced by the same pricer (explain prices one task at a time)
+        tasks = {t.name: t for t in plan.tasks}
+        by_name = {n: pricer.task(t).passes for n, t in tasks.items()}
+        recomputed = {t.clone_of for t in plan.tasks if t.phase == "recompute"}
+        for name, passes in rings:
+            messages = tasks[name].messages
+            hidden = messages.hides_behind
+            exposed = ring_exposed_s(passes["forward"].network_base_s,
+                                     sum(by_name[n]["forward"].processing_s for n in hidden), messages.ring_steps)
+            forward_s += exposed
+            if recomputed & set(hidden):
+                recompute_s += exposed
+            activation_grad_s += ring_exposed_s(passes["activation_grad"].network_base_s,
+                                                sum(by_name[n]["activation_grad"].processing_s for n in hidden),
+                                                messages.ring_steps)
     dp_s = sum(pricer.message_s(m) for m in plan.data_parallel.messages) if plan.data_parallel else 0.0
     return BlockTimes(forward_s, recompute_s, activation_grad_s, weight_grad_s, optimizer_s, tp_forward_base_s,
                       tp_forward_edge_s, tp_backward_base_s, tp_backward_edge_s, recomm_base_s, recomm_edge_s,

@@ -1,0 +1,114 @@
+"""Context parallelism (issue 20 item 3), against hand-computed values.
+
+Shape: hidden 64, feedforward 256, sequence 32, 8 heads of 8, 2 blocks, fp16 (2 bytes). Layout: TP 2,
+CP 2, DP 2, microbatch 1: each rank holds 32 / 2 = 16 of a sample's positions (2 x CP = 4 chunks of 8,
+rank r holding chunks r and 3 - r) and 8 / 2 = 4 heads of width 8 (TP-local attention width 32)."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.cases import EstimateInput
+from harness.cost.views import COST_VIEWS, pricer_for
+from harness.estimate import cost_view
+from harness.evidence.profile import load_profile
+from harness.ir.checks import layout_problems
+from harness.ir.model import ExecutionLayout, TransformerShape
+from harness.pipeline import lower
+
+SHAPE = dict(hidden=64, feedforward=256, sequence_length=32, attention_heads=8, head_size=8, blocks=2)
+TIERS = {"tensor": 0, "pipeline": 0, "data": 1, "context": 0}
+
+
+def plan(cp: int | None = 2, **changes):
+    execution = dict(tensor_parallel=2, pipeline_parallel=1, data_parallel=2, global_batch=4, microbatch=1,
+                     network_tiers=TIERS, context_parallel=cp)
+    execution.update(changes)
+    return lower(EstimateInput(model=SHAPE, execution=execution, system="a100_80g")).plan
+
+
+def task(p, name):
+    return next(t for t in p.tasks if t.name == name)
+
+
+def test_the_sequence_is_split_over_the_context_ranks():
+    p = plan()
+    # local queries 16 against all 32 keys, 4 local heads: 2 x 4 x 16 x 8 x 32
+    assert task(p, "attn.qk_matmul").forward.operations == 2 * 4 * 16 * 8 * 32 == 32768
+    assert task(p, "attn.softmax").forward.operations == 5 * 4 * 16 * 32  # 5 per score element
+    assert task(p, "mlp.fc1").forward.operations == 2 * 16 * 64 * 128  # 16 local tokens
+    one = plan(None)
+    assert task(one, "attn.qk_matmul").forward.operations == 2 * 4 * 32 * 8 * 32
+    # every primitive's work is linear in the local tokens or in (local queries x all keys): CP 2 halves it
+    total = sum(t.forward.operations + t.activation_grad.operations + t.weight_grad.operations for t in p.tasks)
+    assert 2 * total == sum(t.forward.operations + t.activation_grad.operations + t.weight_grad.operations
+                            for t in one.tasks)
+    assert p.processors == 8
+
+
+def test_k_and_v_go_round_the_ring_on_the_context_group():
+    m = task(plan(), "attn.context_exchange").messages
+    # K and V of 16 positions x 32 local width, 2 bytes: 2 x 16 x 32 x 2
+    assert (m.forward_base.collective, m.forward_base.message_bytes, m.forward_base.network_tier) == ("p2p", 2048, 0)
+    assert m.backward_base.message_bytes == 4096  # K, V and their gradients
+    assert m.ring_steps == 1 and m.spans == ("context",)
+    m4 = task(plan(4, network_tiers={**TIERS, "context": 1}), "attn.context_exchange").messages
+    # CP 4: 8 positions per rank, 3 steps, on the context tier
+    assert (m4.forward_base.message_bytes, m4.ring_steps, m4.forward_base.network_tier) == (2 * 8 * 32 * 2, 3, 1)
+
+
+def test_weight_gradients_are_reduced_over_data_x_context():
+    p = plan(optimizer_sharding=True)
+    weights = 3 * 64 * 32 + 32 * 64 + 64 * 128 + 128 * 64 + 2 * (2 * 64)  # per TP rank, one block
+    dp = p.data_parallel
+    assert dp.spans == ("data", "context") and dp.gradient_bytes == weights * 2 == 49664
+    # 4 ranks hold the same weights; the group's tier is the higher of data's (1) and context's (0)
+    assert [(m.collective, m.participants, m.network_tier) for m in dp.messages] == [
+        ("reduce_scatter", 4, 1), ("all_gather", 4, 1)]
+    # fp32 master weights and two fp32 moments, sharded over the 4 ranks
+    assert sum(t.capacity.optimizer_bytes for t in p.tasks) == weights * 12 / 4
+
+
+def test_activation_memory_is_per_rank():
+    p = plan()
+    # the QK^T input kept for backward: 4 heads x (16 x 8 local queries + 8 x 32 keys) x 2 bytes
+    assert task(p, "attn.qk_matmul").capacity.activation_bytes == 4 * (16 * 8 + 8 * 32) * 2
+    assert task(p, "mlp.fc1").capacity.activation_bytes == 16 * 64 * 2
+    assert task(p, "attn.softmax").capacity.activation_bytes == 4 * 16 * 32 * 2
+
+
+def test_a_ring_step_is_exposed_where_the_scores_do_not_hide_it():
+    p = plan()
+    profile = load_profile("a100_80g")
+    view = COST_VIEWS["peak_only"]
+    pricer = pricer_for(profile, view, p.datatype)
+    block, _ = cost_view(p, profile, view)
+    scores = ("attn.qk_matmul", "attn.softmax", "attn.probs_dropout", "attn.pv_matmul")
+    ring = task(p, "attn.context_exchange").messages
+    compute = sum(pricer.task(t)["forward"].processing_s for t in p.tasks
+                  if t.phase == "forward" and t.exchange == "none")
+    hidden = sum(pricer.task(task(p, n))["forward"].processing_s for n in scores)
+    step = pricer.message_s(ring.forward_base)
+    assert step > hidden / 2  # a 2 KB step costs its latency, the tiny scores hide little
+    # one step while the first of 2 chunks of scores runs (the second runs on the received K/V)
+    assert block.forward_s == pytest.approx(compute + (step - hidden / 2), rel=1e-12)
+    back_hidden = sum(pricer.task(task(p, n))["activation_grad"].processing_s for n in scores)
+    back_compute = sum(pricer.task(t)["activation_grad"].processing_s for t in p.tasks
+                       if t.phase == "forward" and t.exchange == "none")
+    back_step = pricer.message_s(ring.backward_base)
+    assert block.activation_grad_s == pytest.approx(back_compute + max(0.0, back_step - back_hidden / 2), rel=1e-12)
+
+
+@pytest.mark.parametrize("changes, field", [
+    (dict(context_parallel=3), "execution.context_parallel"),  # 32 positions are not 6 chunks
+    (dict(network_tiers={"tensor": 0, "pipeline": 0, "data": 1}), "execution.network_tiers.context"),
+    (dict(cp_comm="a2a"), "execution.cp_comm"),
+    (dict(tp_overlap="ring"), "execution.tp_overlap"),
+    (dict(context_parallel=None, cp_comm="p2p"), "execution.cp_comm"),
+])
+def test_layouts_context_parallelism_cannot_price_are_refused_naming_the_field(changes, field):
+    execution = dict(tensor_parallel=2, pipeline_parallel=1, data_parallel=2, global_batch=4, microbatch=1,
+                     network_tiers=TIERS, context_parallel=2)
+    execution.update(changes)
+    problems = layout_problems(TransformerShape(**SHAPE), ExecutionLayout(**execution))
+    assert field in [f for f, _ in problems]

@@ -1,0 +1,87 @@
+"""Mixed-precision recipes (issue 20 item 4), against hand-computed values (harness.passes.precision rules).
+
+Shape: hidden 64, feedforward 256, sequence 32, 8 heads of 8, 2 blocks; TP = PP = DP = 1, microbatch 1, bf16
+(2 bytes): mlp.fc1 is Y[32, 256] = X[32, 64] W[64, 256], so X = 2048, W = 16384, Y = 8192 elements."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness.cases import EstimateInput
+from harness.cost.views import COST_VIEWS, pricer_for
+from harness.evidence.profile import load_profile
+from harness.ir.checks import layout_problems
+from harness.ir.model import ExecutionLayout, TransformerShape
+from harness.pipeline import lower
+
+SHAPE = dict(hidden=64, feedforward=256, sequence_length=32, attention_heads=8, head_size=8, blocks=2)
+X, W, Y = 2048, 16384, 8192
+LAYOUT = dict(tensor_parallel=1, pipeline_parallel=1, data_parallel=1, global_batch=2, microbatch=1,
+              datatype="bfloat16", network_tiers={"tensor": 0, "pipeline": 0, "data": 0})
+
+
+def plan(precision, system="b200", **changes):
+    return lower(EstimateInput(model=SHAPE, execution={**LAYOUT, "precision": precision, **changes},
+                               system=system)).plan
+
+
+def task(p, name):
+    return next(t for t in p.tasks if t.name == name)
+
+
+def test_fp8_gemms_read_quantized_operands_and_write_bf16():
+    p = plan("fp8_delayed")
+    fc1 = task(p, "mlp.fc1")
+    assert fc1.forward.datatype == fc1.activation_grad.datatype == fc1.weight_grad.datatype == "float8"
+    assert fc1.forward.operations == 2 * 32 * 64 * 256
+    assert (fc1.forward.bytes_read, fc1.forward.bytes_written) == (X + W, Y * 2)  # fp8 X, W -> bf16 Y
+    assert (fc1.activation_grad.bytes_read, fc1.activation_grad.bytes_written) == (W + Y, X * 2)
+    assert (fc1.weight_grad.bytes_read, fc1.weight_grad.bytes_written) == (X + Y, W * 2)
+    assert fc1.capacity.activation_bytes == X  # the fp8 input kept for the weight gradient
+    # bf16 weights, fp32 main weights and two fp32 Adam moments
+    assert fc1.capacity.weight_bytes == 2 * W and fc1.capacity.optimizer_bytes == 12 * W
+    assert task(p, "attn.qk_matmul").forward.datatype is None  # the scores stay bf16
+
+
+def test_quantization_work_of_each_recipe():
+    q = task(plan("fp8_delayed"), "mlp.fc1.quantize")
+    assert (q.forward.operations, q.forward.bytes_read, q.forward.bytes_written) == (2 * (X + W), 2 * (X + W), X + W)
+    assert (q.activation_grad.operations, q.activation_grad.bytes_read, q.activation_grad.bytes_written) == (
+        2 * Y, 2 * Y, Y)
+    assert q.capacity.activation_bytes == 0
+    current = task(plan("fp8_current"), "mlp.fc1.quantize")  # an amax pass first: 1 op and a read more
+    assert (current.forward.operations, current.forward.bytes_read) == (3 * (X + W), 2 * 2 * (X + W))
+    mx = plan("mxfp8")  # one E8M0 scale byte per 32 elements
+    assert task(mx, "mlp.fc1.quantize").forward.bytes_written == (X + W) * (1 + 1 / 32)
+    assert task(mx, "mlp.fc1").forward.bytes_read == (X + W) * (1 + 1 / 32)
+    fp4 = plan("nvfp4")  # half a byte per element, one E4M3 scale per 16, a per-tensor amax pass
+    assert task(fp4, "mlp.fc1").forward.datatype == "float4"
+    assert task(fp4, "mlp.fc1").forward.bytes_read == (X + W) * (0.5 + 1 / 16)
+    assert task(fp4, "mlp.fc1.quantize").forward.operations == 3 * (X + W)
+
+
+def test_each_work_is_priced_at_its_datatype_s_peak():
+    p = plan("fp8_delayed")
+    raw = yaml.safe_load((Path(__file__).parent.parent / "evidence" / "b200.yaml").read_text())
+    pricer = pricer_for(load_profile("b200"), COST_VIEWS["peak_only"], p.datatype)
+    fc1, qk = task(p, "mlp.fc1"), task(p, "attn.qk_matmul")
+    assert pricer.work(fc1.forward).compute_s == fc1.forward.operations / raw["matrix"]["float8"]["peak_flops_per_s"]
+    assert pricer.work(qk.forward).compute_s == qk.forward.operations / raw["matrix"]["bfloat16"]["peak_flops_per_s"]
+
+
+def test_recipes_without_quantization_change_nothing():
+    assert plan("bf16").digest() == plan(None).digest()
+    assert plan("fp16", datatype="float16").digest() == plan(None, datatype="float16").digest()
+
+
+@pytest.mark.parametrize("changes, field", [
+    (dict(precision="fp8_delayed", datatype="float16"), "execution.datatype"),
+    (dict(precision="fp16"), "execution.datatype"),
+    (dict(precision="fp8_current", tensor_parallel=2, tp_overlap="ring"), "execution.tp_overlap"),
+])
+def test_recipes_refuse_what_they_cannot_price(changes, field):
+    problems = layout_problems(TransformerShape(**SHAPE), ExecutionLayout(**{**LAYOUT, **changes}))
+    assert field in [f for f, _ in problems]
