@@ -317,3 +317,20 @@ def test_a_case_no_pattern_prices_is_unsupported_naming_the_row_field(plain_stac
     case = run_case(run_of(gpt_row()), "h100_80g_nvl8")
     assert case.input is None and case.invalid is None
     assert "no form under TP overlap" in dict(case.unsupported)["parallel.tp_comm_overlap"]
+
+
+def test_a_layout_the_checks_do_not_model_yet_is_unsupported_not_invalid(monkeypatch):
+    """Context parallelism with the flash kernel (every shipped stack's): harness.ir.checks refuses it as not
+    modelled yet; the row is unsupported naming the stack's kernel, not invalid. Without that rule (or with a
+    stack of today's materialized kernel) the row maps."""
+    cp_row = gpt_row(parallel__cp=2, parallel__dp=1, batch__gradient_accumulation=256, parallel__tp_comm_overlap=False,
+                     source__where="NVIDIA/dgxc-benchmarking@35a9 nemo_megatron/README_175b.md")
+    if not (case_has_field("execution.context_parallel") and case_has_field("execution.attention_kernel")):
+        pytest.skip("the case format lacks context parallelism or the attention kernel")
+    case = run_case(run_of(cp_row), "h100_80g_nvl8")
+    if case.input is None:
+        assert case.invalid is None and "not modelled yet" in dict(case.unsupported)["stack.attention_kernel"]
+    monkeypatch.setitem(STACKS, "NVIDIA/dgxc-benchmarking", Stack("materialized", False, "test"))
+    e = run_case(run_of(cp_row), "h100_80g_nvl8").input.execution
+    # CP spans TP x CP = 16 ranks: tier 1 of an 8-GPU domain
+    assert (e.context_parallel, e.network_tiers.context, e.network_tiers.tensor) == (2, 1, 0)
