@@ -229,13 +229,22 @@ def trace_events(sim: Simulation, spans: TaskSpans | None = None,
 
 def _require_physical(sim: Simulation, events: list[dict], source: str) -> None:
     """No trace holds a negative, NaN or infinite time (the bubble difference is signed by definition)."""
-    for name in ("makespan_s", "total_s", "first_stage_busy_s", "data_parallel_s", "optimizer_s",
-                 "closed_form_total_s", "closed_form_bubble_s"):
-        value = getattr(sim, name)
+    require_physical_trace(events, {name: getattr(sim, name) for name in (
+        "makespan_s", "total_s", "first_stage_busy_s", "data_parallel_s", "optimizer_s", "closed_form_total_s",
+        "closed_form_bubble_s")}, source)
+
+
+def require_physical_trace(events: list[dict], figures: dict[str, float], source: str) -> None:
+    """The one check of a trace's figures and events (this module's task trace and
+    :mod:`harness.trace_queues`' queue trace): every figure, and every complete event's start, duration and
+    ``args.duration_s`` (where it has one), is a finite, non-negative number, or the trace is an
+    :class:`~harness.errors.InputError` naming ``source`` and the figure or event."""
+    for name, value in figures.items():
         if not 0.0 <= value < math.inf:
-            raise InputError(source, f"trace.{name}", f"{value!r} is not a finite, non-negative time")
+            raise InputError(source, f"trace.{name}", f"{value!r} is not a finite, non-negative figure")
     for event in events:
-        if event["ph"] == "X" and not (0.0 <= event["ts"] < math.inf and 0.0 <= event["dur"] < math.inf):
+        if event["ph"] == "X" and not (0.0 <= event["ts"] < math.inf and 0.0 <= event["dur"] < math.inf
+                                       and 0.0 <= event["args"].get("duration_s", 0.0) < math.inf):
             raise InputError(source, f"trace event {event['name']}", f"ts {event['ts']!r} / dur {event['dur']!r} "
                                                                      "is not a finite, non-negative time")
 

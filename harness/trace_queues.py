@@ -39,7 +39,7 @@ from harness.evidence.profile import EvidenceProfile
 from harness.ir.concrete import ConcretePlanIR
 from harness.schedule.physical import PhysicalSchedule, physical_schedule
 from harness.schedule.projection import calculon_projection
-from harness.trace import MAX_TRACE_EVENTS, MAX_TRACE_OPERATIONS, trace_size
+from harness.trace import MAX_TRACE_EVENTS, MAX_TRACE_OPERATIONS, require_physical_trace, trace_size
 
 EXPOSED = "exposed"
 
@@ -124,17 +124,6 @@ def queue_events(concrete: ConcretePlanIR, schedule: PhysicalSchedule) -> list[d
     return events
 
 
-def _require_physical(events: list[dict], figures: dict[str, float], source: str) -> None:
-    for name, value in figures.items():
-        if not 0.0 <= value < math.inf:
-            raise InputError(source, f"trace.{name}", f"{value!r} is not a finite, non-negative figure")
-    for event in events:
-        if event["ph"] == "X" and not (0.0 <= event["ts"] < math.inf and 0.0 <= event["dur"] < math.inf
-                                       and 0.0 <= event["args"]["duration_s"] < math.inf):
-            raise InputError(source, f"trace event {event['name']}", f"ts {event['ts']!r} / dur {event['dur']!r} "
-                                                                     "is not a finite, non-negative time")
-
-
 def build_queue_trace(concrete: ConcretePlanIR, profile: EvidenceProfile, view: CostView, *,
                       task_microbatches: int = 1, label: str = "", source: str = "<input>",
                       max_operations: int = MAX_TRACE_OPERATIONS,
@@ -151,7 +140,7 @@ def build_queue_trace(concrete: ConcretePlanIR, profile: EvidenceProfile, view: 
                **{f"components_s.{k}": v for k, v in physical.components_s.items()},
                **{f"busy_s.{q}.{c}": v for (q, c), v in schedule.busy_s.items()},
                **{f"exposed_s.{q}.{c}": v for (q, c), v in schedule.exposed_s.items()}}
-    _require_physical(events, figures, source)
+    require_physical_trace(events, figures, source)
     other = {"label": label, "view": view.name, "projection": "physical", "total_s": physical.total_s,
              "components_s": physical.components_s, "calculon_total_s": calculon.total_s,
              "calculon_components_s": calculon.components_s, "recorded_microbatches": task_microbatches,

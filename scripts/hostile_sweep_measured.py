@@ -49,14 +49,18 @@ def nccl_table(collective: str = "all_reduce", n: int = 8, *, sizes=(1 << 20, 1 
     message for all_reduce, one rank's share otherwise; busbw = algbw x the collective's factor)."""
     factor = 2 * (n - 1) / n if collective == "all_reduce" else (n - 1) / n
     redop = redop or ("none" if collective == "all_gather" else "sum")
-    sizes, bus = (((8,) + tuple(sizes), (0.0001,) + tuple(bus)) if start8 else (sizes, bus))
     width = {"float": 4, "half": 2, "double": 8, "int8": 1}.get(dtype, 4)
+    if start8:  # nccl-tests' -b 8: the smallest message is one element per rank (a "0 0" line below it)
+        smallest = 8 if collective == "all_reduce" else width * n
+        sizes, bus = (smallest,) + tuple(sizes), (0.0001,) + tuple(bus)
     if csv:
         lines = ["size(B),count,type,time(ns),busbw(GB/s),time(ns),busbw(GB/s)"]
     else:
         lines = [f"# nThread 1 nGpus {n} minBytes 8 maxBytes 16777216 step: 2(factor) warmup iters: 5 iters: 20"]
         lines += [f"#  Rank {r:2d} Group  0 Pid 10 on host device {r} [0x07] NVIDIA A100" for r in range(ranks)]
         lines.append("#  size  count  type  redop  root  time  algbw  busbw  #wrong  time  algbw  busbw  #wrong")
+        if start8 and collective != "all_reduce":
+            lines.append(f"0 0 {dtype} {redop} -1 0.19 0.00 0.00 0 0.18 0.00 0.00 0")
     for size, b in zip(sizes, bus):
         count = max(size // width if collective == "all_reduce" else size // width // n, 1)
         t = size * factor / (b * 1e9)
@@ -74,8 +78,9 @@ def _nccl(make, python) -> list:
     imp = ["evidence", "import", "nccl-tests"]
 
     def add(name, argv, files, expect, needles=(), outputs=("o.jsonl", "np.yaml")):
+        setup = _existing("np.yaml") if name == "apply-replace" else None  # replaced on purpose: not an input
         a.append(make("measured:nccl", name, argv, expect, files, needles,
-                      outputs=outputs if expect == "error" else (), timeout=60))
+                      outputs=outputs if expect == "error" else (), timeout=60, setup=setup))
 
     for collective in ("all_reduce", "reduce_scatter", "all_gather"):
         for n in (2, 4, 8, 16):
@@ -111,6 +116,8 @@ def _nccl(make, python) -> list:
     for index, column in enumerate(("size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong",
                                     "time-in", "algbw-in", "busbw-in", "#wrong-in")):
         for value in ("nan", "inf", "-1", "abc", "1_000", "0x10", "1e400", ""):
+            if value == cells[index]:
+                continue  # not a mutation
             mutated = list(cells)
             mutated[index] = value
             text = base.replace(data_line, " ".join(m for m in mutated if m))
@@ -147,7 +154,7 @@ def _nccl(make, python) -> list:
          ("--profile-output",)),
         ("apply-onto-existing", [*apply, "np.yaml"], {"t.txt": base, "np.yaml": "name: np\n"}, "error",
          ("--replace",)),
-        ("apply-replace", [*apply, "np.yaml", "--replace"], {"t.txt": base, "np.yaml": "name: np\n"}, "ok", ()),
+        ("apply-replace", [*apply, "np.yaml", "--replace"], {"t.txt": base}, "ok", ()),
         ("apply-tier-missing", [*imp, "t.txt", "--tier", "7", "--output", "o.jsonl", "--apply", "a100_80g",
                                 "--profile-output", "np.yaml"], {"t.txt": base}, "error", ("--tier",)),
         ("apply-twice", [*imp, "t.txt", "u.txt", "--tier", "0", "--output", "o.jsonl", "--apply", "a100_80g",
@@ -302,19 +309,21 @@ def _fit(make, python) -> list:
         ("sweeps-twice-combined", [*fit, "f.yaml", "--combine-sweeps", "fastest"],
          {"c.jsonl": good, "s.jsonl": twice}, "ok", ()),
         ("onto-case", [*fit, "{p}/cases/megatron-22B_full.yaml"], {"c.jsonl": good, "s.jsonl": sweeps}, "error",
-         ("--output",)),
+         ("--name",)),
+        ("onto-case-by-link", [*fit, "ok.yaml"], {"c.jsonl": good, "s.jsonl": sweeps}, "error", ("--output",)),
         ("onto-existing", [*fit, "f.yaml"], {"c.jsonl": good, "s.jsonl": sweeps, "f.yaml": "name: f\n"}, "error",
          ("--replace",)),
-        ("onto-existing-replace", [*fit, "f.yaml", "--replace"],
-         {"c.jsonl": good, "s.jsonl": sweeps, "f.yaml": "name: f\n"}, "ok", ()),
+        ("onto-existing-replace", [*fit, "f.yaml", "--replace"], {"c.jsonl": good, "s.jsonl": sweeps}, "ok", ()),
         ("name-upper", [*fit, "F.yaml"], {"c.jsonl": good, "s.jsonl": sweeps}, "error", ("--name",)),
         ("only-sweeps", ["evidence", "fit", "--base", "a100_80g", "--measurements", "s.jsonl", "--output", "f.yaml"],
          {"s.jsonl": sweeps}, "error", ("kind",)),
     ]:
         outputs = ("f.yaml",) if expect in ("error", "fit-refused") else ()
         check = _fit_refused if expect == "fit-refused" else None
+        setup = {"onto-existing-replace": _existing("f.yaml"),
+                 "onto-case-by-link": _link("ok.yaml", "proj/cases/megatron-22B_full.yaml")}.get(name)
         a.append(make("measured:fit", name, argv, "any" if expect == "fit-refused" else expect, files, needles,
-                      outputs=outputs, timeout=300, check=check))
+                      outputs=outputs, timeout=300, check=check, setup=setup))
     report = ["evidence", "report", "--profile", "a100_measured", "--base", "a100_80g", "--measurements", "c.jsonl",
               "s.jsonl", "--output", "r.json"]
     a.append(make("measured:report", "one-shape", report, "any", {"c.jsonl": good, "s.jsonl": sweeps}, (),
@@ -327,6 +336,19 @@ def _fit(make, python) -> list:
     a.append(make("measured:report", "plots-into-cases", [*report, "--plots", "{p}/cases"], "error",
                   {"c.jsonl": good, "s.jsonl": sweeps}, ("--plots",), timeout=300))
     return a
+
+
+def _existing(name: str):
+    """A setup: an existing output the attempt replaces on purpose (not one of its inputs)."""
+    def make(work: Path) -> None:
+        (work / name).write_text("name: old\n")
+    return make
+
+
+def _link(name: str, target: str):
+    def make(work: Path) -> None:
+        (work / name).symlink_to(work / target)
+    return make
 
 
 def _fit_refused(work, result) -> list[str]:

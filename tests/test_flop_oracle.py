@@ -106,3 +106,68 @@ def test_recording_again_reproduces_the_vendored_record(tmp_path):
     again = record_flops(FLOPS / "configs" / "qwen3_head_dim.json", 1, 128, vendored.id)
     assert (again.forward, again.backward, again.config_sha256) == (
         vendored.forward, vendored.backward, vendored.config_sha256)
+
+
+# --- the oracle against the plan -----------------------------------------------------------------------------
+
+#: Plan primitives with matrix work, by the record's class.
+MATRIX_CLASS = {"linear": "linear", "batch_matmul": "attention"}
+EXECUTION = """tensor_parallel: 1
+pipeline_parallel: 1
+data_parallel: 1
+global_batch: {b}
+microbatch: {b}
+datatype: bfloat16
+recompute: none
+network_tiers: {{tensor: 0, pipeline: 1, data: 1}}
+"""
+
+
+def record_input(record, tmp_path):
+    """The case input of a record's layer: Llama, Mistral and Qwen configs through ``harness import hf``'s
+    translation; GPT-2 and GPT-NeoX (no importer) read by hand as the native GeLU block: their matrix shapes are
+    those of hidden, feedforward, heads and head size (learned or partial rotary positions and GPT-NeoX's
+    parallel residual are not matrix work)."""
+    from harness.cases import EstimateInput
+    from harness.commands.import_hf import translate
+    from harness.ir.model import ExecutionLayout, TransformerShape
+    import yaml
+
+    execution = EXECUTION.format(b=record.microbatch)
+    config = record.config
+    if config["model_type"] in ("gpt2", "gpt_neox"):
+        s = shape(config)
+        model = TransformerShape(hidden=s["hidden"], feedforward=s["ffn"], sequence_length=record.sequence_length,
+                                 attention_heads=s["heads"], head_size=s["head_dim"], blocks=1)
+        return EstimateInput(model=model, execution=ExecutionLayout(**yaml.safe_load(execution)), system="h100_sxm_80g")
+    (tmp_path / "execution.yaml").write_text(execution)
+    data, _ = translate(CONFIGS[record.config_sha256], tmp_path / "execution.yaml", record.sequence_length,
+                        "h100_sxm_80g")
+    return data
+
+
+def plan_matrix_flops(data) -> dict[str, float]:
+    """Forward + activation-gradient + weight-gradient matrix operations of the plan's block tasks (no clones:
+    recompute none), by class."""
+    from harness.pipeline import lower
+
+    totals = {"linear": 0.0, "attention": 0.0}
+    for task in lower(data).plan.tasks:
+        for work in (task.forward, task.activation_grad, task.weight_grad):
+            if work.engine == "matrix" and work.operations:
+                assert task.phase == "forward" and task.primitive in MATRIX_CLASS, (task.name, task.primitive)
+                totals[MATRIX_CLASS[task.primitive]] += work.operations
+    return totals
+
+
+@pytest.mark.parametrize("path", RECORDS, ids=[p.stem for p in RECORDS])
+def test_each_record_equals_the_plans_matrix_work_exactly(path, tmp_path):
+    record = load_flop_record(path)
+    data = record_input(record, tmp_path)
+    assert data.model.blocks == 1
+    expected = {"linear": record.linear_flops, "attention": record.attention_flops}
+    assert plan_matrix_flops(data) == expected  # the matrix work the plan prices
+    from harness.estimate import estimate
+
+    for view in estimate(data).views_json().values():  # the figure estimate --json reports
+        assert view["workload"]["matrix_flops_per_block"] == expected

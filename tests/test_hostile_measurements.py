@@ -481,3 +481,12 @@ def test_more_pipeline_stages_than_blocks_is_refused(tmp_path, capsys):
     case.write_text(text.replace("pipeline_parallel: 1\n", "pipeline_parallel: 64\n"))
     one_error_line(*run(capsys, "estimate", case)[::2], f"{case}: execution.pipeline_parallel: PP=64 exceeds the 48 "
                                                         "blocks")
+
+
+def test_the_zero_lines_nccl_tests_prints_below_one_element_per_rank_are_skipped(tmp_path):
+    text = nccl_table("all_gather", 8)
+    header = "#  size  count  type  redop  root  time  algbw  busbw  #wrong  time  algbw  busbw  #wrong\n"
+    path = tmp_path / "ag.txt"
+    path.write_text(text.replace(header, header + "0 0 float none -1 0.19 0.00 0.00 0 0.18 0.00 0.00 0\n"))
+    sweep = parse_nccl_tests(path, None, 0)
+    assert (sweep.collective, sweep.participants, sweep.sizes_bytes[0]) == ("all_gather", 8, float(1 << 20))

@@ -49,3 +49,36 @@ def test_a_re_pricer_keeps_compute_and_memory_times(pricers, name):
     assert other.compute_s(3e12, "matrix") == pricer.compute_s(3e12, "matrix")
     assert (other.memory_s(2e8), other.tier2_s(2e8), other.roofline) == (pricer.memory_s(2e8), pricer.tier2_s(2e8),
                                                                           pricer.roofline)
+
+
+def test_the_fits_array_prices_equal_the_pricers_on_step_and_saturating_curves():
+    """Pricer.processing_s_of (the fit's design matrix) and Pricer.work price the same passes bit for bit:
+    the step curves of a100_80g (sizes on, between and below thresholds) and the saturating curves and
+    launch floor of a100_measured, matrix and vector engines, issued or not."""
+    sizes = np.array([1.0, 5e5, 1e6, 3e7, 1e9, 4e9, 1e11, 2e12, 7e13])
+    for name in ("a100_80g", "a100_measured"):
+        pricer = Pricer(load_profile(name), COST_VIEWS["system_evidence"], "float16")
+        for matrix in (True, False):
+            operations, size = sizes, sizes[::-1] * 3
+            got = pricer.processing_s_of(operations, size, np.full(len(sizes), matrix), np.ones(len(sizes), bool))
+            engine = "matrix" if matrix else "vector"
+            expected = [pricer.work(Work(operations=float(o), bytes_read=float(b) / 2, bytes_written=float(b) / 2,
+                                         engine=engine)).processing_s for o, b in zip(operations, size)]
+            assert got.tolist() == expected, (name, engine)
+
+
+def test_the_tier_pricers_task_memo_is_bounded(pricers, monkeypatch):
+    """With a bound of 2, three distinct tasks leave at most 2 remembered, and each price is still the
+    wrapped pricer's task re-priced on the tier (the memo changes no result)."""
+    import harness.search.concurrent as concurrent
+
+    monkeypatch.setattr(concurrent, "MEMO_LIMIT", 2)
+    pricer = pricers[0]
+    tier = TierPricer(pricer, {"tensor": 1})
+    plan = lower(load_case(CASES_DIR / "gpt3-175B_full.yaml").estimate_input()).plan
+    messaged = [t for t in plan.tasks if t.messages is not None][:3]
+    assert len({id(t) for t in messaged}) == 3
+    first = [tier.task(t) for t in messaged]
+    assert len(tier._tasks) <= 2
+    fresh = TierPricer(pricer, {"tensor": 1})
+    assert [c.passes for c in first] == [fresh.task(t).passes for t in messaged]

@@ -361,7 +361,7 @@ def run_report(args) -> int:
     checks = load_inputs(args.check, fitting=False) if args.check else None
     try:
         report = build(inputs, base, shipped, shipped.name, checks=checks, combine=args.combine_sweeps,
-                       progress=lambda m: print(m, file=sys.stderr))
+                       progress=lambda m: print(m, flush=True))  # stdout: stderr holds errors only
     except FitRefused as refused:
         return _refused(refused)
     write_text(args.output, json.dumps(report, indent=1, allow_nan=False) + "\n")

@@ -152,8 +152,9 @@ class BlockPricer(Protocol):
     def message_s(self, message: Message | None) -> Seconds:
         """Network time of one message (None, the identity, costs 0)."""
 
-    def compute_s(self, operations: float, engine: str) -> float:
-        """Time of ``operations`` on ``engine`` (``matrix`` or ``vector``)."""
+    def compute_s(self, operations: float, engine: str, datatype: str | None = None) -> float:
+        """Time of ``operations`` on ``engine`` (``matrix`` or ``vector``) in ``datatype`` (None: the
+        pricer's)."""
 
     def memory_s(self, size_bytes: float) -> float:
         """Time to move ``size_bytes`` through memory tier 1."""
@@ -201,7 +202,10 @@ class _Memo(Generic[K, V]):
 
 def seconds(amount, rate_per_s, efficiency):
     """``amount / (rate x efficiency)``: the time of operations on an engine or of bytes through a memory
-    tier (floats, or numpy arrays elementwise)."""
+    tier (floats, or numpy arrays elementwise). The scalar methods of :class:`Pricer` write the same
+    expression inline (a call per priced pass would add ~1 % to a first-pass estimate);
+    ``tests/test_pricer_protocol.py`` checks :meth:`Pricer.processing_s_of` equals :meth:`Pricer.work` bit
+    for bit."""
     return amount / (rate_per_s * efficiency)
 
 
@@ -277,14 +281,14 @@ class Pricer:
                     engine, self._engine(engines, engine, datatype), datatype)
             peak, curve, what = resolved
         eff = 1.0 if curve is None else curve.efficiency(operations, *what)
-        return seconds(operations, peak, eff)
+        return operations / (peak * eff)  # seconds(), inline: the hot path of a first pass
 
     def memory_s(self, size_bytes: float) -> float:
         if size_bytes == 0:
             return 0.0
         bandwidth, curve, what = self._memory
         eff = 1.0 if curve is None else curve.efficiency(size_bytes, *what)
-        return seconds(size_bytes, bandwidth, eff)
+        return size_bytes / (bandwidth * eff)  # seconds(), inline
 
     def tier2_s(self, size_bytes: float) -> float:
         """Time to move ``size_bytes`` over the memory tier-2 link (the ``memory`` curve family applies)."""
@@ -295,7 +299,7 @@ class Pricer:
         if "memory" in self.view.curves:
             eff = tier.transfer_size_efficiency.efficiency(size_bytes, f"evidence profile {self.profile.name}",
                                                            "memory_tier2.transfer_size_efficiency")
-        return seconds(size_bytes, tier.bandwidth_bytes_per_s, eff)
+        return size_bytes / (tier.bandwidth_bytes_per_s * eff)  # seconds(), inline
 
     def work(self, work: Work, optimizer: bool = False) -> PassCost:
         """Compute and memory time of one pass (the optimizer step runs on the vector engine)."""
@@ -311,7 +315,7 @@ class Pricer:
             return ZERO
         compute = self.compute_s(operations, "vector" if optimizer else work.engine, work.datatype)
         memory = self.memory_s(read + written)
-        processing = processing_s(compute, memory, self.roofline, max)
+        processing = max(compute, memory) if self.roofline else compute + memory  # processing_s(), inline
         issue = self._issue_s[work.engine]
         if issue and not optimizer and processing < issue:
             processing = issue  # family launch: the operation waits for the host to issue it

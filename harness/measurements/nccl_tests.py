@@ -12,7 +12,8 @@ Two input forms are read (one table per file):
 Rules (the table decides what it measured, or the import refuses):
 
 - the measured time of a size is the faster of the out-of-place and in-place
-  runs; sizes must strictly increase; a non-zero ``#wrong`` (nccl-tests'
+  runs; sizes must strictly increase; the ``0 0`` lines nccl-tests prints for
+  sizes below one element per rank are skipped; a non-zero ``#wrong`` (nccl-tests'
   own check failed) is refused (``N/A``: the check was off);
 - the collective is read from the columns: ``size / (count x element
   bytes)`` (:data:`ELEMENT_BYTES`) is 1 for an all-reduce (each count is the
@@ -209,6 +210,8 @@ def parse_nccl_tests(path: Path | str, collective: str | None, network_tier: int
                     raise InputError(source, "root", f"{cells[4]}: a rooted collective (broadcast, reduce) is not "
                                                      f"read here ({', '.join(FACTORS)} have root -1)", line=item.number)
         line = item.number
+        if size == "0" and cells[1] == "0":  # nccl-tests' lines below one element per rank: no message, no time
+            continue
         for count in wrong:
             if count not in ("0", "N/A"):
                 raise InputError(source, "#wrong", f"{count}: nccl-tests found wrong results on this line (a "

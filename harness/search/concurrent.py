@@ -35,7 +35,7 @@ import numpy as np
 
 from harness.cost.accumulation import accumulation_s
 from harness.cost.output_layer import per_microbatch_s
-from harness.cost.views import Pricer, TaskCost
+from harness.cost.views import MEMO_LIMIT, Pricer, TaskCost
 from harness.ir import mesh
 from harness.ir.concrete import tier_total_bytes
 from harness.ir.distributed import OverlappedLinearShape
@@ -90,6 +90,8 @@ class TierPricer:
             return 0.0 if message is None else self._pricer.message_on_tier_s(message, tier)
 
         out = with_messages(cost, msgs, price)
+        if len(self._tasks) >= MEMO_LIMIT:  # bounded as the Pricer's memos (a worker's context lives long)
+            self._tasks.clear()
         self._tasks[id(task)] = (task, out)
         return out
 
