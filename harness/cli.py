@@ -107,8 +107,7 @@ def _error(text: str, status: int) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        with _sigterm_unwinds():
-            locations.configure(args.project)
+        with _sigterm_unwinds(), locations.configured(args.project):
             return int(args.func(args) or 0)
     except Terminated:
         print("terminated", file=sys.stderr)

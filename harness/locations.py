@@ -33,8 +33,10 @@ The command line calls :func:`configure` once; library code reads
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from harness.errors import HarnessError, InputError
@@ -155,6 +157,17 @@ def current() -> Locations:
     if not _CURRENT:
         _CURRENT.append(resolve())
     return _CURRENT[0]
+
+
+@contextlib.contextmanager
+def configured(project: Path | str | None = None) -> Iterator[Locations]:
+    """The process's locations set for one command and restored afterwards (a command run in-process, as the
+    tests and the wheel check do, must not leave its ``--project`` behind for whatever runs next)."""
+    previous = list(_CURRENT)
+    try:
+        yield configure(project)
+    finally:
+        _CURRENT[:] = previous
 
 
 def reset() -> None:

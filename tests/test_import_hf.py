@@ -14,7 +14,7 @@ import yaml
 
 from harness.cases import case_has_field
 from harness.interop.hf_config import translate_config
-from tests.conftest import one_error_line, run_cli
+from conftest import one_error_line, run_cli
 
 LLAMA3_8B = {"architectures": ["LlamaForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
              "bos_token_id": 128000, "eos_token_id": 128001, "hidden_act": "silu", "hidden_size": 4096,
@@ -184,7 +184,7 @@ def test_the_llama3_8b_example_imports_and_estimates_on_each_modern_profile(caps
     14336 (SwiGLU)) = 1.0720238370816e13; attention 3 x 2 products x 2 x 8192^2 x 128 x 32 = 3.298534883328e12."""
     if not all(case_has_field(p) for p in EXPECTED["llama3-8b"][2]):
         pytest.skip("the case format lacks a modern-dense field")
-    from tests.conftest import ROOT
+    from conftest import ROOT
 
     out = tmp_path / "case.yaml"
     status, _, err = run_cli(capsys, "import", "hf", "--config", ROOT / "docs/examples/hf/llama3-8b.config.json",

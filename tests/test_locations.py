@@ -74,8 +74,18 @@ def test_the_command_line_configures_the_process(tmp_path, capsys):
 
     assert main(["--project", str(tmp_path / "nope"), "contract", "check"]) == 2
     assert capsys.readouterr().err == f"error: {tmp_path / 'nope'}: --project: not a directory\n"
-    try:
-        assert main(["lower", str(ROOT / "cases" / "megatron-22B_full.yaml"), "--project", str(tmp_path)]) == 0
-        assert locations.current().project == tmp_path and locations.current().origin == "--project"
-    finally:
-        locations.reset()
+    assert main(["lower", str(ROOT / "cases" / "megatron-22B_full.yaml"), "--project", str(tmp_path)]) == 0
+
+
+def test_a_command_run_in_process_leaves_no_project_behind(tmp_path):
+    """``main([... --project X])`` sets the locations for that command only: a later in-process caller (a test,
+    the wheel check) still finds its own project. Before, the other project's evidence/ stayed configured and a
+    later ``load_profile`` read that project's profile of the same name (an order-dependent wrong price)."""
+    from harness import locations
+    from harness.cli import main
+
+    (tmp_path / "evidence").mkdir()
+    locations.reset()
+    before = locations.current().project
+    assert main(["lower", str(ROOT / "cases" / "megatron-22B_full.yaml"), "--project", str(tmp_path)]) == 0
+    assert locations.current().project == before != tmp_path

@@ -16,7 +16,7 @@ from harness.cases import case_has_field
 from harness.measurements.runs import ROW_FIELDS, STACKS, Stack, run_case
 from harness.measurements.runs_estimate import RowResult, estimate_runs, family, summary
 from harness.measurements.runs_schema import MeasuredRun, read_runs
-from tests.conftest import one_error_line, run_cli, shared_reference
+from conftest import one_error_line, run_cli, shared_reference
 
 REPOSITORY = "example/stack"
 

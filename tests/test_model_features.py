@@ -34,12 +34,19 @@ def forward_names(lowering):
     return [t.name for t in lowering.distributed.tasks if t.phase == "forward"]
 
 
-def test_a_qkv_bias_under_tp_overlap_is_reported_as_unpriceable_naming_the_field():
-    bad = data({"qkv_bias": True}, tensor_parallel=2, tp_overlap="ring")
-    with pytest.raises(UnsupportedFeatureError, match=r"case.yaml: model.qkv_bias: a QKV bias has no form under TP "
-                                                      r"overlap"):
-        validate_input("case.yaml", bad)
-    validate_input("case.yaml", data({"qkv_bias": True}, tensor_parallel=2))  # without overlap: priced
+def test_a_qkv_bias_under_tp_overlap_is_on_the_fused_overlapped_gemm():
+    low = lower(data({"qkv_bias": True}, tensor_parallel=2, tp_overlap="ring"))
+    qkv = plan_task(low, "attn.qkv_ag")
+    local = (256 + 2 * 256) // 2  # Q, K, V of 8 heads x 32, over TP 2
+    assert qkv.capacity.weight_bytes == (256 * local + local) * B
+    plain = plan_task(lower(data(tensor_parallel=2, tp_overlap="ring")), "attn.qkv_ag")
+    assert qkv.forward.operations == plain.forward.operations == 2 * 1024 * 256 * local
+    assert qkv.forward.bytes_read == plain.forward.bytes_read + local * B
+    assert qkv.activation_grad.bytes_read == plain.activation_grad.bytes_read
+    # multi-query under TP overlap: the query's overlapped GEMM and the replicated K and V linears carry it
+    mq = lower(data({"qkv_bias": True, "kv_heads": 1}, tensor_parallel=2, tp_overlap="ring"))
+    assert plan_task(mq, "attn.query_ag").capacity.weight_bytes == (256 * 128 + 128) * B
+    assert plan_task(mq, "attn.key").capacity.weight_bytes == (256 * 32 + 32) * B
 
 
 def test_calculon_translation_refuses_every_new_field_instead_of_dropping_it():
@@ -152,6 +159,8 @@ def test_qkv_bias_adds_parameters_not_matrix_operations():
         assert biased.forward.operations == unbiased.forward.operations == 2 * 1024 * 256 * width
         assert biased.capacity.weight_bytes == (256 * width + width) * B
         assert biased.forward.bytes_read == unbiased.forward.bytes_read + width * B
+        assert biased.activation_grad.bytes_read == unbiased.activation_grad.bytes_read  # dgrad: W and dY only
+        assert biased.weight_grad.bytes_written == unbiased.weight_grad.bytes_written + width * B
     assert low.plan.data_parallel is None
     dp = lower(data({"qkv_bias": True, "kv_heads": 2}, data_parallel=2, global_batch=4)).plan.data_parallel
     dp_plain = lower(data({"kv_heads": 2}, data_parallel=2, global_batch=4)).plan.data_parallel

@@ -165,6 +165,10 @@ class OverlappedLinearShape(Frozen):
     base_backward: CollectiveOp | None = Field(description="Backward collective in a base block.")
     edge_forward: CollectiveOp | None = Field(description="Forward collective in a chunk's edge block.")
     edge_backward: CollectiveOp | None = Field(description="Backward collective in a chunk's edge block.")
+    bias: bool | None = Field(None, description="The linear has a bias: k local bias parameters, the add fused in "
+                                                "the GEMM epilogue (None: no bias).")
+
+    ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"bias"})  # overlapped linears without one keep digests
 
 
 class CrossEntropyShape(Frozen):

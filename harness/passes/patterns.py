@@ -120,7 +120,7 @@ class Block:
         """TP overlap: the collectives are fused into the adjacent linears."""
         return self.execution.tp_overlap != "none"
 
-    def overlapped(self, role: str, n: int, k: int) -> OverlappedLinearShape:
+    def overlapped(self, role: str, n: int, k: int, bias: bool | None = None) -> OverlappedLinearShape:
         """A linear ``[tokens, n] x [n, k]`` (unsplit sizes) fused with the ``f`` or ``g`` collective.
 
         ``f`` (all-gather side) splits the output features, ``g`` (reduce side)
@@ -142,7 +142,8 @@ class Block:
         ef, eb = collective_ops(role, e.tp_communication in ("rs_ag", "p2p_rs_ag"))
         return OverlappedLinearShape.trusted(
             role=role, m=m, n=n, k=k, elements=elements, participants=tp, activation_elements=act,
-            activation_grad_elements=grad, base_forward=bf, base_backward=bb, edge_forward=ef, edge_backward=eb)
+            activation_grad_elements=grad, base_forward=bf, base_backward=bb, edge_forward=ef, edge_backward=eb,
+            bias=bias)
 
     def collective(self, role: str) -> CollectiveShape | None:
         """The ``f`` (entering a TP region) or ``g`` (leaving it) collective; None without TP."""
@@ -382,12 +383,6 @@ class SelfAttention(CorePattern):
     def matches(self, shape: TransformerShape, execution: ExecutionLayout) -> bool:
         return True
 
-    def unpriceable(self, shape: TransformerShape, execution: ExecutionLayout) -> list[tuple[str, str]]:
-        if shape.qkv_bias and execution.tp_overlap != "none":
-            return [("model.qkv_bias", "a QKV bias has no form under TP overlap (the overlapped GEMM has no "
-                                       f"bias; tp_overlap={execution.tp_overlap})")]
-        return []
-
     def redo_input(self, b: Block) -> bool:
         return b.attention or b.execution.seq_par_ag_redo
 
@@ -412,19 +407,20 @@ class SelfAttention(CorePattern):
         and value after a two-user fork of the gathered input (K/V replicated: multi-query); the output
         projection with ``g``."""
         s, full, tp = b.shape, b.full, b.execution.tensor_parallel
+        bias = True if s.qkv_bias else None
         width = b.query_width * tp
         redo = self.redo_input(b)
         if b.kv_split:
-            q = k = v = out.add("attn.qkv_ag", b.overlapped("f", s.hidden, width + 2 * b.kv_width * tp), (prev,),
-                                recompute=full, recommunicate=redo)
+            q = k = v = out.add("attn.qkv_ag", b.overlapped("f", s.hidden, width + 2 * b.kv_width * tp, bias),
+                                (prev,), recompute=full, recommunicate=redo)
         else:
-            q = out.add("attn.query_ag", b.overlapped("f", s.hidden, width), (prev,), recompute=full,
+            q = out.add("attn.query_ag", b.overlapped("f", s.hidden, width, bias), (prev,), recompute=full,
                         recommunicate=redo)
             kv = out.add("attn.kv_fork", ForkShape.trusted(elements=b.full_act, users=2), (q,), recompute=redo,
                          activation_stored=not redo)
-            k = out.add("attn.key", LinearShape.trusted(m=b.tokens, n=s.hidden, k=b.kv_width), (kv,),
+            k = out.add("attn.key", LinearShape.trusted(m=b.tokens, n=s.hidden, k=b.kv_width, bias=bias), (kv,),
                         recompute=full, **REUSED)
-            v = out.add("attn.value", LinearShape.trusted(m=b.tokens, n=s.hidden, k=b.kv_width), (kv,),
+            v = out.add("attn.value", LinearShape.trusted(m=b.tokens, n=s.hidden, k=b.kv_width, bias=bias), (kv,),
                         recompute=full, **REUSED)
         prev = self._scores(b, out, tuple(dict.fromkeys((q, k))), v)
         return out.add("attn.out_proj_rs", b.overlapped("g", width, s.hidden), (prev,), recompute=full,

@@ -9,9 +9,9 @@ Rules, with ``b`` bytes per element:
   (gradients for both inputs), no wgrad; dgrad reads dC and writes dA, dB.
 - layer norm: 9 / 14 / 7 operations per element (forward / dgrad / wgrad),
   2 x hidden parameters; dgrad reads the weights and one tensor.
-- linear with a bias (``bias``): k more parameters (weights, gradient,
-  optimizer state); the forward reads them and the weight gradient writes
-  them; the add and the bias gradient (a column sum of dY) are fused in the
+- linear (or overlapped linear) with a bias (``bias``): k more parameters
+  (weights, gradient, optimizer state); the forward reads them and the
+  weight gradient writes them (the activation gradient does not touch them); the add and the bias gradient (a column sum of dY) are fused in the
   GEMM epilogues and add no operations (the matrix work stays 2MNK).
 - RMSNorm (``rms_norm``): 4 / 7 / 3 operations per element (forward: square,
   sum, scale, gain; dgrad: g dY, x-hat, their product, its row sum, x-hat
@@ -135,7 +135,8 @@ _NONE_MATRIX = _work(0, 0, 0, "matrix")
 
 def linear(s: LinearShape, b: int, shards: int) -> PrimitiveFacts:
     ops = 2 * s.m * s.n * s.k
-    x, w, y = s.m * s.n, s.n * s.k + (s.k if s.bias else 0), s.m * s.k
+    x, matrix, y = s.m * s.n, s.n * s.k, s.m * s.k
+    w = matrix + (s.k if s.bias else 0)
     if s.precision is not None:  # quantized GEMMs (harness.passes.precision)
         forward, activation_grad, weight_grad, kept = precision.linear_facts(s, b)
         return PrimitiveFacts(
@@ -145,7 +146,7 @@ def linear(s: LinearShape, b: int, shards: int) -> PrimitiveFacts:
                                moments=2 * w))
     return PrimitiveFacts(
         forward=_work(ops, (x + w) * b, y * b, "matrix"),
-        activation_grad=_work(ops, (w + y) * b, x * b, "matrix"),
+        activation_grad=_work(ops, (matrix + y) * b, x * b, "matrix"),
         weight_grad=_work(ops, (x + y) * b, w * b, "matrix"),
         optimizer=_optimizer(w, 2 * w, b, shards),
         capacity=_capacity(b, shards, weights=w, activation=x * b, output=y, activation_grad=y * b, moments=2 * w),
@@ -266,11 +267,12 @@ def tp_collective(s: CollectiveShape, b: int, shards: int) -> PrimitiveFacts:
 
 def overlapped_linear(s: OverlappedLinearShape, b: int, shards: int) -> PrimitiveFacts:
     ops = 2 * s.m * s.n * s.k
-    x, w, y = s.m * s.n, s.n * s.k, s.m * s.k
+    x, matrix, y = s.m * s.n, s.n * s.k, s.m * s.k
+    w = matrix + (s.k if s.bias else 0)
     act, grad = s.activation_elements, s.activation_grad_elements
     return PrimitiveFacts(
         forward=_work(ops, (x + w) * b, y * b, "matrix"),
-        activation_grad=_work(ops, (w + grad) * b, act * b, "matrix"),
+        activation_grad=_work(ops, (matrix + grad) * b, act * b, "matrix"),
         weight_grad=_work(ops, (act + grad) * b, w * b, "matrix"),
         optimizer=_optimizer(w, 2 * w, b, shards),
         capacity=_capacity(b, shards, weights=w, activation=act * b, output=y, activation_grad=grad * b,
