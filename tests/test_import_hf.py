@@ -175,3 +175,26 @@ def test_a_bad_execution_section_names_its_file_and_field(capsys, tmp_path):
     status, err, out, _ = _import(capsys, tmp_path, LLAMA3_8B, execution={**EXEC, "tensor_parallel": "2"})
     one_error_line(status, err, "exec.yaml", "tensor_parallel")
     assert not out.exists()
+
+
+@pytest.mark.parametrize("system", ["h100_sxm_80g", "b200", "gb200_nvl72"])
+def test_the_llama3_8b_example_imports_and_estimates_on_each_modern_profile(capsys, tmp_path, system):
+    """docs/examples/hf: the Llama-3-8B config imported and estimated. Matrix work of one block by hand:
+    linear 2 x 3 x 8192 tokens x (4096 x 4096 (Q) + 2 x 4096 x 1024 (K, V) + 4096 x 4096 (O) + 3 x 4096 x
+    14336 (SwiGLU)) = 1.0720238370816e13; attention 3 x 2 products x 2 x 8192^2 x 128 x 32 = 3.298534883328e12."""
+    if not all(case_has_field(p) for p in EXPECTED["llama3-8b"][2]):
+        pytest.skip("the case format lacks a modern-dense field")
+    from conftest import ROOT
+
+    out = tmp_path / "case.yaml"
+    status, _, err = run_cli(capsys, "import", "hf", "--config", ROOT / "docs/examples/hf/llama3-8b.config.json",
+                             "--execution", ROOT / "docs/examples/hf/h100_dp8.yaml", "--sequence-length", 8192,
+                             "--system", system, "-o", out)
+    assert status == 0, err
+    status, printed, err = run_cli(capsys, "estimate", out, "--json")
+    assert status == 0, err
+    (entry,) = json.loads(printed)
+    assert entry["status"] == "ok"
+    for view in entry["views"].values():
+        assert view["workload"]["matrix_flops_per_block"] == {"linear": 10720238370816.0,
+                                                              "attention": 3298534883328.0}

@@ -305,3 +305,32 @@ def test_evidence_import_runs_writes_the_rows_of_one_gpu_as_iteration_records(pl
     assert corpus.header.name == "runs-h100_sxm_80g"
     status, printed, err = run_cli(capsys, "evidence", "import", "runs", rows, "--gpu", "gb200", "--output", out)
     one_error_line(status, err, rows, "rows", "other GPU 3")
+
+
+def test_a_case_no_pattern_prices_is_unsupported_naming_the_row_field(plain_stack, monkeypatch):
+    """The estimate path's refusal of a valid case (UnsupportedFeatureError on execution.tp_overlap) is traced
+    back to the row field the case field came from."""
+    import harness.cases
+
+    monkeypatch.setattr(harness.cases, "unsupported_features",
+                        lambda shape, execution: [("execution.tp_overlap", "no form under TP overlap")])
+    case = run_case(run_of(gpt_row()), "h100_80g_nvl8")
+    assert case.input is None and case.invalid is None
+    assert "no form under TP overlap" in dict(case.unsupported)["parallel.tp_comm_overlap"]
+
+
+def test_a_layout_the_checks_do_not_model_yet_is_unsupported_not_invalid(monkeypatch):
+    """Context parallelism with the flash kernel (every shipped stack's): harness.ir.checks refuses it as not
+    modelled yet; the row is unsupported naming the stack's kernel, not invalid. Without that rule (or with a
+    stack of today's materialized kernel) the row maps."""
+    cp_row = gpt_row(parallel__cp=2, parallel__dp=1, batch__gradient_accumulation=256, parallel__tp_comm_overlap=False,
+                     source__where="NVIDIA/dgxc-benchmarking@35a9 nemo_megatron/README_175b.md")
+    if not (case_has_field("execution.context_parallel") and case_has_field("execution.attention_kernel")):
+        pytest.skip("the case format lacks context parallelism or the attention kernel")
+    case = run_case(run_of(cp_row), "h100_80g_nvl8")
+    if case.input is None:
+        assert case.invalid is None and "not modelled yet" in dict(case.unsupported)["stack.attention_kernel"]
+    monkeypatch.setitem(STACKS, "NVIDIA/dgxc-benchmarking", Stack("materialized", False, "test"))
+    e = run_case(run_of(cp_row), "h100_80g_nvl8").input.execution
+    # CP spans TP x CP = 16 ranks: tier 1 of an 8-GPU domain
+    assert (e.context_parallel, e.network_tiers.context, e.network_tiers.tensor) == (2, 1, 0)

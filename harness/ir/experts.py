@@ -1,0 +1,55 @@
+"""Mixture-of-experts arithmetic (issue 21), not yet wired into the estimate path.
+
+Rules (Megatron-Core MoE semantics: megatron/core/transformer/moe/moe_layer.py, token_dispatcher.py,
+experts.py; parallel folding: attention on TP x CP x DP, experts on ETP x EP x expert-DP over the same GPUs):
+
+- an **all-to-all** of a ``buffer_bytes`` buffer over ``participants`` ranks sends (P-1)/P of it from each rank
+  (the 1/P destined for itself stays local);
+- the local experts' **grouped GEMM** runs each expert on tokens x top_k / experts tokens when balanced; the
+  busiest expert (which prices the slowest rank) holds ``load_imbalance`` times that mean;
+- **folding constraints** (Megatron-Core's parallel_state): the expert-data-parallel degree is
+  processors / (PP x ETP x EP) and must be a whole number, i.e. ETP x EP divides TP x CP x DP; EP divides the
+  number of experts (each EP rank holds experts / EP whole experts); ETP divides expert_ffn.
+"""
+
+from __future__ import annotations
+
+Problem = tuple[str, str]
+
+
+def all_to_all_bytes_sent_per_rank(buffer_bytes: float, participants: int) -> float:
+    """Bytes one rank sends in an all-to-all of its ``buffer_bytes`` buffer over ``participants`` ranks."""
+    if participants < 1:
+        raise ValueError(f"participants must be >= 1, got {participants}")
+    return buffer_bytes * (participants - 1) / participants
+
+
+def tokens_per_expert(tokens: int, top_k: int, experts: int, load_imbalance: float = 1.0) -> float:
+    """Tokens the busiest expert's GEMM processes: tokens x top_k / experts x load_imbalance."""
+    if not (1 <= top_k <= experts) or load_imbalance < 1.0:
+        raise ValueError(f"need 1 <= top_k <= experts and load_imbalance >= 1, got top_k={top_k}, "
+                         f"experts={experts}, load_imbalance={load_imbalance}")
+    return tokens * top_k / experts * load_imbalance
+
+
+def expert_parameters_per_rank(hidden: int, expert_ffn: int, experts: int, expert_parallel: int,
+                               expert_tensor_parallel: int) -> int:
+    """Parameters of the routed experts (SwiGLU: three hidden x expert_ffn matrices each) one rank holds:
+    experts / EP whole experts, each split over ETP."""
+    return 3 * hidden * expert_ffn * (experts // expert_parallel) // expert_tensor_parallel
+
+
+def folding_problems(*, tensor: int, context: int, data: int, experts: int, expert_ffn: int,
+                     expert_parallel: int, expert_tensor_parallel: int) -> list[Problem]:
+    """Megatron-Core's constraints on the expert layout (module rules); empty when valid."""
+    problems: list[Problem] = []
+    ep, etp = expert_parallel, expert_tensor_parallel
+    if experts % ep:
+        problems.append(("execution.expert_parallel", f"EP={ep} does not divide model.moe.experts={experts}"))
+    if expert_ffn % etp:
+        problems.append(("execution.expert_tensor_parallel",
+                         f"ETP={etp} does not divide model.moe.expert_ffn={expert_ffn}"))
+    if (tensor * context * data) % (ep * etp):
+        problems.append(("execution.expert_parallel", f"ETP x EP = {etp * ep} does not divide TP x CP x DP = "
+                                                      f"{tensor * context * data} (no whole expert-data-parallel group)"))
+    return problems
