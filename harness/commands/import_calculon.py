@@ -22,7 +22,6 @@ Rules:
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +32,8 @@ from harness.estimate import check_tiers
 from harness.evidence.profile import check_profile_name, load_profile
 from harness.inputs import read_json
 from harness.interop.calculon_format import calculon_field, input_from_calculon
-from harness.interop.case_document import case_text
-from harness.outputs import check_output, data_files, write_text
+from harness.interop.case_document import case_text, emit_case
+from harness.outputs import check_output, data_files
 
 
 def register(sub) -> None:
@@ -86,9 +85,4 @@ def run(args) -> int:
     case_id = args.case_id or default_id(args.model, args.execution)
     text = case_text(case_id, data, f"Imported from Calculon inputs {args.model.name} + {args.execution.name} "
                                     "by `harness import calculon`.", args.oracle_record)
-    if args.output is None:
-        sys.stdout.write(text)
-        return 0
-    write_text(args.output, text)
-    print(f"wrote case {case_id} to {args.output}", file=sys.stderr)
-    return 0
+    return emit_case(case_id, text, args.output)

@@ -22,10 +22,10 @@ from harness.errors import InputError
 from harness.estimate import check_tiers
 from harness.evidence.profile import check_profile_name, load_profile
 from harness.inputs import read_json, read_yaml, validate
-from harness.interop.case_document import case_text
+from harness.interop.case_document import case_text, emit_case
 from harness.interop.hf_config import model_section, translate_config
 from harness.ir.model import MAX_SEQUENCE, ExecutionLayout, TransformerShape
-from harness.outputs import check_output, data_files, write_text
+from harness.outputs import check_output, data_files
 
 
 def register(isub) -> None:
@@ -76,9 +76,4 @@ def run(args) -> int:
     header = "\n".join([f"Imported from the Hugging Face config {args.config.name} + {args.execution.name} by "
                         "`harness import hf`.", *(f"note: {note}" for note in notes)])
     text = case_text(case_id, data, header)
-    if args.output is None:
-        sys.stdout.write(text)
-        return 0
-    write_text(args.output, text)
-    print(f"wrote case {case_id} to {args.output}", file=sys.stderr)
-    return 0
+    return emit_case(case_id, text, args.output)

@@ -9,11 +9,14 @@ was made from (``load_case(path).estimate_input() == data``).
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any
 
 import yaml
 
 from harness.cases import CASE_SCHEMA, EstimateInput, parse_case
+from harness.outputs import write_text
 
 
 def case_document(case_id: str, data: EstimateInput, oracle_record: str | None = None) -> dict[str, Any]:
@@ -31,3 +34,14 @@ def case_text(case_id: str, data: EstimateInput, header: str, oracle_record: str
     comment = "".join(f"# {line}\n" for line in header.splitlines())
     document = case_document(case_id, data, oracle_record)
     return comment + yaml.safe_dump(document, sort_keys=False, default_flow_style=False, width=100)
+
+
+def emit_case(case_id: str, text: str, output: Path | None) -> int:
+    """A command's case text to standard output, or written to ``output`` (atomically, through the one
+    output guard) with one line on standard error saying so; the command's exit status (0)."""
+    if output is None:
+        sys.stdout.write(text)
+        return 0
+    write_text(output, text)
+    print(f"wrote case {case_id} to {output}", file=sys.stderr)
+    return 0
