@@ -29,7 +29,7 @@ Rules (per microbatch, ``tokens = microbatch x sequence length``):
 
 from __future__ import annotations
 
-import functools
+from harness import session
 
 from harness.ir.distributed import CrossEntropyShape, LinearShape, Retention, Task
 from harness.ir.model import BYTES_PER_ELEMENT, ExecutionLayout, TransformerShape
@@ -47,8 +47,14 @@ def padded_vocabulary(vocabulary: int, tensor_parallel: int) -> int:
     return -(-vocabulary // multiple) * multiple
 
 
-@functools.lru_cache(maxsize=1024)
 def _tasks(tokens: int, hidden: int, tensor_parallel: int, vocabulary: int) -> tuple[Task, ...]:
+    memo = session.current().output_tasks
+    key = ("tasks", tokens, hidden, tensor_parallel, vocabulary)
+    hit = memo.get(key)
+    return memo.put(key, _new_tasks(tokens, hidden, tensor_parallel, vocabulary)) if hit is None else hit
+
+
+def _new_tasks(tokens: int, hidden: int, tensor_parallel: int, vocabulary: int) -> tuple[Task, ...]:
     local = padded_vocabulary(vocabulary, tensor_parallel) // tensor_parallel
     retention = Retention.trusted(activation_stored=True, output_stored=True, activation_reused=False)
     logits = Task.trusted(name=LOGITS, phase="forward", clone_of=None, depends_on=(),
@@ -60,14 +66,22 @@ def _tasks(tokens: int, hidden: int, tensor_parallel: int, vocabulary: int) -> t
 
 
 def output_tasks(shape: TransformerShape, execution: ExecutionLayout, vocabulary: int) -> tuple[Task, ...]:
-    """The DistributedTaskIR output tasks of ``shape`` and ``execution`` with ``vocabulary`` (memoized)."""
+    """The DistributedTaskIR output tasks of ``shape`` and ``execution`` with ``vocabulary`` (memoized in the
+    session's ``output_tasks``)."""
     tokens = execution.microbatch * (shape.sequence_length // execution.context_degree)  # this CP rank's share
     return _tasks(tokens, shape.hidden, execution.tensor_parallel, vocabulary)
 
 
-@functools.lru_cache(maxsize=1024)
 def plan_tasks(tasks: tuple[Task, ...], bytes_per_element: int) -> tuple[PlanTask, ...]:
-    """The PortablePlanIR output tasks: each task's forward, dgrad and wgrad facts (see the module rules)."""
+    """The PortablePlanIR output tasks: each task's forward, dgrad and wgrad facts (see the module rules;
+    memoized in the session's ``output_tasks``, so that a plan and :func:`model_plan_tasks` share instances)."""
+    memo = session.current().output_tasks
+    key = ("plan", tasks, bytes_per_element)
+    hit = memo.get(key)
+    return memo.put(key, _new_plan_tasks(tasks, bytes_per_element)) if hit is None else hit
+
+
+def _new_plan_tasks(tasks: tuple[Task, ...], bytes_per_element: int) -> tuple[PlanTask, ...]:
     out = []
     for task in tasks:
         facts = derive(task.shape, bytes_per_element, 1)

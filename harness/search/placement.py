@@ -64,7 +64,6 @@ class PlacementPricer:
         if plan.data_parallel is not None:
             data = self.group_tiers(plan.data_parallel.spans)
             self._dimension.update({id(m): data for m in plan.data_parallel.messages})
-        self._tasks: dict[int, TaskCost] = {}
 
     def group_tiers(self, spans: mesh.Group) -> np.ndarray:
         """The tier a message of the group travels on, per placement."""
