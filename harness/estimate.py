@@ -203,8 +203,7 @@ def cost_view(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView, *,
     pricer = pricer_for(profile, view, plan.datatype) if pricer is None else pricer
     costs = tuple(map(pricer.task, plan.tasks))
     block = block_times(plan, costs, pricer)
-    p = plan.pipeline
-    comp = compose(plan.schedule, block, p.forward_transfers_per_microbatch, p.backward_transfers_per_microbatch)
+    comp = compose(plan.schedule, block)
     extra = per_microbatch_s(pricer, model, plan.schedule.training, plan.output_tasks)
     if extra is not None:
         comp = with_output_layer(comp, plan.schedule.microbatches, *extra)

@@ -130,7 +130,7 @@ def offload_memory(plan: PortablePlanIR, block: BlockMemory, stage: StageMemory,
 
 
 #: numpy arrays: one element per variant (see :mod:`harness.schedule.calculon_forms`).
-ARRAYS = forms.Arith("numpy arrays", np.maximum, np.minimum, np.where, np.any)
+ARRAYS = forms.ARRAYS
 
 
 def project(plan: PortablePlanIR, block: BlockMemory, pricer: Pricer, sums: list[BlockSums], variants: Variants,
