@@ -13,7 +13,7 @@ import pytest
 from pydantic import BaseModel
 
 from harness.cases import case_has_field
-from harness.measurements.runs import ROW_FIELDS, STACKS, Stack, run_case
+from harness.measurements.runs import RECIPES, ROW_FIELDS, STACKS, Stack, recipe_file, run_case
 from harness.measurements.runs_estimate import RowResult, estimate_runs, family, summary
 from harness.measurements.runs_schema import MeasuredRun, read_runs
 from conftest import one_error_line, run_cli, shared_reference
@@ -283,6 +283,30 @@ def test_duplicate_ids_and_missing_system_are_errors(tmp_path, capsys):
 def test_the_shared_rows_read():
     rows = read_runs(shared_reference("measurements/modern/runs-train.json"))
     assert len(rows) == 142
+
+
+def test_every_recipe_the_shared_rows_cite_is_read():
+    """No shared row is refused for want of a recipe fact: each file its extra.model_cite names is in RECIPES."""
+    rows = read_runs(shared_reference("measurements/modern/runs-train.json"))
+    assert {recipe_file(run) for run in rows} <= set(RECIPES)
+
+
+NEMOTRON = {"model_cite": "NVIDIA/dgxc-benchmarking@35a9 nemotron/nemotron4-15b-synth.yaml (rotary_percentage 0.5)"}
+
+
+def test_a_partial_rotary_embedding_is_rope_only_under_the_fused_kernel(plain_stack):
+    """Nemotron-4's recipe runs TE's fused rotary kernel (apply_rope_fusion: it copies the unrotated half, so it
+    moves all of Q and K): position rope. GPT-3's recipe states no fused kernel: refused by name."""
+    partial = {"model__position_embedding": "rope (50% of head dim)"}
+    case = run_case(run_of(gpt_row(extra=NEMOTRON, **partial)), "h100_80g_nvl8")
+    assert "model.position_embedding" not in dict(case.unsupported)
+    if case.input is not None:
+        assert case.input.model.position == "rope"
+    refused = dict(run_case(run_of(gpt_row(**partial)), "h100_80g_nvl8").unsupported)
+    assert "fused rotary kernel" in refused["model.position_embedding"]
+    other = dict(run_case(run_of(gpt_row(extra=NEMOTRON, model__position_embedding="rope (25% of head dim)")),
+                          "h100_80g_nvl8").unsupported)
+    assert "no case equivalent" in other["model.position_embedding"]
 
 
 def test_evidence_import_runs_writes_the_rows_of_one_gpu_as_iteration_records(plain_stack, tmp_path, capsys):

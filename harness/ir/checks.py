@@ -63,6 +63,21 @@ def vocabulary_problems(s: TransformerShape) -> list[Problem]:
     return []
 
 
+def latent_attention_problems(s: TransformerShape, e: ExecutionLayout) -> list[Problem]:
+    """Multi-head latent attention's rules: head_size is its query/key head width, and every head has its own key
+    and value (no grouped-query or multi-query form)."""
+    if s.mla is None:
+        return []
+    problems: list[Problem] = []
+    if s.head_size != s.mla.qk_head_dim:
+        problems.append(("model.head_size", f"{s.head_size} differs from mla.qk_nope_head_dim + mla.qk_rope_head_dim "
+                                            f"= {s.mla.qk_head_dim}, the query/key head width of latent attention"))
+    if (s.kv_heads is not None and s.kv_heads != s.attention_heads) or e.attention == "multiquery":
+        problems.append(("model.kv_heads", "multi-head latent attention (model.mla) gives every head its own key and "
+                                           "value: no kv_heads other than attention_heads, no multiquery"))
+    return problems
+
+
 def layout_problems(shape: TransformerShape, execution: ExecutionLayout) -> list[Problem]:
     """All violated rules, in a stable order; empty when the layout is valid."""
     e, s = execution, shape
@@ -82,6 +97,7 @@ def layout_problems(shape: TransformerShape, execution: ExecutionLayout) -> list
     for name, value in (("hidden", s.hidden), ("feedforward", s.feedforward), ("attention_heads", s.attention_heads)):
         if value % tp:
             problems.append(("execution.tensor_parallel", f"TP={tp} does not divide model.{name}={value}"))
+    problems += latent_attention_problems(s, e)
     kv = key_value_heads(s, e)
     if s.kv_heads is not None and e.attention == "multiquery" and s.kv_heads != 1:
         problems.append(("model.kv_heads", f"{s.kv_heads} contradicts execution.attention: multiquery (one key/value "

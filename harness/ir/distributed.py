@@ -203,8 +203,9 @@ class FlashAttentionShape(Frozen):
     """One fused causal attention kernel (FlashAttention-2) over the local heads of one microbatch.
 
     Q has ``heads`` heads, K and V ``kv_heads`` (grouped-query: each K/V head serves heads / kv_heads query
-    heads), each ``head_size`` wide, over ``sequence`` tokens; a query attends to at most ``window`` keys (itself
-    and the ones before it). The work rule (tiles executed, recomputation in the backward pass) is
+    heads), each ``head_size`` wide (V and the output ``value_head_size`` wide when given: multi-head latent
+    attention), over ``sequence`` tokens; a query attends to at most ``window`` keys (itself and the ones before
+    it). The work rule (tiles executed, recomputation in the backward pass) is
     :func:`harness.passes.rules.flash_attention`.
     """
 
@@ -221,6 +222,16 @@ class FlashAttentionShape(Frozen):
                                           "without a sliding window).")
     dropout: bool = Field(description="Dropout on the probabilities inside the kernel (mask regenerated from the "
                                       "random seed in the backward pass, never stored).")
+    value_head_size: int | None = Field(None, gt=0, description=(
+        "Width of one value (and output) head, elements, when it differs from head_size (multi-head latent "
+        "attention: Q and K qk_nope + qk_rope wide, V v_head_dim); None: head_size."))
+
+    ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"value_head_size"})  # kernels without it keep digests
+
+    @property
+    def value_width(self) -> int:
+        """Width of one value (and output) head, elements."""
+        return self.head_size if self.value_head_size is None else self.value_head_size
 
 
 class QuantizeShape(Frozen):

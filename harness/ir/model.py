@@ -59,6 +59,34 @@ class StrictInput(Frozen):
     model_config = ConfigDict(strict=True)
 
 
+class LatentAttention(StrictInput):
+    """Multi-head latent attention (DeepSeek-V2/V3, Megatron-Core's ``MLASelfAttention``): Q and K/V through
+    low-rank latents, each head's query and key a no-position part and a rotary part, values of their own width."""
+
+    q_lora_rank: int | None = Field(None, gt=0, le=MAX_WIDTH, description=(
+        "Width of the query latent, elements: Q = up(RMSNorm(down(x))), hidden -> q_lora_rank -> heads x "
+        "(qk_nope_head_dim + qk_rope_head_dim). Absent: no query compression, one hidden -> heads x "
+        "(qk_nope_head_dim + qk_rope_head_dim) projection (DeepSeek-V2-Lite)."))
+    kv_lora_rank: int = Field(gt=0, le=MAX_WIDTH, description=(
+        "Width of the key/value latent, elements: the down projection hidden -> kv_lora_rank + qk_rope_head_dim, "
+        "an RMSNorm over the kv_lora_rank part, the up projection kv_lora_rank -> heads x (qk_nope_head_dim + "
+        "v_head_dim)."))
+    qk_rope_head_dim: int = Field(gt=0, le=MAX_HEADS, description=(
+        "Rotary part of each query and key head, elements: the query's from its up projection, the key's one "
+        "shared head from the key/value down projection."))
+    qk_nope_head_dim: int = Field(gt=0, le=MAX_HEADS, description=(
+        "Part of each query and key head without position encoding, elements."))
+    v_head_dim: int = Field(gt=0, le=MAX_HEADS, description=(
+        "Width of one value head, elements (the output projection reads heads x v_head_dim)."))
+
+    ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"q_lora_rank"})
+
+    @property
+    def qk_head_dim(self) -> int:
+        """Width of one query (and key) head, elements: qk_nope_head_dim + qk_rope_head_dim."""
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+
 class TransformerShape(StrictInput):
     """Decoder-only Transformer shape (identical blocks)."""
 
@@ -110,9 +138,14 @@ class TransformerShape(StrictInput):
         "(harness.passes.output_layer). Absent: neither is counted (Calculon's convention, rule "
         "vocabulary-weights-uncounted)."))
 
+    mla: LatentAttention | None = Field(None, description=(
+        "Multi-head latent attention (DeepSeek-V2/V3) in place of the Q/K/V projections: its widths are these, "
+        "not head_size's, which must then equal qk_nope_head_dim + qk_rope_head_dim (the query and key head "
+        "width). Rotary position encoding on the rotary parts is part of it. Absent: no MLA."))
+
     ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({
         "vocabulary", "kv_heads", "mlp", "norm", "position", "qkv_bias", "qk_norm", "attention_dropout",
-        "sliding_window", "tied_embeddings"})  # shapes without them keep their digests
+        "sliding_window", "tied_embeddings", "mla"})  # shapes without them keep their digests
 
 
 class NetworkTiers(StrictInput):

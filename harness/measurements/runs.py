@@ -12,8 +12,8 @@ Rules (each one an entry of the table):
   agreed case field (docs: /work/BRIEF.md's agreed names, docs/modern-runs.md) when the case format has
   it, else the row is ``unsupported`` naming the row field. Supporting a new case field therefore needs
   no change here when its name is the agreed one; a new row value needs one entry of its translation.
-- **Refusals**: a value no case field can hold (FSDP, a partial rotary embedding, recompute of named
-  modules) makes the row ``unsupported`` naming the field, never approximated.
+- **Refusals**: a value no case field can hold (FSDP, a partial rotary embedding without the fused kernel,
+  recompute of named modules) makes the row ``unsupported`` naming the field, never approximated.
 - **Display only**: ``id``, ``model.name``, ``source``, ``software``, ``notes``, ``extra``,
   ``consistency``, ``measured`` (compared with, after estimating), ``batch.gradient_accumulation`` (checked
   by the schema) and ``model.truncated_from`` (the run ran ``layers`` blocks) never
@@ -24,6 +24,9 @@ Rules (each one an entry of the table):
 - **The recipe** (:data:`RECIPES`, chosen by the file ``extra.model_cite`` names): the attention dropout,
   which rows do not state; 0 sets ``model.attention_dropout: 0`` (no dropout primitive), a nonzero
   probability is today's behaviour; a recipe not in the table refuses the row (``model.attention_dropout``).
+  Whether it runs Transformer Engine's fused rotary kernel: a partial rotary embedding
+  (``rope (50% of head dim)``) is then ``position: rope`` (the kernel copies the unrotated part, so it moves
+  the whole of Q and K; only its arithmetic is on the rotated part, see :data:`FUSED_PARTIAL_ROPE`).
 - **Placement** (:func:`network_tiers`): Megatron-Core's rank order puts TP fastest, then CP, then DP,
   then PP (``tp-cp-ep-dp-pp``); a group whose span (the ranks from its first to its last member) fits
   in one NVLink domain (``system.gpus_per_nvlink_domain``) is on tier 0, else on tier 1. The TP group
@@ -82,28 +85,50 @@ STACKS = {
 
 @dataclasses.dataclass(frozen=True)
 class Recipe:
-    """A fact of the model recipe a row ran (``extra.model_cite``'s file) that the row schema does not hold."""
+    """Facts of the model recipe a row ran (``extra.model_cite``'s file) that the row schema does not hold."""
 
     attention_dropout: float
     citation: str
+    #: The recipe applies Transformer Engine's fused rotary kernel (``apply_rope_fusion``): for a partial rotary
+    #: embedding it rotates the first part of each head and copies the rest (TE fused_rope.cu, "copy the rest"),
+    #: so it reads and writes the whole of Q and K, as a full rotary embedding does.
+    fused_rope: bool = False
 
 
-#: Model recipes by the file ``extra.model_cite`` names first (after ``repo@commit``), each fact read in it.
-#: A recipe absent here leaves the fact unknown: the row is refused (``model.attention_dropout``), never given
-#: a guessed value. Verified so far: the files below; not yet: dgxc-benchmarking's llama3.1_8b/70b.yaml,
-#: SimuMax's run_pretrain_deepseekv2.sh, Megatron-Bridge's qwen_provider.py.
+#: Model recipes by the file ``extra.model_cite`` names first (after ``repo@commit``), each fact read in it (the
+#: commit the rows cite). A recipe absent here leaves the fact unknown: the row is refused
+#: (``model.attention_dropout``), never given a guessed value. Every recipe file the shared rows cite is here.
 RECIPES = {
     "nemo_megatron/gpt3_175b_hydra.yaml": Recipe(0.1, "dgxc-benchmarking gpt3_175b_hydra.yaml: hidden/attention "
                                                       "dropout 0.1 (the row's extra.model_cite)"),
     "grok1/grok1_314b.yaml": Recipe(0.0, "dgxc-benchmarking@35a9aec grok1/grok1_314b.yaml: attention_dropout 0.0"),
-    "nemotron/nemotron4-15b-synth.yaml": Recipe(0.0, "dgxc-benchmarking@8f5cbb3 nemotron/nemotron4-15b-synth.yaml: "
-                                                     "attention_dropout 0.0"),
+    "nemotron/nemotron4-15b-synth.yaml": Recipe(0.0, "dgxc-benchmarking@35a9aec nemotron/nemotron4-15b-synth.yaml: "
+                                                     "attention_dropout 0.0 (line 83); rotary_percentage 0.5, "
+                                                     "apply_rope_fusion true (lines 102-103)", fused_rope=True),
+    "llama3.1/llama3.1_8b.yaml": Recipe(0.0, "dgxc-benchmarking@35a9aec llama3.1/llama3.1_8b.yaml: attention_dropout "
+                                             "0.0 (line 66), apply_rope_fusion true (line 85)", fused_rope=True),
+    "llama3.1/llama3.1_70b.yaml": Recipe(0.0, "dgxc-benchmarking@35a9aec llama3.1/llama3.1_70b.yaml: attention_dropout "
+                                              "0.0 (line 66), apply_rope_fusion true (line 85)", fused_rope=True),
     "simu_tools/megatron_scripts/scripts/run_pretrain_llama3.sh": Recipe(0.0, "SimuMax run_pretrain_llama3.sh: "
                                                                               "--attention-dropout 0.0"),
     "run_pretrain_llama3.sh": Recipe(0.0, "SimuMax run_pretrain_llama3.sh: --attention-dropout 0.0"),
     "src/megatron/bridge/models/llama/llama_provider.py": Recipe(0.0, "Megatron-Bridge llama_provider.py "
                                                                       "Llama3ModelProvider: attention_dropout 0.0"),
+    "src/megatron/bridge/models/qwen/qwen_provider.py": Recipe(0.0, "Megatron-Bridge qwen_provider.py "
+                                                                    "Qwen3MoEModelProvider: attention_dropout 0.0"),
+    "simu_tools/megatron_scripts/scripts/run_pretrain_deepseekv2.sh": Recipe(0.0, "SimuMax@4dcaae5 "
+                                                                                  "run_pretrain_deepseekv2.sh: "
+                                                                                  "--attention-dropout 0.0 (line 181)"),
+    "run_pretrain_deepseekv2.sh": Recipe(0.0, "SimuMax@4dcaae5 run_pretrain_deepseekv2.sh: --attention-dropout 0.0 "
+                                              "(line 181)"),
 }
+
+#: Row ``model.position_embedding`` values of a partial rotary embedding that the case prices as ``rope``
+#: where the recipe runs the fused kernel (:attr:`Recipe.fused_rope`): its memory traffic is the whole of Q and
+#: K. The kernel's arithmetic is on the rotated part only; the case counts it on every element (3 vector
+#: operations per element of Q and K, which a memory-bound kernel hides under a roofline profile: the rotation
+#: reads and writes 4 bytes per element in bf16).
+FUSED_PARTIAL_ROPE = frozenset({"rope (50% of head dim)"})
 
 
 def recipe_file(run: MeasuredRun) -> str | None:
@@ -211,6 +236,19 @@ def _attention(draft: Draft, row_field: str, value: str) -> None:
         draft.refuse(row_field, f"{value!r} contradicts kv_heads {m.kv_heads} / heads {m.heads} / mla")
 
 
+def _position(draft: Draft, row_field: str, value: str) -> None:
+    """:data:`POSITIONS`; a partial rotary embedding (:data:`FUSED_PARTIAL_ROPE`) is ``rope`` when the recipe runs
+    TE's fused kernel (whole Q and K read and written), else refused naming the field."""
+    recipe = RECIPES.get(recipe_file(draft.run) or "")
+    if value in FUSED_PARTIAL_ROPE and recipe is not None and recipe.fused_rope:
+        value = "rope"
+    elif value in FUSED_PARTIAL_ROPE:
+        draft.refuse(row_field, f"{value!r}: a partial rotary embedding is priced only where the recipe runs the "
+                                "fused rotary kernel (RECIPES: fused_rope), whose traffic is the whole of Q and K")
+        return
+    feature("model.position", "learned_absolute", POSITIONS)(draft, row_field, value)
+
+
 def _precision(draft: Draft, row_field: str, value: str) -> None:
     draft.set("execution.datatype", PLAIN_DATATYPES.get(value, "bfloat16"), row_field)
     if value not in PLAIN_DATATYPES:  # the fp8 and fp4 recipes: linear GEMMs in the low datatype, the rest bf16
@@ -283,7 +321,7 @@ ROW_FIELDS: dict[str, Rule] = {
     "model.attention": _attention,
     "model.sliding_window": feature("model.sliding_window", None),
     "model.tied_embeddings": _tied_embeddings,
-    "model.position_embedding": feature("model.position", "learned_absolute", POSITIONS),
+    "model.position_embedding": _position,
     "model.moe": feature("model.moe", None),
     "model.mla": feature("model.mla", None),
     "model.mtp_layers": _mtp_layers,

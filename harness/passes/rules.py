@@ -359,6 +359,13 @@ def score_products(batch: int, heads: int, sequence: int, head_size: int) -> int
     return 2 * batch * heads * sequence * sequence * head_size
 
 
+def flash_products(s: FlashAttentionShape) -> tuple[int, int]:
+    """(QK^T, PV) operations of a flash kernel's full s x s products: :func:`score_products` over the query/key
+    head width and over the value head width (equal unless multi-head latent attention)."""
+    return (score_products(s.batch, s.heads, s.sequence, s.head_size),
+            score_products(s.batch, s.heads, s.sequence, s.value_width))
+
+
 def flash_attention(s: FlashAttentionShape, b: int, shards: int) -> PrimitiveFacts:
     """FlashAttention-2, causal: the tiles of :func:`causal_tiles` executed, a fraction ``f`` of the full scores.
 
@@ -371,16 +378,21 @@ def flash_attention(s: FlashAttentionShape, b: int, shards: int) -> PrimitiveFac
     - the online softmax, the masking and the in-kernel dropout (its mask regenerated from the seed, never
       stored) run inside the kernel next to the products and are not counted as separate operations;
     - capacity: it keeps Q, K, V and the log-sum-exp for the backward (O is the output projection's stored
-      input); its gradient buffer is dO.
+      input); its gradient buffer is dO;
+    - with a value head width ``d_v`` of its own (multi-head latent attention), the products over V (PV, dV,
+      dP) count ``d_v`` and the others ``d`` (:func:`flash_products`): forward ``(QK + PV) f``, backward
+      ``(3 QK + 2 PV) f``; V, O and dO are ``d_v`` wide.
     """
     executed, tiles = causal_tiles(s.sequence, s.window)
-    full = score_products(s.batch, s.heads, s.sequence, s.head_size)
-    q = o = s.batch * s.heads * s.sequence * s.head_size
-    kv = 2 * s.batch * s.kv_heads * s.sequence * s.head_size
+    scores, values = flash_products(s)
+    q = s.batch * s.heads * s.sequence * s.head_size
+    o = s.batch * s.heads * s.sequence * s.value_width
+    kv = s.batch * s.kv_heads * s.sequence * (s.head_size + s.value_width)  # K and V
     lse = s.batch * s.heads * s.sequence * LOG_SUM_EXP_BYTES
     return PrimitiveFacts(
-        forward=_work(2 * full * executed / tiles, (q + kv) * b, o * b + lse, "matrix"),
-        activation_grad=_work(5 * full * executed / tiles, (q + kv + 2 * o) * b + lse, (q + kv) * b, "matrix"),
+        forward=_work((scores + values) * executed / tiles, (q + kv) * b, o * b + lse, "matrix"),
+        activation_grad=_work((3 * scores + 2 * values) * executed / tiles, (q + kv + 2 * o) * b + lse, (q + kv) * b,
+                              "matrix"),
         weight_grad=_NONE_MATRIX, optimizer=_NONE,
         capacity=_capacity(b, shards, activation=(q + kv) * b + lse, output=o, activation_grad=o * b),
     )
@@ -396,7 +408,7 @@ def matrix_operations(shape) -> tuple[str, float] | None:
     (``3 x 2 x score_products``: QK^T and PV forward, twice each backward), not the tiles it executes.
     """
     if isinstance(shape, FlashAttentionShape):
-        return "attention", 6 * score_products(shape.batch, shape.heads, shape.sequence, shape.head_size)
+        return "attention", 3 * sum(flash_products(shape))
     family = {"linear": "linear", "overlapped_linear": "linear", "batch_matmul": "attention"}.get(shape.kind)
     if family is None:
         return None
