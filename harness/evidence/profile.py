@@ -91,7 +91,7 @@ from harness.ir.base import Artifact, Frozen
 from harness.ir.distributed import CollectiveOp
 from harness.ir.model import Datatype
 from harness.names import PROFILE_NAME, PROFILE_NAME_RULE
-from harness.vocabulary import CURVE_FAMILIES
+from harness.vocabulary import COLLECTIVES, CURVE_FAMILIES
 
 MIN_EFFICIENCY = 1e-4
 MIN_PEAK_FLOPS_PER_S, MAX_PEAK_FLOPS_PER_S = 1e6, 1e24
@@ -226,7 +226,7 @@ class NetworkTier(StrictEvidence):
     @field_validator("collectives")
     @classmethod
     def _all_ops(cls, value: dict[str, VolumeModel]) -> dict[str, VolumeModel]:
-        missing = {"p2p", "all_reduce", "reduce_scatter", "all_gather"} - set(value)
+        missing = set(COLLECTIVES.of_kind("required")) - set(value)
         if missing:
             raise ValueError(f"missing volume model for {sorted(missing)}")
         return value

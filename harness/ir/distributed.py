@@ -22,8 +22,10 @@ from pydantic import Field
 from harness.ir.base import Artifact, Frozen
 from harness.ir.mesh import CONTEXT, TENSOR, Group
 from harness.ir.model import ExecutionLayout, Precision, TransformerShape
+from harness.vocabulary import COLLECTIVES
 
-CollectiveOp = Literal["all_reduce", "reduce_scatter", "all_gather", "p2p"]
+#: A collective operation (harness.vocabulary.COLLECTIVES).
+CollectiveOp = COLLECTIVES.literal()
 Phase = Literal["forward", "recompute", "recommunication"]
 #: How a primitive communicates (a class property of its shape, :data:`EXCHANGE`): ``none``: it computes and
 #: sends nothing; ``collective``: a communication task whose time is its messages plus its local work on them

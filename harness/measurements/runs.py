@@ -294,6 +294,58 @@ def _mtp_layers(draft: Draft, row_field: str, value: int | None) -> None:
         draft.refuse(row_field, f"{value} multi-token-prediction layers have no case field")
 
 
+#: Row ``model.moe.router`` -> case ``model.moe.router``, by the score function its text starts with. The
+#: rows' group-limited routing (DeepSeek's: top groups first, then top-k within them) picks different experts,
+#: not different work (the same router GEMM; a top-k over the groups first, vector work of experts elements per
+#: token): priced as the plain top-k (docs/modern-runs.md).
+ROUTERS = ("softmax", "sigmoid")
+
+
+def _moe(draft: Draft, row_field: str, value: Any) -> None:
+    """The row's MoE section as ``model.moe`` (each subfield translated: docs/modern-runs.md)."""
+    if value is None:
+        return
+    if not case_has_field("model.moe"):
+        draft.refuse(row_field, "set needs case field model.moe, which the harness does not have yet")
+        return
+    moe: dict[str, Any] = {"experts": value.experts, "top_k": value.top_k, "expert_ffn": value.expert_ffn_hidden}
+    if value.shared_experts:
+        if value.shared_expert_ffn_hidden % value.shared_experts:  # the row's width is all shared experts' together
+            draft.refuse(f"{row_field}.shared_expert_ffn_hidden", f"{value.shared_expert_ffn_hidden} is not a "
+                                                                  f"multiple of shared_experts={value.shared_experts}")
+            return
+        moe["shared_experts"] = value.shared_experts
+        moe["shared_expert_ffn"] = value.shared_expert_ffn_hidden // value.shared_experts
+    elif value.shared_expert_ffn_hidden:
+        draft.refuse(f"{row_field}.shared_expert_ffn_hidden", "a width without shared experts")
+        return
+    if value.dense_layers:
+        moe["dense_layers"] = value.dense_layers
+    if value.layer_freq != 1:
+        moe["layer_frequency"] = value.layer_freq
+    if value.token_dropping:
+        if value.capacity_factor is None:
+            draft.refuse(f"{row_field}.capacity_factor", "token dropping without a capacity factor")
+            return
+        moe["capacity_factor"] = float(value.capacity_factor)
+    if value.router is not None:
+        router = next((r for r in ROUTERS if value.router.startswith(r)), None)
+        if router is None:
+            draft.refuse(f"{row_field}.router", f"{value.router!r} names no score function of {list(ROUTERS)}")
+            return
+        moe["router"] = router
+    draft.set("model.moe", moe, row_field)
+    draft.features.add("model.moe")
+
+
+def _expert_tensor_parallel(draft: Draft, row_field: str, value: int | None) -> None:
+    """``etp`` null is Megatron-Core's default, TP (expert_tensor_parallel_size = tensor_model_parallel_size)."""
+    tp = draft.run.parallel.tp
+    if value is None and draft.run.model.moe is not None and tp > 1:
+        value = tp
+    feature("execution.expert_tensor_parallel", None)(draft, row_field, value)
+
+
 def _model_system(draft: Draft, row_field: str, value: Any) -> None:
     """``system.gpu`` picks the profile (``--system auto``) and ``gpus_per_nvlink_domain`` places the groups
     (:func:`network_tiers`); ``num_gpus`` is checked against the layout by the schema."""
@@ -322,7 +374,7 @@ ROW_FIELDS: dict[str, Rule] = {
     "model.sliding_window": feature("model.sliding_window", None),
     "model.tied_embeddings": _tied_embeddings,
     "model.position_embedding": _position,
-    "model.moe": feature("model.moe", None),
+    "model.moe": _moe,
     "model.mla": feature("model.mla", None),
     "model.mtp_layers": _mtp_layers,
     "model.truncated_from": display,
@@ -331,7 +383,7 @@ ROW_FIELDS: dict[str, Rule] = {
     "parallel.vp": to("execution.pipeline_interleaving", lambda v: 1 if v is None else v),
     "parallel.cp": feature("execution.context_parallel", 1),
     "parallel.ep": feature("execution.expert_parallel", 1),
-    "parallel.etp": feature("execution.expert_tensor_parallel", None),
+    "parallel.etp": _expert_tensor_parallel,
     "parallel.dp": to("execution.data_parallel"),
     "parallel.fsdp": _fsdp,
     "parallel.sequence_parallel": _sequence_parallel,
@@ -348,10 +400,22 @@ ROW_FIELDS: dict[str, Rule] = {
 
 
 def network_tiers(run: MeasuredRun) -> dict[str, int]:
-    """Tier 0 for a group whose rank span fits in one NVLink domain, else tier 1 (module rules)."""
+    """Tier 0 for a group whose rank span fits in one NVLink domain, else tier 1 (module rules). The expert
+    layers' rank order is ETP fastest, then EP (Megatron-Core's folded expert order ``tp-ep-dp-pp`` over the
+    expert degrees): the expert-tensor group spans ETP ranks, the expert group ETP x EP."""
     p, domain = run.parallel, run.system.gpus_per_nvlink_domain
-    spans = {"tensor": p.tp, "context": p.tp * p.cp, "data": p.tp * p.cp * p.dp, "pipeline": run.system.num_gpus}
+    etp = p.etp if p.etp is not None else p.tp
+    spans = {"tensor": p.tp, "context": p.tp * p.cp, "data": p.tp * p.cp * p.dp, "pipeline": run.system.num_gpus,
+             "expert": etp * p.ep, "expert_tensor": etp}
     return {dim: 0 if span <= domain else 1 for dim, span in spans.items()}
+
+
+#: Whether a row has the group of each optional dimension (its tier is set only then: absent otherwise).
+OPTIONAL_GROUPS: dict[str, Callable[[MeasuredRun], bool]] = {
+    "context": lambda run: run.parallel.cp > 1,
+    "expert": lambda run: run.parallel.ep > 1,
+    "expert_tensor": lambda run: run.model.moe is not None and (run.parallel.etp or run.parallel.tp) > 1,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -389,10 +453,11 @@ def run_case(run: MeasuredRun, system: str, source: str = "<runs>") -> RunCase:
     elif recipe.attention_dropout == 0:  # nonzero is today's behaviour (the dropout primitive is there)
         feature("model.attention_dropout", None)(draft, "model.attention_dropout", 0.0)
     for dim, tier in network_tiers(run).items():
-        if dim != "context" or run.parallel.cp > 1:
+        if dim not in OPTIONAL_GROUPS:
             draft.set(f"execution.network_tiers.{dim}", tier, "system.gpus_per_nvlink_domain")
-    if run.parallel.cp > 1:
-        draft.features.add("execution.network_tiers.context")
+        elif OPTIONAL_GROUPS[dim](run) and case_has_field(f"execution.network_tiers.{dim}"):
+            draft.set(f"execution.network_tiers.{dim}", tier, "system.gpus_per_nvlink_domain")
+            draft.features.add(f"execution.network_tiers.{dim}")
     if draft.unsupported:
         return RunCase(None, tuple(draft.unsupported))
     data = {**draft.case, "system": system}
