@@ -13,7 +13,7 @@ import pytest
 from pydantic import BaseModel
 
 from harness.cases import case_has_field
-from harness.measurements.runs import ROW_FIELDS, STACKS, Stack, run_case
+from harness.measurements.runs import RECIPES, ROW_FIELDS, STACKS, Stack, recipe_file, run_case
 from harness.measurements.runs_estimate import RowResult, estimate_runs, family, summary
 from harness.measurements.runs_schema import MeasuredRun, read_runs
 from conftest import one_error_line, run_cli, shared_reference
@@ -81,7 +81,7 @@ def test_a_gpt_row_is_the_case_written_by_hand(plain_stack):
     assert case.unsupported == () and case.invalid is None
     assert case.input.model.model_dump(exclude_none=True) == {
         "hidden": 12288, "feedforward": 49152, "sequence_length": 2048, "attention_heads": 96, "head_size": 128,
-        "blocks": 96, "vocabulary": 51200}
+        "blocks": 96, "vocabulary": 51200, "tied_embeddings": True}  # stated: the vocabulary matrices counted
     e = case.input.execution
     assert (e.tensor_parallel, e.pipeline_parallel, e.data_parallel, e.pipeline_interleaving) == (8, 8, 2, 12)
     assert (e.global_batch, e.microbatch, e.datatype, e.recompute) == (256, 1, "bfloat16", "none")
@@ -187,7 +187,7 @@ CASE_YAML = """schema: blueprinting.case.v0
 id: by-hand
 system: h100_80g_nvl8
 model: {hidden: 12288, feedforward: 49152, sequence_length: 2048, attention_heads: 96, head_size: 128, blocks: 96,
-        vocabulary: 51200}
+        vocabulary: 51200, tied_embeddings: true}
 execution: {tensor_parallel: 8, pipeline_parallel: 8, data_parallel: 2, global_batch: 256, microbatch: 1,
             pipeline_interleaving: 12, datatype: bfloat16, recompute: none, tp_communication: rs_ag,
             optimizer_sharding: true, tp_overlap: ring, dp_overlap: true,
@@ -243,6 +243,18 @@ def test_auto_system_names_the_missing_profile(plain_stack, tmp_path):
     assert "'gb300_nvl72'" in results[0].reason
 
 
+def test_auto_measured_prices_each_row_on_its_gpus_fitted_revision(plain_stack):
+    """h100_sxm_80g -> h100_measured (MEASURED_PROFILES), b200 -> b200_measured (<gpu>_measured), a GPU without
+    one: unsupported naming the profile it looked for."""
+    h100, b200 = run_of(gpt_row()), run_of(gpt_row(id="b", system__gpu="b200"))
+    auto, named = estimate_runs([h100, b200], "auto-measured", "r"), estimate_runs([h100], "h100_measured", "r")
+    assert auto[0].totals_s == named[0].totals_s and auto[0].status == "ok"
+    assert auto[1].totals_s == estimate_runs([b200], "b200_measured", "r")[0].totals_s
+    assert auto[0].totals_s != estimate_runs([h100], "auto", "r")[0].totals_s
+    missing = estimate_runs([run_of(gpt_row(system__gpu="gb300"))], "auto-measured", "r")[0]
+    assert missing.fields == ("system.gpu",) and "'gb300_measured'" in missing.reason
+
+
 def test_a_larger_nvlink_domain_than_the_profile_is_refused(plain_stack):
     results = estimate_runs([run_of(gpt_row(system__gpus_per_nvlink_domain=72))], "h100_80g_nvl8", "runs.json")
     assert results[0].fields == ("system.gpus_per_nvlink_domain",) and "holds 8" in results[0].reason
@@ -283,6 +295,30 @@ def test_duplicate_ids_and_missing_system_are_errors(tmp_path, capsys):
 def test_the_shared_rows_read():
     rows = read_runs(shared_reference("measurements/modern/runs-train.json"))
     assert len(rows) == 142
+
+
+def test_every_recipe_the_shared_rows_cite_is_read():
+    """No shared row is refused for want of a recipe fact: each file its extra.model_cite names is in RECIPES."""
+    rows = read_runs(shared_reference("measurements/modern/runs-train.json"))
+    assert {recipe_file(run) for run in rows} <= set(RECIPES)
+
+
+NEMOTRON = {"model_cite": "NVIDIA/dgxc-benchmarking@35a9 nemotron/nemotron4-15b-synth.yaml (rotary_percentage 0.5)"}
+
+
+def test_a_partial_rotary_embedding_is_rope_only_under_the_fused_kernel(plain_stack):
+    """Nemotron-4's recipe runs TE's fused rotary kernel (apply_rope_fusion: it copies the unrotated half, so it
+    moves all of Q and K): position rope. GPT-3's recipe states no fused kernel: refused by name."""
+    partial = {"model__position_embedding": "rope (50% of head dim)"}
+    case = run_case(run_of(gpt_row(extra=NEMOTRON, **partial)), "h100_80g_nvl8")
+    assert "model.position_embedding" not in dict(case.unsupported)
+    if case.input is not None:
+        assert case.input.model.position == "rope"
+    refused = dict(run_case(run_of(gpt_row(**partial)), "h100_80g_nvl8").unsupported)
+    assert "fused rotary kernel" in refused["model.position_embedding"]
+    other = dict(run_case(run_of(gpt_row(extra=NEMOTRON, model__position_embedding="rope (25% of head dim)")),
+                          "h100_80g_nvl8").unsupported)
+    assert "no case equivalent" in other["model.position_embedding"]
 
 
 def test_evidence_import_runs_writes_the_rows_of_one_gpu_as_iteration_records(plain_stack, tmp_path, capsys):

@@ -59,7 +59,9 @@ def test_every_primitive_says_how_it_communicates():
 def test_the_concretize_pass_has_one_tier_option_per_dimension():
     options = TransformerConcretize().options(include_defaults=True)
     assert {f"{d}_tier" for d in PARALLEL_DIMENSIONS} <= set(options)
-    assert TransformerConcretize.for_layout(layout()).tiers() == {"tensor": 0, "pipeline": 1, "data": 2, "context": 0}
+    # the optional dimensions absent: on the tensor tier (harness.ir.mesh.tier)
+    assert TransformerConcretize.for_layout(layout()).tiers() == {"tensor": 0, "pipeline": 1, "data": 2, "context": 0,
+                                                                  "expert": 0, "expert_tensor": 0}
 
 
 def test_the_lowering_key_ignores_exactly_what_relayout_changes():

@@ -470,15 +470,23 @@ def test_output_that_cannot_be_written_is_refused_before_the_search(small_model,
 
 
 def test_no_feasible_execution_exits_1_with_an_empty_list(tmp_path, small_model, tight_profile, capsys):
+    """Issue 23.5 in search: the exit status was 1 but the summary said so only on its third line, after the
+    header and the counts; now its first line says it, and that no case was written for --emit-case."""
     (tmp_path / "evidence").mkdir()
     (tmp_path / "evidence" / "tiny.yaml").write_text(dump_profile(tight_profile.model_copy(update={
         "name": "tiny", "memory_tier1": tight_profile.memory_tier1.model_copy(update={"capacity_bytes": 1024})})))
     out = tmp_path / "top.json"
     assert main(["--project", str(tmp_path), "search", "--model", str(small_model), "--system", "tiny", "--procs", "2",
                  "--max-batch", "2",
-                 "--datatype", "float16", "--workers", "1", "--output", str(out), "--no-progress"]) == 1
-    assert json.loads(out.read_text()) == []
-    assert "no feasible execution" in capsys.readouterr().err
+                 "--datatype", "float16", "--workers", "1", "--output", str(out), "--no-progress",
+                 "--emit-case", str(tmp_path / "best.yaml")]) == 1
+    assert json.loads(out.read_text()) == [] and not (tmp_path / "best.yaml").exists()
+    err = capsys.readouterr().err.splitlines()
+    # 1 KiB of memory: no layout of the model fits, every execution is infeasible (none invalid)
+    assert err[0].startswith(f"search: NO FEASIBLE EXECUTION of {small_model} on tiny with 2 processors, "
+                             "batch <= 2: ")
+    assert err[0].endswith(", no case written (--emit-case) (exit status 1)") and " 0 invalid " in err[0]
+    assert "best: no feasible execution" in err
 
 
 

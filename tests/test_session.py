@@ -67,6 +67,11 @@ def _module_state_violations(path: Path, tree: ast.Module, elsewhere: frozenset[
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             found += [f"{where}:{node.lineno}: @{ast.unparse(d)} on {node.name} (a module-level memo)"
                       for d in node.decorator_list if "cache" in ast.unparse(d)]
+    for node in tree.body:
+        value = getattr(node, "value", None)
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(value, ast.Call) \
+                and "cache" in ast.unparse(value.func):
+            found.append(f"{where}:{node.lineno}: {ast.unparse(value.func)}(...) (a module-level memo)")
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("exec", "eval",
                                                                                              "compile"):
@@ -96,11 +101,12 @@ def test_the_scan_finds_each_kind_of_module_state():
     source = ("import functools\n_MEMO = {}\nLIMITS: dict = dict()\n"
               "def remember(k, v):\n    _MEMO[k] = v\n    LIMITS.update(a=1)\n    other.TABLE.clear()\n"
               "@functools.lru_cache(maxsize=8)\ndef f(x):\n    return x\n"
-              "def g():\n    global X\n    exec('1')\n")
+              "def g():\n    global X\n    exec('1')\n_R = functools.cache(int)\n")
     found = _module_state_violations(HARNESS / "example.py", ast.parse(source), frozenset({"TABLE"}))
     assert sorted(f.split(": ", 1)[1] for f in found) == sorted([
         "@functools.lru_cache(maxsize=8) on f (a module-level memo)", "mutates the module-level _MEMO",
-        "mutates the module-level LIMITS", "mutates the module-level other.TABLE", "global X", "exec()"])
+        "mutates the module-level LIMITS", "mutates the module-level other.TABLE", "global X", "exec()",
+        "functools.cache(...) (a module-level memo)"])
 
 
 def test_memo_drops_the_least_recently_used_entry_past_its_limit():

@@ -229,3 +229,52 @@ def test_a_layout_without_concurrency_keeps_the_pipeline_trace(tmp_path):
     assert "projection" not in doc["otherData"]
     assert not any(e["ph"] == "M" and e["name"] == "process_name" and e["args"]["name"] == "stage 0 queues"
                    for e in doc["traceEvents"])
+
+
+def test_the_schedule_png_draws_one_row_per_queue_as_the_json_trace_records_it(tmp_path, monkeypatch):
+    """Issue 23.10: the per-queue threads were only in the JSON trace, the PNG drew the stages alone. The main panel
+    now holds one row per queue of the first stage, labelled by the queue's thread name in the JSON, whose bars add
+    up, per component, to that thread's events (the same intervals, read back from the figure's collections)."""
+    from harness.report import gantt
+
+    shown = []
+    real_figure = gantt.Figure
+    monkeypatch.setattr(gantt, "Figure", lambda *a, **k: shown.append(real_figure(*a, **k)) or shown[-1])
+    out, png = tmp_path / "trace.json", tmp_path / "schedule.png"
+    assert main(["trace", str(CONCURRENCY / f"{PIPE}.yaml"), "--output", str(out), "--png", str(png)]) == 0
+    doc = json.loads(out.read_text())
+    pp = 2  # the case's pipeline_parallel
+    threads = {e["tid"]: e["args"]["name"] for e in doc["traceEvents"]
+               if e["ph"] == "M" and e["name"] == "thread_name" and e["pid"] == pp}
+    queues = [threads[tid] for tid in sorted(threads)]
+    assert queues == ["compute", "network.tier0", "network.tier1", "exposed"]  # TP on tier 0, PP and DP on tier 1
+    expected = defaultdict(float)
+    for e in doc["traceEvents"]:
+        if e["ph"] == "X" and e["pid"] == pp:
+            expected[(e["args"]["queue"], e["args"]["component"])] += e["args"]["duration_s"]
+    main_axes = shown[0].axes[0]
+    labels = [t.get_text() for t in main_axes.get_yticklabels()]
+    assert labels == ["stage 0", "stage 1"] + [f"stage 0 {q}" for q in queues]
+    drawn = defaultdict(float)
+    for collection in main_axes.collections:
+        queue, _, component = collection.get_label().partition(": ")
+        if queue not in queues:
+            continue  # a stage row's operations
+        row = pp + queues.index(queue)
+        for path in collection.get_paths():
+            box = path.get_extents()
+            assert row - 0.5 < box.y0 < box.y1 < row + 0.5  # on its own row
+            drawn[(queue, component)] += box.x1 - box.x0
+    assert set(drawn) == set(expected)
+    for key, seconds in expected.items():
+        assert drawn[key] == pytest.approx(seconds, rel=1e-9, abs=1e-12), key
+
+
+def test_a_queue_png_without_recorded_microbatches_is_refused(tmp_path, capsys):
+    """--task-microbatches 0 records no operation of a physical schedule: the PNG was an internal error (max() of
+    an empty sequence); now a one-line refusal naming the option, before anything is written."""
+    out, png = tmp_path / "trace.json", tmp_path / "schedule.png"
+    assert main(["trace", str(CONCURRENCY / f"{RING}.yaml"), "--output", str(out), "--png", str(png),
+                 "--task-microbatches", "0"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "--task-microbatches" in err and not out.exists() and not png.exists()

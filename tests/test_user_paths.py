@@ -138,3 +138,83 @@ def _actions(parser, path=()):
 def test_every_option_and_argument_of_every_command_has_help():
     missing = [(" ".join(path), a.option_strings or a.dest) for path, a in _actions(build_parser()) if not a.help]
     assert not missing, f"give these command-line arguments a help= text (issue 23.8: help for every option): {missing}"
+
+
+def test_calibrate_says_an_infeasible_case_first_and_exits_1(tmp_path, capsys, monkeypatch):
+    """Issue 23.5 in calibrate: a case directory with the one-GPU layout (Calculon refuses it too: the oracle here
+    answers its record with Calculon's refusal, the other case's from the vendored records) printed its row with
+    a bracketed [infeasible] among the tables and exited 0 ("budgets: all met"). Now its line comes first and the
+    exit status is 1; with a paper value, once more per --compare profile (80 GiB there too)."""
+    from harness.oracles import calculon_oracle
+    from harness.oracles.records import ViewRecord
+    from harness.vocabulary import VIEWS
+
+    class RefusingTheOneGpuCase(calculon_oracle.RecordedCalculon):
+        def views(self, record_id, data):
+            if record_id == "one-gpu":
+                return {view: ViewRecord(error="Mem tier1 needs 368.01 GB but only has 85.90 GB") for view in VIEWS}
+            return super().views(record_id, data)
+
+    monkeypatch.setattr(calculon_oracle, "RecordedCalculon", RefusingTheOneGpuCase)
+    cases = tmp_path / "cases"
+    cases.mkdir()
+    (cases / "megatron-22B_full.yaml").write_text((CASES_DIR / "megatron-22B_full.yaml").read_text())
+    path = infeasible_case(cases)
+    with_paper = path.read_text().replace("  oracle_record: megatron-22B/full\n", "")  # its own record
+    path.write_text(with_paper[:with_paper.index("comparison:")])  # no paper value: no paper budget to miss
+    needs = "memory tier 1 needs 368"
+    status, out, err = run_cli(capsys, "calibrate", "--cases", cases, "--output", tmp_path / "report.json")
+    assert status == 1, err
+    assert out.splitlines()[0].startswith(f"one-gpu: INFEASIBLE on a100_80g: {needs}")
+    assert "budgets: all met" in out  # the exit status is the infeasible case's, not a budget's
+    assert "1 of 4 case(s) infeasible" in err  # 2 cases; megatron-22B/full on each of the two compared profiles
+    path.write_text(with_paper)
+    status, out, err = run_cli(capsys, "calibrate", "--cases", cases, "--output", tmp_path / "report.json")
+    lines = out.splitlines()
+    assert status == 1 and lines[0].startswith(f"one-gpu: INFEASIBLE on a100_80g: {needs}")
+    assert lines[1].startswith(f"one-gpu: INFEASIBLE on a100_measured (--compare): {needs}")
+    assert lines[2].startswith(f"one-gpu: INFEASIBLE on a100_measured_fused_accumulation (--compare): {needs}")
+    assert "3 of 6 case(s) infeasible" in err
+    report = json.loads((tmp_path / "report.json").read_text())
+    reasons = {c["id"]: c["reason"] for c in report["comparisons"][0]["cases"]}
+    assert reasons["megatron-22B/full"] is None and reasons["one-gpu"].startswith(needs)
+
+
+def test_calibrate_of_feasible_cases_still_exits_0(tmp_path, capsys):
+    cases = tmp_path / "cases"
+    cases.mkdir()
+    (cases / "megatron-22B_full.yaml").write_text((CASES_DIR / "megatron-22B_full.yaml").read_text())
+    status, out, err = run_cli(capsys, "calibrate", "--cases", cases, "--output", tmp_path / "r.json", "--compare")
+    assert status == 0, err
+    assert "INFEASIBLE" not in out and "budgets: all met" in out
+
+
+class _EmptySearchCalculon:
+    """A Calculon checkout's stand-in (none is vendored): its search finds no feasible execution of 8 layouts."""
+
+    source_digest = "0" * 64
+
+    def __init__(self, source, expected=None):
+        self.source = source
+
+    def optimal_execution(self, *args, **kwargs):
+        return {"counts": {"executions": 8, "good": 0, "bad": 8}, "elapsed_s": 0.5, "top": []}
+
+
+def test_oracle_search_record_says_no_feasible_execution_first_and_exits_1(tmp_path, capsys, monkeypatch):
+    """Issue 23.5 in oracle record --search: an empty search printed "best sample rate None" inside its one line
+    and exited 0; now it says first that Calculon found no feasible execution and exits 1 (the record, Calculon's
+    verdict, is written)."""
+    from harness.commands import oracle
+
+    monkeypatch.setattr(oracle, "CalculonRunner", _EmptySearchCalculon)
+    vendor = tmp_path / "vendor"
+    vendor.mkdir()
+    status, out, err = run_cli(capsys, "oracle", "record", "--calculon-src", tmp_path, "--vendor", vendor, "--search",
+                               "--model", CASES_DIR / "megatron-22B_full.yaml", "--system", "a100_80g", "--procs",
+                               "8", "--max-batch", "8", "--output", "search/empty.json")
+    assert status == 1, err
+    lines = out.splitlines()
+    assert lines[0].startswith("Calculon's search found NO FEASIBLE EXECUTION of ") and "8 bad of 8" in lines[0]
+    assert lines[0].endswith("(exit status 1)") and lines[1].startswith("wrote Calculon's search (8 executions")
+    assert json.loads((vendor / "search" / "empty.json").read_text())["top"] == []

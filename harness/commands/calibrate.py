@@ -2,7 +2,10 @@
 
 Runs the Table 5 experiment (estimates first, then oracles), prints the
 results and parity tables, writes the JSON report, and exits 1 when a budget
-is violated. A case directory that is missing, not a directory or holds no
+is violated. An infeasible case (in the experiment, or on a ``--compare``
+profile) is said first, before the tables, and makes the exit status 1
+(:mod:`harness.commands.case_arguments`): its row's figures are what the
+layout would take, not a result. A case directory that is missing, not a directory or holds no
 case is an error (exit 2), never "all met" on zero cases. The report and the
 plots are checked before the experiment runs and written atomically
 (:mod:`harness.outputs`).
@@ -13,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness import locations
+from harness.commands.case_arguments import report_infeasible
 from harness.errors import HarnessError
 
 #: The profiles ``--compare`` reports by default: the measured revision (fitted on Megatron-DeepSpeed runs) and its
@@ -63,6 +67,9 @@ def run(args) -> int:
         load_profile(name, referrer="<command line>", field="--compare")  # fails here, before the experiment
     report = run_experiment(cases, oracle, compare=compare)
     write_text(args.output, report.to_json() + "\n")
+    infeasible = infeasible_lines(report)
+    for line in infeasible:
+        print(line)
     print_report(report)
     print(f"report: {args.output}")
     if args.plots:
@@ -70,4 +77,17 @@ def run(args) -> int:
 
         for path in write_report_plots(report, args.plots):
             print(f"plot: {path}")
+    if infeasible:
+        return report_infeasible(len(infeasible), len(report.cases) + sum(len(c.cases) for c in report.comparisons))
     return 1 if report.violations else 0
+
+
+def infeasible_lines(report) -> list[str]:
+    """The line said first for every infeasible case of the experiment and of each compared profile."""
+    from harness.commands.case_arguments import infeasible_line
+
+    lines = [infeasible_line(r.id, r.system, r.reason) for r in report.cases if r.status != "ok"]
+    for comparison in report.comparisons:
+        lines += [infeasible_line(r.id, f"{comparison.profile} (--compare)", r.reason)
+                  for r in comparison.cases if r.status != "ok"]
+    return lines

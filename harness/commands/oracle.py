@@ -12,7 +12,12 @@ recompute sums are kept).
 [--mbs-break] [--fused-activation true|false|all] [--no-tp-overlap]
 [--no-dp-overlap] [--cpus C]`` records Calculon's optimal-execution search
 instead (its stock search command, in-process, debug logging off; see
-:mod:`harness.oracles.search_record`) into ``search/*.json``.
+:mod:`harness.oracles.search_record`) into ``search/*.json``. A search in
+which Calculon finds no feasible execution is said first and exits 1 (the
+record, Calculon's verdict, is still written). Recording cases or a batch
+prices nothing of the harness: Calculon's refusals are recorded facts (the
+differential batch holds them by design), counted in the line it prints,
+and the exit status is 0.
 
 ``--flops --config config.json --microbatch B --sequence-length S --id NAME`` counts one decoder layer of
 a Hugging Face config instead, with PyTorch's FLOP counter (the independent FLOP oracle,
@@ -32,6 +37,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.cases import case_paths, load_case_files
+from harness.commands.case_arguments import INFEASIBLE_STATUS
 from harness.errors import HarnessError, InputError
 from harness.interop.calculon_batch import require_valid
 from harness.interop.calculon_format import calculon_from_input
@@ -129,10 +135,14 @@ def run_search_record(args, vendor: Path) -> int:
     path, data = record_search(runner, problem, args.output, vendor, args.cpus)
     c = data["counts"]
     best = data["top"][0]["stats"]["sample_rate"] if data["top"] else None
+    if best is None:  # said first: the record holds Calculon's verdict, no best execution
+        print(f"Calculon's search found NO FEASIBLE EXECUTION of {args.model} on {args.system} with {args.procs} "
+              f"processors, batch <= {args.max_batch} ({c['bad']} bad of {c['executions']} executions); the record "
+              f"is written, empty (exit status {INFEASIBLE_STATUS})")
     print(f"wrote Calculon's search ({c['executions']} executions, {c['good']} good, {c['bad']} bad; best sample rate "
           f"{best}; {data['elapsed_s']} s on {data['cpus']} cpus) to {path} (Calculon source sha256 "
           f"{runner.source_digest})")
-    return 0
+    return 0 if best is not None else INFEASIBLE_STATUS
 
 
 def run_flops_record(args) -> int:

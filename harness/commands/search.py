@@ -14,7 +14,10 @@ grouped: entries that differ only in :data:`NEAR_DUPLICATE_FIELDS` are one
 line (the JSON keeps every entry: it is Calculon's top K). ``--emit-case``
 writes the best execution as a case YAML (:mod:`harness.interop.case_document`)
 that ``harness estimate`` reads back to the same figures. Exit status 0, or 1
-when no execution is feasible (the outputs are still written, empty; no case).
+when no execution is feasible, said first on stderr (the outputs are still
+written, empty; no case): the feasibility rule of every command that prices
+(:mod:`harness.commands.case_arguments`). The best execution is feasible by
+construction (only feasible executions rank).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import contextlib
 import sys
 from pathlib import Path
 
+from harness.commands.case_arguments import INFEASIBLE_STATUS
 from harness.outputs import check_output, data_files, write_text
 from harness.search.output import ParquetRows, entries_json
 from harness.search.request import check_workers, search_problem
@@ -139,7 +143,7 @@ def run(args) -> int:
     if args.emit_case is not None and result.best:
         write_text(args.emit_case, best_case_text(args, problem, result.best[0]), option="--emit-case")
     _summary(args, problem, result, evidence, parquet)
-    return 0 if result.best else 1
+    return 0 if result.best else INFEASIBLE_STATUS
 
 
 def best_case_text(args, problem, best) -> str:
@@ -186,6 +190,12 @@ def near_duplicate_groups(best: list) -> list[list[int]]:
 def _summary(args, problem, result, evidence, parquet) -> None:
     c = result.counts
     say = lambda text: print(text, file=sys.stderr)  # noqa: E731
+    if not result.best:  # said first: the written outputs are empty, not a result
+        say(f"search: NO FEASIBLE EXECUTION of {args.model} on {evidence['profile']} with {problem.processors} "
+            f"processors, batch <= {problem.max_batch}: {c.infeasible:,} infeasible, {c.invalid:,} invalid of "
+            f"{c.executions:,} executions; the outputs are empty" + (", no case written (--emit-case)"
+                                                                   if args.emit_case is not None else "")
+            + f" (exit status {INFEASIBLE_STATUS})")
     say(f"search: {args.model} on {evidence['profile']} (evidence revision {evidence['revision']}), "
         f"{problem.processors} processors, batch <= {problem.max_batch}, {problem.datatype}")
     say(f"space: {result.groups:,} groups, {c.executions:,} executions: {c.feasible:,} feasible "

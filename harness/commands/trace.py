@@ -12,7 +12,8 @@ physical schedule instead (:mod:`harness.trace_queues`): one thread per
 queue of the first stage (compute, each network tier, the tier-2 link) with
 the overlapped tiles and the exposed gaps, next to every stage's operations;
 it prints the physical and the ``calculon-0.1.0`` totals and the first
-stage's exposed time per queue.
+stage's exposed time per queue. Its PNG draws the same queue intervals as
+rows below the stages (:func:`harness.report.gantt.queue_rows`).
 
 Before any simulation: the output locations are checked (:mod:`harness.outputs`:
 not a directory, not the case file, not each other, writable), and the work
@@ -62,6 +63,9 @@ def run(args) -> int:
     check_output(args.output, option="--output", inputs=inputs, others=[args.png])
     if args.png:
         check_output(args.png, option="--png", inputs=inputs, others=[args.output])
+        if args.task_microbatches == 0 and lower(case.estimate_input(), args.case).concurrent:
+            raise InputError(args.case, "--task-microbatches", "a physical schedule's PNG draws the recorded "
+                                                               "microbatches: use 1 or more with --png")
     data = case.estimate_input()
     profile = load_profile(data.system, referrer=args.case)
     check_tiers(data, profile, args.case)
@@ -103,10 +107,13 @@ def _run_queues(args, case, lowering, profile) -> int:
     write_trace(doc, args.output)
     other = doc["otherData"]
     if args.png:
-        from harness.report.gantt import write_gantt
+        from harness.report.gantt import queue_rows, write_gantt
         sim = as_simulation(concrete, schedule, other["calculon_total_s"],
                             other["calculon_components_s"]["pipeline_bubble"])
-        write_gantt(sim, args.png, title=f"{case.id} ({args.view}, physical schedule)")
+        rows = queue_rows(schedule.events, [q.name for q in concrete.queues])
+        write_gantt(sim, args.png, title=f"{case.id} ({args.view}, physical schedule)", queues=rows,
+                    queues_note=f" as the trace records them: its first {args.task_microbatches} microbatch(es) "
+                                f"and its step")
     print(f"{case.id} {args.view}: {concrete.schedule.pipeline_parallel} stages, {len(schedule.ops)} operations, "
           f"{len(doc['traceEvents'])} events -> {args.output}" + (f", {args.png}" if args.png else ""))
     print(f"  physical schedule {other['total_s']:.6f} s; the estimate (calculon-0.1.0) {other['calculon_total_s']:.6f} s")

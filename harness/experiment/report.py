@@ -149,6 +149,7 @@ class Summary(Frozen):
 class ComparedCase(Frozen):
     id: str = Field(description="Case id.")
     status: str = Field(description="ok or infeasible on the compared profile.")
+    reason: str | None = Field(None, description="Why infeasible on the compared profile (None when ok).")
     peak_only_total_s: float = Field(description="Peak-only iteration time on the compared profile, seconds.")
     system_evidence_total_s: float = Field(description="System-evidence iteration time on the compared profile.")
     paper_s: float | None = Field(description="The paper's measured iteration time, seconds.")

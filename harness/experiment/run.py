@@ -215,7 +215,7 @@ def _comparison(system: str, estimates: dict[str, Estimate], cases: list[tuple[P
         est = estimates[case.id]
         paper = gate.open(case).paper
         total = est.views[SYSTEM_EVIDENCE].total_s
-        rows.append(ComparedCase(id=case.id, status=est.status, peak_only_total_s=est.views[PEAK_ONLY].total_s,
+        rows.append(ComparedCase(id=case.id, status=est.status, reason=est.reason, peak_only_total_s=est.views[PEAK_ONLY].total_s,
                                  system_evidence_total_s=total, paper_s=paper.iteration_s if paper else None,
                                  error_pct=signed_error_pct(total, paper.iteration_s) if paper else None))
     errors = [abs(r.error_pct) for r in rows if r.error_pct is not None]

@@ -22,8 +22,10 @@ from pydantic import Field
 from harness.ir.base import Artifact, Frozen
 from harness.ir.mesh import CONTEXT, TENSOR, Group
 from harness.ir.model import ExecutionLayout, Precision, TransformerShape
+from harness.vocabulary import COLLECTIVES
 
-CollectiveOp = Literal["all_reduce", "reduce_scatter", "all_gather", "p2p"]
+#: A collective operation (harness.vocabulary.COLLECTIVES).
+CollectiveOp = COLLECTIVES.literal()
 Phase = Literal["forward", "recompute", "recommunication"]
 #: How a primitive communicates (a class property of its shape, :data:`EXCHANGE`): ``none``: it computes and
 #: sends nothing; ``collective``: a communication task whose time is its messages plus its local work on them
@@ -183,12 +185,29 @@ class CrossEntropyShape(Frozen):
     participants: int = Field(gt=0, description="Processors sharing the vocabulary (the TP group).")
 
 
+class EmbeddingShape(Frozen):
+    """The input embedding lookup of ``tokens`` token ids in a table of ``vocabulary`` rows of ``hidden``
+    elements, split over ``participants`` TP ranks (Megatron's ``VocabParallelEmbedding``: each rank gathers a
+    row for every token from its share of the padded vocabulary, the rows outside its share masked to zero).
+    The rule is :func:`harness.passes.rules.embedding`."""
+
+    INTERNED: ClassVar[bool] = True
+    EXCHANGE: ClassVar[Exchange] = "none"
+
+    kind: Literal["embedding"] = "embedding"
+    tokens: int = Field(gt=0, description="Token ids looked up (tokens of one microbatch on this rank).")
+    hidden: int = Field(gt=0, description="Width of a row (the model width), elements.")
+    vocabulary: int = Field(gt=0, description="Rows of the local table (the padded vocabulary / TP).")
+    participants: int = Field(gt=0, description="Processors sharing the table (the TP group).")
+
+
 class FlashAttentionShape(Frozen):
     """One fused causal attention kernel (FlashAttention-2) over the local heads of one microbatch.
 
     Q has ``heads`` heads, K and V ``kv_heads`` (grouped-query: each K/V head serves heads / kv_heads query
-    heads), each ``head_size`` wide, over ``sequence`` tokens; a query attends to at most ``window`` keys (itself
-    and the ones before it). The work rule (tiles executed, recomputation in the backward pass) is
+    heads), each ``head_size`` wide (V and the output ``value_head_size`` wide when given: multi-head latent
+    attention), over ``sequence`` tokens; a query attends to at most ``window`` keys (itself and the ones before
+    it). The work rule (tiles executed, recomputation in the backward pass) is
     :func:`harness.passes.rules.flash_attention`.
     """
 
@@ -205,6 +224,16 @@ class FlashAttentionShape(Frozen):
                                           "without a sliding window).")
     dropout: bool = Field(description="Dropout on the probabilities inside the kernel (mask regenerated from the "
                                       "random seed in the backward pass, never stored).")
+    value_head_size: int | None = Field(None, gt=0, description=(
+        "Width of one value (and output) head, elements, when it differs from head_size (multi-head latent "
+        "attention: Q and K qk_nope + qk_rope wide, V v_head_dim); None: head_size."))
+
+    ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"value_head_size"})  # kernels without it keep digests
+
+    @property
+    def value_width(self) -> int:
+        """Width of one value (and output) head, elements."""
+        return self.head_size if self.value_head_size is None else self.value_head_size
 
 
 class QuantizeShape(Frozen):
@@ -242,7 +271,8 @@ class RingExchangeShape(Frozen):
 
 
 SHAPES = (LinearShape, BatchMatmulShape, NormShape, PointwiseShape, ResidualShape, ForkShape, CollectiveShape,
-          OverlappedLinearShape, CrossEntropyShape, FlashAttentionShape, RingExchangeShape, QuantizeShape)
+          OverlappedLinearShape, CrossEntropyShape, EmbeddingShape, FlashAttentionShape, RingExchangeShape,
+          QuantizeShape)
 TaskShape = Annotated[Union[SHAPES], Field(discriminator="kind")]
 
 #: primitive kind -> its shape class (every value of every shape's ``kind`` Literal).

@@ -12,8 +12,8 @@ Rules (each one an entry of the table):
   agreed case field (docs: /work/BRIEF.md's agreed names, docs/modern-runs.md) when the case format has
   it, else the row is ``unsupported`` naming the row field. Supporting a new case field therefore needs
   no change here when its name is the agreed one; a new row value needs one entry of its translation.
-- **Refusals**: a value no case field can hold (FSDP, a partial rotary embedding, recompute of named
-  modules) makes the row ``unsupported`` naming the field, never approximated.
+- **Refusals**: a value no case field can hold (FSDP, a partial rotary embedding without the fused kernel,
+  recompute of named modules) makes the row ``unsupported`` naming the field, never approximated.
 - **Display only**: ``id``, ``model.name``, ``source``, ``software``, ``notes``, ``extra``,
   ``consistency``, ``measured`` (compared with, after estimating), ``batch.gradient_accumulation`` (checked
   by the schema) and ``model.truncated_from`` (the run ran ``layers`` blocks) never
@@ -24,6 +24,9 @@ Rules (each one an entry of the table):
 - **The recipe** (:data:`RECIPES`, chosen by the file ``extra.model_cite`` names): the attention dropout,
   which rows do not state; 0 sets ``model.attention_dropout: 0`` (no dropout primitive), a nonzero
   probability is today's behaviour; a recipe not in the table refuses the row (``model.attention_dropout``).
+  Whether it runs Transformer Engine's fused rotary kernel: a partial rotary embedding
+  (``rope (50% of head dim)``) is then ``position: rope`` (the kernel copies the unrotated part, so it moves
+  the whole of Q and K; only its arithmetic is on the rotated part, see :data:`FUSED_PARTIAL_ROPE`).
 - **Placement** (:func:`network_tiers`): Megatron-Core's rank order puts TP fastest, then CP, then DP,
   then PP (``tp-cp-ep-dp-pp``); a group whose span (the ranks from its first to its last member) fits
   in one NVLink domain (``system.gpus_per_nvlink_domain``) is on tier 0, else on tier 1. The TP group
@@ -82,28 +85,50 @@ STACKS = {
 
 @dataclasses.dataclass(frozen=True)
 class Recipe:
-    """A fact of the model recipe a row ran (``extra.model_cite``'s file) that the row schema does not hold."""
+    """Facts of the model recipe a row ran (``extra.model_cite``'s file) that the row schema does not hold."""
 
     attention_dropout: float
     citation: str
+    #: The recipe applies Transformer Engine's fused rotary kernel (``apply_rope_fusion``): for a partial rotary
+    #: embedding it rotates the first part of each head and copies the rest (TE fused_rope.cu, "copy the rest"),
+    #: so it reads and writes the whole of Q and K, as a full rotary embedding does.
+    fused_rope: bool = False
 
 
-#: Model recipes by the file ``extra.model_cite`` names first (after ``repo@commit``), each fact read in it.
-#: A recipe absent here leaves the fact unknown: the row is refused (``model.attention_dropout``), never given
-#: a guessed value. Verified so far: the files below; not yet: dgxc-benchmarking's llama3.1_8b/70b.yaml,
-#: SimuMax's run_pretrain_deepseekv2.sh, Megatron-Bridge's qwen_provider.py.
+#: Model recipes by the file ``extra.model_cite`` names first (after ``repo@commit``), each fact read in it (the
+#: commit the rows cite). A recipe absent here leaves the fact unknown: the row is refused
+#: (``model.attention_dropout``), never given a guessed value. Every recipe file the shared rows cite is here.
 RECIPES = {
     "nemo_megatron/gpt3_175b_hydra.yaml": Recipe(0.1, "dgxc-benchmarking gpt3_175b_hydra.yaml: hidden/attention "
                                                       "dropout 0.1 (the row's extra.model_cite)"),
     "grok1/grok1_314b.yaml": Recipe(0.0, "dgxc-benchmarking@35a9aec grok1/grok1_314b.yaml: attention_dropout 0.0"),
-    "nemotron/nemotron4-15b-synth.yaml": Recipe(0.0, "dgxc-benchmarking@8f5cbb3 nemotron/nemotron4-15b-synth.yaml: "
-                                                     "attention_dropout 0.0"),
+    "nemotron/nemotron4-15b-synth.yaml": Recipe(0.0, "dgxc-benchmarking@35a9aec nemotron/nemotron4-15b-synth.yaml: "
+                                                     "attention_dropout 0.0 (line 83); rotary_percentage 0.5, "
+                                                     "apply_rope_fusion true (lines 102-103)", fused_rope=True),
+    "llama3.1/llama3.1_8b.yaml": Recipe(0.0, "dgxc-benchmarking@35a9aec llama3.1/llama3.1_8b.yaml: attention_dropout "
+                                             "0.0 (line 66), apply_rope_fusion true (line 85)", fused_rope=True),
+    "llama3.1/llama3.1_70b.yaml": Recipe(0.0, "dgxc-benchmarking@35a9aec llama3.1/llama3.1_70b.yaml: attention_dropout "
+                                              "0.0 (line 66), apply_rope_fusion true (line 85)", fused_rope=True),
     "simu_tools/megatron_scripts/scripts/run_pretrain_llama3.sh": Recipe(0.0, "SimuMax run_pretrain_llama3.sh: "
                                                                               "--attention-dropout 0.0"),
     "run_pretrain_llama3.sh": Recipe(0.0, "SimuMax run_pretrain_llama3.sh: --attention-dropout 0.0"),
     "src/megatron/bridge/models/llama/llama_provider.py": Recipe(0.0, "Megatron-Bridge llama_provider.py "
                                                                       "Llama3ModelProvider: attention_dropout 0.0"),
+    "src/megatron/bridge/models/qwen/qwen_provider.py": Recipe(0.0, "Megatron-Bridge qwen_provider.py "
+                                                                    "Qwen3MoEModelProvider: attention_dropout 0.0"),
+    "simu_tools/megatron_scripts/scripts/run_pretrain_deepseekv2.sh": Recipe(0.0, "SimuMax@4dcaae5 "
+                                                                                  "run_pretrain_deepseekv2.sh: "
+                                                                                  "--attention-dropout 0.0 (line 181)"),
+    "run_pretrain_deepseekv2.sh": Recipe(0.0, "SimuMax@4dcaae5 run_pretrain_deepseekv2.sh: --attention-dropout 0.0 "
+                                              "(line 181)"),
 }
+
+#: Row ``model.position_embedding`` values of a partial rotary embedding that the case prices as ``rope``
+#: where the recipe runs the fused kernel (:attr:`Recipe.fused_rope`): its memory traffic is the whole of Q and
+#: K. The kernel's arithmetic is on the rotated part only; the case counts it on every element (3 vector
+#: operations per element of Q and K, which a memory-bound kernel hides under a roofline profile: the rotation
+#: reads and writes 4 bytes per element in bf16).
+FUSED_PARTIAL_ROPE = frozenset({"rope (50% of head dim)"})
 
 
 def recipe_file(run: MeasuredRun) -> str | None:
@@ -181,6 +206,13 @@ def display(draft: Draft, row_field: str, value: Any) -> None:
     """Display only: never part of the case."""
 
 
+def _tied_embeddings(draft: Draft, row_field: str, value: bool) -> None:
+    """Stated either way: a stated ``tied_embeddings`` counts the embedding lookup and the vocabulary matrices
+    (harness.passes.output_layer), tied or not."""
+    draft.set("model.tied_embeddings", value, row_field)
+    draft.features.add("model.tied_embeddings")
+
+
 def _kv_heads(draft: Draft, row_field: str, value: int | None) -> None:
     heads = draft.run.model.heads
     if value is None:
@@ -202,6 +234,19 @@ def _attention(draft: Draft, row_field: str, value: str) -> None:
     expected = "mla" if m.mla is not None else "mha" if m.kv_heads == m.heads else "gqa"
     if value != expected and not (value == "gqa" and m.kv_heads == 1):
         draft.refuse(row_field, f"{value!r} contradicts kv_heads {m.kv_heads} / heads {m.heads} / mla")
+
+
+def _position(draft: Draft, row_field: str, value: str) -> None:
+    """:data:`POSITIONS`; a partial rotary embedding (:data:`FUSED_PARTIAL_ROPE`) is ``rope`` when the recipe runs
+    TE's fused kernel (whole Q and K read and written), else refused naming the field."""
+    recipe = RECIPES.get(recipe_file(draft.run) or "")
+    if value in FUSED_PARTIAL_ROPE and recipe is not None and recipe.fused_rope:
+        value = "rope"
+    elif value in FUSED_PARTIAL_ROPE:
+        draft.refuse(row_field, f"{value!r}: a partial rotary embedding is priced only where the recipe runs the "
+                                "fused rotary kernel (RECIPES: fused_rope), whose traffic is the whole of Q and K")
+        return
+    feature("model.position", "learned_absolute", POSITIONS)(draft, row_field, value)
 
 
 def _precision(draft: Draft, row_field: str, value: str) -> None:
@@ -249,6 +294,58 @@ def _mtp_layers(draft: Draft, row_field: str, value: int | None) -> None:
         draft.refuse(row_field, f"{value} multi-token-prediction layers have no case field")
 
 
+#: Row ``model.moe.router`` -> case ``model.moe.router``, by the score function its text starts with. The
+#: rows' group-limited routing (DeepSeek's: top groups first, then top-k within them) picks different experts,
+#: not different work (the same router GEMM; a top-k over the groups first, vector work of experts elements per
+#: token): priced as the plain top-k (docs/modern-runs.md).
+ROUTERS = ("softmax", "sigmoid")
+
+
+def _moe(draft: Draft, row_field: str, value: Any) -> None:
+    """The row's MoE section as ``model.moe`` (each subfield translated: docs/modern-runs.md)."""
+    if value is None:
+        return
+    if not case_has_field("model.moe"):
+        draft.refuse(row_field, "set needs case field model.moe, which the harness does not have yet")
+        return
+    moe: dict[str, Any] = {"experts": value.experts, "top_k": value.top_k, "expert_ffn": value.expert_ffn_hidden}
+    if value.shared_experts:
+        if value.shared_expert_ffn_hidden % value.shared_experts:  # the row's width is all shared experts' together
+            draft.refuse(f"{row_field}.shared_expert_ffn_hidden", f"{value.shared_expert_ffn_hidden} is not a "
+                                                                  f"multiple of shared_experts={value.shared_experts}")
+            return
+        moe["shared_experts"] = value.shared_experts
+        moe["shared_expert_ffn"] = value.shared_expert_ffn_hidden // value.shared_experts
+    elif value.shared_expert_ffn_hidden:
+        draft.refuse(f"{row_field}.shared_expert_ffn_hidden", "a width without shared experts")
+        return
+    if value.dense_layers:
+        moe["dense_layers"] = value.dense_layers
+    if value.layer_freq != 1:
+        moe["layer_frequency"] = value.layer_freq
+    if value.token_dropping:
+        if value.capacity_factor is None:
+            draft.refuse(f"{row_field}.capacity_factor", "token dropping without a capacity factor")
+            return
+        moe["capacity_factor"] = float(value.capacity_factor)
+    if value.router is not None:
+        router = next((r for r in ROUTERS if value.router.startswith(r)), None)
+        if router is None:
+            draft.refuse(f"{row_field}.router", f"{value.router!r} names no score function of {list(ROUTERS)}")
+            return
+        moe["router"] = router
+    draft.set("model.moe", moe, row_field)
+    draft.features.add("model.moe")
+
+
+def _expert_tensor_parallel(draft: Draft, row_field: str, value: int | None) -> None:
+    """``etp`` null is Megatron-Core's default, TP (expert_tensor_parallel_size = tensor_model_parallel_size)."""
+    tp = draft.run.parallel.tp
+    if value is None and draft.run.model.moe is not None and tp > 1:
+        value = tp
+    feature("execution.expert_tensor_parallel", None)(draft, row_field, value)
+
+
 def _model_system(draft: Draft, row_field: str, value: Any) -> None:
     """``system.gpu`` picks the profile (``--system auto``) and ``gpus_per_nvlink_domain`` places the groups
     (:func:`network_tiers`); ``num_gpus`` is checked against the layout by the schema."""
@@ -275,9 +372,9 @@ ROW_FIELDS: dict[str, Rule] = {
     "model.norm": feature("model.norm", "layernorm", {"layernorm": "layernorm", "rmsnorm": "rmsnorm"}),
     "model.attention": _attention,
     "model.sliding_window": feature("model.sliding_window", None),
-    "model.tied_embeddings": feature("model.tied_embeddings", True),  # today the output weight is the embedding's
-    "model.position_embedding": feature("model.position", "learned_absolute", POSITIONS),
-    "model.moe": feature("model.moe", None),
+    "model.tied_embeddings": _tied_embeddings,
+    "model.position_embedding": _position,
+    "model.moe": _moe,
     "model.mla": feature("model.mla", None),
     "model.mtp_layers": _mtp_layers,
     "model.truncated_from": display,
@@ -286,7 +383,7 @@ ROW_FIELDS: dict[str, Rule] = {
     "parallel.vp": to("execution.pipeline_interleaving", lambda v: 1 if v is None else v),
     "parallel.cp": feature("execution.context_parallel", 1),
     "parallel.ep": feature("execution.expert_parallel", 1),
-    "parallel.etp": feature("execution.expert_tensor_parallel", None),
+    "parallel.etp": _expert_tensor_parallel,
     "parallel.dp": to("execution.data_parallel"),
     "parallel.fsdp": _fsdp,
     "parallel.sequence_parallel": _sequence_parallel,
@@ -303,10 +400,22 @@ ROW_FIELDS: dict[str, Rule] = {
 
 
 def network_tiers(run: MeasuredRun) -> dict[str, int]:
-    """Tier 0 for a group whose rank span fits in one NVLink domain, else tier 1 (module rules)."""
+    """Tier 0 for a group whose rank span fits in one NVLink domain, else tier 1 (module rules). The expert
+    layers' rank order is ETP fastest, then EP (Megatron-Core's folded expert order ``tp-ep-dp-pp`` over the
+    expert degrees): the expert-tensor group spans ETP ranks, the expert group ETP x EP."""
     p, domain = run.parallel, run.system.gpus_per_nvlink_domain
-    spans = {"tensor": p.tp, "context": p.tp * p.cp, "data": p.tp * p.cp * p.dp, "pipeline": run.system.num_gpus}
+    etp = p.etp if p.etp is not None else p.tp
+    spans = {"tensor": p.tp, "context": p.tp * p.cp, "data": p.tp * p.cp * p.dp, "pipeline": run.system.num_gpus,
+             "expert": etp * p.ep, "expert_tensor": etp}
     return {dim: 0 if span <= domain else 1 for dim, span in spans.items()}
+
+
+#: Whether a row has the group of each optional dimension (its tier is set only then: absent otherwise).
+OPTIONAL_GROUPS: dict[str, Callable[[MeasuredRun], bool]] = {
+    "context": lambda run: run.parallel.cp > 1,
+    "expert": lambda run: run.parallel.ep > 1,
+    "expert_tensor": lambda run: run.model.moe is not None and (run.parallel.etp or run.parallel.tp) > 1,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -344,10 +453,11 @@ def run_case(run: MeasuredRun, system: str, source: str = "<runs>") -> RunCase:
     elif recipe.attention_dropout == 0:  # nonzero is today's behaviour (the dropout primitive is there)
         feature("model.attention_dropout", None)(draft, "model.attention_dropout", 0.0)
     for dim, tier in network_tiers(run).items():
-        if dim != "context" or run.parallel.cp > 1:
+        if dim not in OPTIONAL_GROUPS:
             draft.set(f"execution.network_tiers.{dim}", tier, "system.gpus_per_nvlink_domain")
-    if run.parallel.cp > 1:
-        draft.features.add("execution.network_tiers.context")
+        elif OPTIONAL_GROUPS[dim](run) and case_has_field(f"execution.network_tiers.{dim}"):
+            draft.set(f"execution.network_tiers.{dim}", tier, "system.gpus_per_nvlink_domain")
+            draft.features.add(f"execution.network_tiers.{dim}")
     if draft.unsupported:
         return RunCase(None, tuple(draft.unsupported))
     data = {**draft.case, "system": system}

@@ -16,7 +16,8 @@ edit of a pass or of another pattern:
 
 - :data:`CORES`, per block slot (``attention``, ``mlp``: the pass's ``block``
   option names the slots, in block order): :class:`SelfAttention` (multi-head,
-  grouped-query and multi-query by ``model.kv_heads``), :class:`TwoLayerMLP`
+  grouped-query and multi-query by ``model.kv_heads``),
+  :class:`LatentAttentionCore` (``model.mla``), :class:`TwoLayerMLP`
   (``mlp: gelu | squared_relu``), :class:`GatedMLP` (``mlp: swiglu | geglu``);
 - :data:`NORMS`: :class:`LayerNorm`, :class:`RMSNorm` (``model.norm``);
 - :data:`SCORE_KERNELS`: :class:`MaterializedScores`, :class:`FlashScores`
@@ -41,7 +42,6 @@ Rules shared by every pattern:
 from __future__ import annotations
 
 import dataclasses
-import functools
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
@@ -66,8 +66,8 @@ from harness.ir.model import ExecutionLayout, ModelIR, TransformerShape, key_val
 RECOMPUTE = "recompute/"
 RECOMMUNICATION = "recommunication/"
 
-# Retention is interned; this cache only skips the keyword handling for its few flag combinations.
-_retention = functools.cache(Retention.trusted)
+# Retention is interned (one shared instance per flags, in the session's table).
+_retention = Retention.trusted
 #: Retention of a task whose input is another task's stored activation.
 REUSED = dict(activation_stored=False, activation_reused=True)
 
@@ -114,6 +114,13 @@ class Block:
     def kv_width(self) -> int:
         """Local width of K and of V: local key/value heads x head_size."""
         return self.kv_heads * self.shape.head_size
+
+    @property
+    def value_head_size(self) -> int:
+        """Width of one value (and attention output) head: ``mla.v_head_dim`` with latent attention, else
+        head_size (the query/key head width, ``qk_nope + qk_rope`` with latent attention)."""
+        mla = self.shape.mla
+        return self.shape.head_size if mla is None else mla.v_head_dim
 
     @property
     def overlap(self) -> bool:
@@ -212,6 +219,9 @@ class CorePattern(Pattern):
 
     slot: ClassVar[str]  # the block slot it fills (the pass's ``block`` option names slots)
     prefix: ClassVar[str]  # task-name prefix of its sub-block
+    #: The core emits its own ``f`` collective (on what it sends into the TP region, e.g. latent attention's
+    #: compressed Q and K/V); the sub-block then emits none before it.
+    enters_region_itself: ClassVar[bool] = False
 
     @abstractmethod
     def redo_input(self, b: Block) -> bool:
@@ -287,7 +297,7 @@ class ResidualSubBlock:
         if b.overlap:
             prev = self.core.emit_overlapped(b, out, prev)
         else:
-            f = b.collective("f")
+            f = None if self.core.enters_region_itself else b.collective("f")
             if f:
                 prev = out.add(f"{p}.tp_f", f, (prev,), recommunicate=self.core.redo_input(b))
             prev = self.core.emit(b, out, prev)
@@ -336,7 +346,7 @@ class MaterializedScores(ScoreKernel):
             prev = out.add("attn.probs_dropout", PointwiseShape.trusted(kind="dropout", elements=scores), (prev,),
                            recompute=attn, activation_stored=not attn)
         return out.add("attn.pv_matmul", BatchMatmulShape.trusted(batch=local_heads, m=b.queries,
-                       n=s.sequence_length, k=s.head_size), (prev, v), recompute=b.full)
+                       n=s.sequence_length, k=b.value_head_size), (prev, v), recompute=b.full)
 
 
 class FlashScores(ScoreKernel):
@@ -352,9 +362,10 @@ class FlashScores(ScoreKernel):
     def emit(self, b: Block, out: BlockBuilder, qk: tuple[str, ...], v: str) -> str:
         s = b.shape
         window = min(s.sliding_window or s.sequence_length, s.sequence_length)
+        value = b.value_head_size if b.value_head_size != s.head_size else None
         flash = FlashAttentionShape.trusted(batch=b.execution.microbatch, heads=b.heads, kv_heads=b.kv_heads,
                                             sequence=s.sequence_length, head_size=s.head_size, window=window,
-                                            dropout=s.attention_dropout != 0)
+                                            dropout=s.attention_dropout != 0, value_head_size=value)
         return out.add("attn.flash", flash, tuple(dict.fromkeys((*qk, v))), recompute=b.full)
 
 
@@ -381,7 +392,7 @@ class SelfAttention(CorePattern):
     prefix = "attn"
 
     def matches(self, shape: TransformerShape, execution: ExecutionLayout) -> bool:
-        return True
+        return shape.mla is None
 
     def redo_input(self, b: Block) -> bool:
         return b.attention or b.execution.seq_par_ag_redo
@@ -449,6 +460,108 @@ class SelfAttention(CorePattern):
         return kernel.emit(b, out, qk, v)
 
 
+class LatentAttentionCore(CorePattern):
+    """Multi-head latent attention (``model.mla``), split over TP as Megatron-Core's ``MLASelfAttention`` with its
+    Transformer Engine layer spec splits it.
+
+    - The down projections are duplicated on every TP rank (``TELinear``, ``parallel_mode="duplicated"``: full
+      weights, no split) and read the sub-block's input where it is, sequence-sharded under ``rs_ag``:
+      ``attn.q_down`` hidden -> q_lora_rank and ``attn.kv_down`` hidden -> kv_lora_rank + qk_rope_head_dim, then
+      the RMSNorms of the two latents (``attn.q_latent_norm`` over q_lora_rank, ``attn.kv_latent_norm`` over
+      kv_lora_rank; Megatron-Core fuses them into the up projections' ``TELayerNormColumnParallelLinear``, which
+      normalizes before it gathers).
+    - The TP region starts after them: one ``attn.tp_f`` collective over the three tensors that enter it (the
+      query latent, the key/value latent and the shared rotary key, q_lora_rank + kv_lora_rank +
+      qk_rope_head_dim per token; without query compression the hidden states themselves instead of the query
+      latent), all-gathered under sequence parallelism (Megatron-Core's column-parallel up projections gather
+      their latent, ``gather_from_sequence_parallel_region`` the rotary key), its gradient all-reduced without.
+    - The up projections are column-parallel, heads / TP per rank: ``attn.q_up`` q_lora_rank -> heads x
+      (qk_nope + qk_rope) (``attn.query`` hidden -> the same without query compression), ``attn.kv_up``
+      kv_lora_rank -> heads x (qk_nope + v_head_dim).
+    - ``attn.rope`` rotates the query's rotary part (heads x qk_rope) and the one shared rotary key (qk_rope)
+      per token; the score kernel runs over query/key heads qk_nope + qk_rope wide (head_size) and value heads
+      v_head_dim wide, every head with its own K and V; ``attn.out_proj`` is row-parallel, heads x v_head_dim ->
+      hidden.
+
+    No form under TP overlap (refused by :meth:`CorePattern.unpriceable`); a QKV bias, QK-norm and learned
+    positions are refused (:meth:`unpriceable`).
+    """
+
+    name = "latent_attention"
+    slot = "attention"
+    prefix = "attn"
+    enters_region_itself = True
+
+    def matches(self, shape: TransformerShape, execution: ExecutionLayout) -> bool:
+        return shape.mla is not None
+
+    def unpriceable(self, shape: TransformerShape, execution: ExecutionLayout) -> list[tuple[str, str]]:
+        problems = super().unpriceable(shape, execution)
+        for field, on, what in (("qkv_bias", shape.qkv_bias, "a QKV bias"), ("qk_norm", shape.qk_norm, "QK-norm"),
+                                ("position", shape.position == "learned", "learned positions")):
+            if on:
+                problems.append((f"model.{field}", f"{what} with multi-head latent attention (model.mla) is not "
+                                                   "modelled (its norms are on the latents, its positions rotary)"))
+        return problems
+
+    def redo_input(self, b: Block) -> bool:
+        return b.full or b.execution.seq_par_ag_redo
+
+    def emit(self, b: Block, out: BlockBuilder, prev: str) -> str:
+        s, e, full = b.shape, b.execution, b.full
+        mla = s.mla
+        assert mla is not None
+        tp, tokens, heads, redo = e.tensor_parallel, b.tokens, b.heads, self.redo_input(b)
+        outside = b.outside_act // s.hidden  # tokens of the sub-block's input on this rank
+        fork = out.add("attn.latent_fork", ForkShape.trusted(elements=b.outside_act, users=2), (prev,),
+                       recompute=full, activation_stored=not full)
+        kv_down = out.add("attn.kv_down", LinearShape.trusted(m=outside, n=s.hidden,
+                          k=mla.kv_lora_rank + mla.qk_rope_head_dim), (fork,), recompute=full, **REUSED)
+        kv_latent = out.add("attn.kv_latent_norm", NormShape.trusted(kind="rms_norm", elements=outside *
+                            mla.kv_lora_rank, hidden=mla.kv_lora_rank), (kv_down,), recompute=full)
+        if mla.q_lora_rank is not None:
+            q_down = out.add("attn.q_down", LinearShape.trusted(m=outside, n=s.hidden, k=mla.q_lora_rank), (fork,),
+                             recompute=full, **REUSED)
+            q_latent = out.add("attn.q_latent_norm", NormShape.trusted(kind="rms_norm", elements=outside *
+                               mla.q_lora_rank, hidden=mla.q_lora_rank), (q_down,), recompute=full)
+            q_width = mla.q_lora_rank
+        else:
+            q_latent, q_width = fork, s.hidden
+        q_in = kv_in = rope_in = None
+        if tp > 1:
+            bf, bb = collective_ops("f", e.tp_communication == "rs_ag")
+            ef, eb = collective_ops("f", e.tp_communication in ("rs_ag", "p2p_rs_ag"))
+            entering = CollectiveShape.trusted(
+                role="f", elements=tokens * (q_width + mla.kv_lora_rank + mla.qk_rope_head_dim), participants=tp,
+                sequence_sharded=e.sequence_parallel, base_forward=bf, base_backward=bb, edge_forward=ef,
+                edge_backward=eb)
+            q_in = kv_in = rope_in = out.add("attn.tp_f", entering, (q_latent, kv_latent, kv_down),
+                                             recommunicate=redo)
+        q_name, q_shape = (("attn.q_up", LinearShape.trusted(m=tokens, n=mla.q_lora_rank, k=heads * mla.qk_head_dim))
+                           if mla.q_lora_rank is not None else
+                           ("attn.query", LinearShape.trusted(m=tokens, n=s.hidden, k=heads * mla.qk_head_dim)))
+        # without query compression and no gather, the query reads the fork's stored input itself
+        q_kept = REUSED if mla.q_lora_rank is None and not (q_in and e.sequence_parallel) else {
+            "activation_stored": not redo}
+        q = out.add(q_name, q_shape, (q_in or q_latent,), recompute=full, **q_kept)
+        kv = out.add("attn.kv_up", LinearShape.trusted(m=tokens, n=mla.kv_lora_rank,
+                     k=heads * (mla.qk_nope_head_dim + mla.v_head_dim)), (kv_in or kv_latent,), recompute=full,
+                     activation_stored=not redo)
+        rope = out.add("attn.rope", PointwiseShape.trusted(kind="rope", elements=tokens * mla.qk_rope_head_dim *
+                                                           (heads + 1)), (q, rope_in or kv_down), recompute=full)
+        qk: tuple[str, ...] = (rope, kv)
+        if b.context > 1:  # the K/V ring of context parallelism: every head's K (qk wide) and V (v_head_dim wide)
+            exchange = RingExchangeShape.trusted(elements=tokens * heads * (mla.qk_head_dim + mla.v_head_dim),
+                                                 steps=b.context - 1, participants=b.context,
+                                                 hides_behind=SCORE_TASKS)
+            kv = out.add("attn.context_exchange", exchange, qk)
+            qk = (rope, kv)
+        kernel = select(SCORE_KERNELS, s, e, "attention kernel")
+        prev = kernel.emit(b, out, qk, kv)
+        return out.add("attn.out_proj", LinearShape.trusted(m=tokens, n=heads * mla.v_head_dim, k=s.hidden), (prev,),
+                       recompute=full)
+
+
 class TwoLayerMLP(CorePattern):
     """fc1 -> activation (GeLU or squared ReLU) -> fc2 (``mlp`` absent, ``gelu`` or ``squared_relu``); fc1's input
     is redone (not stored) under full recompute or all-gather redo."""
@@ -505,7 +618,8 @@ class GatedMLP(TwoLayerMLP):
 
 
 #: Core patterns per block slot (the pass's ``block`` option names the slots, in block order).
-CORES: dict[str, tuple[CorePattern, ...]] = {"attention": (SelfAttention(),), "mlp": (TwoLayerMLP(), GatedMLP())}
+CORES: dict[str, tuple[CorePattern, ...]] = {"attention": (SelfAttention(), LatentAttentionCore()),
+                                             "mlp": (TwoLayerMLP(), GatedMLP())}
 
 
 def unpriceable(shape: TransformerShape, execution: ExecutionLayout,

@@ -29,6 +29,7 @@ Rules, with ``b`` bytes per element:
   dY and writes two input gradients; RoPE keeps no activation (its gradient
   is the inverse rotation of dY; the cos/sin tables, sequence x head_size,
   are not counted).
+- embedding lookup: see :func:`embedding` (a gather, its dense weight gradient).
 - flash attention: see :func:`flash_attention` (tiles executed, the
   FlashAttention-2 backward, Q/K/V/O/dO/log-sum-exp traffic).
 - residual: forward one operation per output element, dgrad one per input.
@@ -64,6 +65,7 @@ from harness.ir.distributed import (
     BatchMatmulShape,
     CollectiveShape,
     CrossEntropyShape,
+    EmbeddingShape,
     FlashAttentionShape,
     ForkShape,
     OverlappedLinearShape,
@@ -306,6 +308,33 @@ def cross_entropy(s: CrossEntropyShape, b: int, shards: int) -> PrimitiveFacts:
     )
 
 
+#: Bytes of one token id (Megatron's int64 token tensor), read by the embedding lookup and its gradient.
+TOKEN_ID_BYTES = 8
+
+
+def embedding(s: EmbeddingShape, b: int, shards: int) -> PrimitiveFacts:
+    """The input embedding lookup over a local table of ``vocabulary x hidden`` weights (``t`` tokens, ``h``
+    hidden, ``V`` local rows):
+
+    - forward: a gathered row per token, the rows outside this rank's share masked to zero (``t h``
+      operations); reads the ``t`` rows (``t h b``) and the ids (``8 t``), writes ``t h b``;
+    - activation gradient: none (token ids have no gradient);
+    - weight gradient: the ``t`` rows of dY accumulated into the table's gradient (``t h`` operations); reads
+      dY (``t h b``) and the ids, writes the whole local gradient table (``V h b``: PyTorch's dense embedding
+      backward fills it and adds the rows);
+    - ``V h`` weights with their gradient and Adam state; it keeps nothing the block memory counts.
+    """
+    rows, table = s.tokens * s.hidden, s.vocabulary * s.hidden
+    ids = TOKEN_ID_BYTES * s.tokens
+    return PrimitiveFacts(
+        forward=_work(rows, rows * b + ids, rows * b, "vector"),
+        activation_grad=_NONE,
+        weight_grad=_work(rows, rows * b + ids, table * b, "vector"),
+        optimizer=_optimizer(table, 2 * table, b, shards),
+        capacity=_capacity(b, shards, weights=table, moments=2 * table),
+    )
+
+
 def causal_tiles(sequence: int, window: int, tile: int = FLASH_TILE_TOKENS) -> tuple[int, int]:
     """(tiles executed, tiles of the full score matrix) of a causal kernel over ``sequence`` tokens whose queries
     attend to at most ``window`` keys, at ``tile`` x ``tile`` granularity.
@@ -331,6 +360,13 @@ def score_products(batch: int, heads: int, sequence: int, head_size: int) -> int
     return 2 * batch * heads * sequence * sequence * head_size
 
 
+def flash_products(s: FlashAttentionShape) -> tuple[int, int]:
+    """(QK^T, PV) operations of a flash kernel's full s x s products: :func:`score_products` over the query/key
+    head width and over the value head width (equal unless multi-head latent attention)."""
+    return (score_products(s.batch, s.heads, s.sequence, s.head_size),
+            score_products(s.batch, s.heads, s.sequence, s.value_width))
+
+
 def flash_attention(s: FlashAttentionShape, b: int, shards: int) -> PrimitiveFacts:
     """FlashAttention-2, causal: the tiles of :func:`causal_tiles` executed, a fraction ``f`` of the full scores.
 
@@ -343,16 +379,21 @@ def flash_attention(s: FlashAttentionShape, b: int, shards: int) -> PrimitiveFac
     - the online softmax, the masking and the in-kernel dropout (its mask regenerated from the seed, never
       stored) run inside the kernel next to the products and are not counted as separate operations;
     - capacity: it keeps Q, K, V and the log-sum-exp for the backward (O is the output projection's stored
-      input); its gradient buffer is dO.
+      input); its gradient buffer is dO;
+    - with a value head width ``d_v`` of its own (multi-head latent attention), the products over V (PV, dV,
+      dP) count ``d_v`` and the others ``d`` (:func:`flash_products`): forward ``(QK + PV) f``, backward
+      ``(3 QK + 2 PV) f``; V, O and dO are ``d_v`` wide.
     """
     executed, tiles = causal_tiles(s.sequence, s.window)
-    full = score_products(s.batch, s.heads, s.sequence, s.head_size)
-    q = o = s.batch * s.heads * s.sequence * s.head_size
-    kv = 2 * s.batch * s.kv_heads * s.sequence * s.head_size
+    scores, values = flash_products(s)
+    q = s.batch * s.heads * s.sequence * s.head_size
+    o = s.batch * s.heads * s.sequence * s.value_width
+    kv = s.batch * s.kv_heads * s.sequence * (s.head_size + s.value_width)  # K and V
     lse = s.batch * s.heads * s.sequence * LOG_SUM_EXP_BYTES
     return PrimitiveFacts(
-        forward=_work(2 * full * executed / tiles, (q + kv) * b, o * b + lse, "matrix"),
-        activation_grad=_work(5 * full * executed / tiles, (q + kv + 2 * o) * b + lse, (q + kv) * b, "matrix"),
+        forward=_work((scores + values) * executed / tiles, (q + kv) * b, o * b + lse, "matrix"),
+        activation_grad=_work((3 * scores + 2 * values) * executed / tiles, (q + kv + 2 * o) * b + lse, (q + kv) * b,
+                              "matrix"),
         weight_grad=_NONE_MATRIX, optimizer=_NONE,
         capacity=_capacity(b, shards, activation=(q + kv) * b + lse, output=o, activation_grad=o * b),
     )
@@ -368,7 +409,7 @@ def matrix_operations(shape) -> tuple[str, float] | None:
     (``3 x 2 x score_products``: QK^T and PV forward, twice each backward), not the tiles it executes.
     """
     if isinstance(shape, FlashAttentionShape):
-        return "attention", 6 * score_products(shape.batch, shape.heads, shape.sequence, shape.head_size)
+        return "attention", 3 * sum(flash_products(shape))
     family = {"linear": "linear", "overlapped_linear": "linear", "batch_matmul": "attention"}.get(shape.kind)
     if family is None:
         return None
@@ -407,13 +448,14 @@ RULES = {
     "tp_collective": tp_collective,
     "overlapped_linear": overlapped_linear,
     "cross_entropy": cross_entropy,
+    "embedding": embedding,
     "context_exchange": context_exchange,
     "quantize": quantize,
 }
 
 
 #: Primitives with weights: the only ones whose facts depend on the optimizer shards.
-WEIGHTED = frozenset({"linear", "layer_norm", "rms_norm", "overlapped_linear"})
+WEIGHTED = frozenset({"linear", "layer_norm", "rms_norm", "overlapped_linear", "embedding"})
 
 def derive(shape, bytes_per_element: int, optimizer_shards: int) -> PrimitiveFacts:
     """Apply the rule of ``shape.kind``.

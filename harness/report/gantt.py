@@ -6,10 +6,19 @@ sync and optimizer step after the pipeline in grey and green; white is idle.
 A bar carries its microbatch number when it is wide enough to read. When the
 whole iteration is too dense to read, two zoomed panels below it show the
 warm-up and the cool-down at the same scale.
+
+A physical schedule (TP/DP overlap, offload: :mod:`harness.trace_queues`) adds
+one row per queue of the first stage below the stages, labelled ``stage 0
+<queue>`` (``compute``, each ``network.tierN``, ``memory.tier2``, and
+``exposed``: the compute queue's idle time), each bar coloured by the
+component it runs or, on ``exposed``, waits for; the rows hold what the
+trace recorded (its first ``--task-microbatches`` microbatches and the step),
+the same intervals as the JSON trace's queue threads.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from matplotlib import colormaps
@@ -19,11 +28,32 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from harness.outputs import atomic_output
+from harness.schedule.physical import Event
 from harness.schedule.simulate import Simulation
 
 DENSE_OPS = 48  # more operations per stage than this: add the zoomed panels
 LABEL_MIN_IN = 0.16  # narrowest bar (inches) that gets its microbatch number
 STEP_COLORS = {"data_parallel": "0.55", "optimizer": "tab:green"}
+EXPOSED = "exposed"  # the queue trace's row of the compute queue's idle time (harness.trace_queues.EXPOSED)
+
+
+def queue_rows(events: Sequence[Event], queues: Sequence[str]) -> tuple[tuple[str, tuple[Event, ...]], ...]:
+    """(queue, its events) for each of ``queues`` in order, then ``exposed``: the rows a physical schedule adds."""
+    names = [*queues, EXPOSED]
+    return tuple((name, tuple(e for e in events if e.queue == name)) for name in names)
+
+
+#: the components the stage rows already draw keep their colours; the others take these, in sorted order
+OTHER_COLORS = ("tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan", "tab:red", "gold", "black")
+
+
+def _component_colors(rows) -> dict[str, object]:
+    """One colour per component the rows hold (the same on every row): forward, backward, data_parallel and
+    optimizer as the stage rows draw them, the others from :data:`OTHER_COLORS` in sorted order."""
+    known = {"forward": _shade("forward", 0, 1), "backward": _shade("backward", 0, 1), **STEP_COLORS}
+    components = sorted({e.component for _, events in rows for e in events})
+    others = iter(OTHER_COLORS * (1 + len(components) // len(OTHER_COLORS)))
+    return {c: known[c] if c in known else next(others) for c in components}
 
 
 def _shade(phase: str, chunk: int, chunks: int):
@@ -47,7 +77,20 @@ def _steps(sim: Simulation) -> list[tuple[str, float, float]]:
     return out
 
 
-def _draw(ax: Axes, sim: Simulation, x0: float, x1: float, width_in: float) -> None:
+def _draw_queues(ax: Axes, rows, colors, first_row: int, x0: float, x1: float) -> None:
+    """The queue rows from ``first_row`` down, each bar its event's interval coloured by its component."""
+    for index, (name, events) in enumerate(rows):
+        by_component: dict[str, list[tuple[float, float]]] = {}
+        for e in events:
+            if e.end_s > x0 and e.start_s < x1 and e.end_s > e.start_s:
+                by_component.setdefault(e.component, []).append((e.start_s, e.end_s - e.start_s))
+        for component, bars in sorted(by_component.items()):
+            ax.broken_barh(bars, (first_row + index - 0.42, 0.84), facecolors=colors[component], edgecolor="none",
+                           hatch="////" if name == EXPOSED else None, label=f"{name}: {component}")
+    ax.axhline(first_row - 0.5, color="0.4", linewidth=0.8)
+
+
+def _draw(ax: Axes, sim: Simulation, x0: float, x1: float, width_in: float, rows=(), colors=None) -> None:
     pp, chunks = sim.pipeline_parallel, sim.chunks_per_stage
     scale = width_in / (x1 - x0)
     for stage, ops in enumerate(sim.ops):
@@ -66,10 +109,14 @@ def _draw(ax: Axes, sim: Simulation, x0: float, x1: float, width_in: float) -> N
                         color=_ink(_shade(op.phase, op.chunk, chunks)), clip_on=True)
     for name, start, width in _steps(sim):
         ax.broken_barh([(start, width)], (-0.42, 0.84), facecolors=STEP_COLORS[name])
+    if rows:
+        _draw_queues(ax, rows, colors, pp, x0, x1)
     ax.set_xlim(x0, x1)
-    ax.set_ylim(pp - 0.5, -0.5)
+    ax.set_ylim(pp + len(rows) - 0.5, -0.5)
     every = max(1, -(-pp // 16))
-    ax.set_yticks(range(0, pp, every), [f"stage {s}" for s in range(0, pp, every)], fontsize=7)
+    ticks = list(range(0, pp, every)) + [pp + i for i in range(len(rows))]
+    ax.set_yticks(ticks, [f"stage {s}" for s in range(0, pp, every)] + [f"stage 0 {name}" for name, _ in rows],
+                  fontsize=7)
     ax.grid(axis="x", color="0.85", linewidth=0.6)
     ax.set_axisbelow(True)
     ax.tick_params(axis="x", labelsize=8)
@@ -90,24 +137,30 @@ def _window(sim: Simulation) -> float:
     return min(edge, sim.total_s / 2, ZOOM_IN * shortest / (LABEL_MIN_IN * 1.45))
 
 
-def write_gantt(sim: Simulation, path: Path | str, title: str = "") -> Path:
-    """Draw ``sim`` as a Gantt chart into ``path`` (PNG) and return the path."""
+def write_gantt(sim: Simulation, path: Path | str, title: str = "",
+                queues: Sequence[tuple[str, Sequence[Event]]] = (), queues_note: str = "") -> Path:
+    """Draw ``sim`` as a Gantt chart into ``path`` (PNG) and return the path. ``queues``: a physical schedule's
+    first-stage queue rows (:func:`queue_rows`), drawn below the stages in every panel; ``queues_note``: what
+    they cover, said in the title."""
     pp, chunks = sim.pipeline_parallel, sim.chunks_per_stage
     dense = max(len(ops) for ops in sim.ops) > DENSE_OPS
+    colors = _component_colors(queues)
     row_in = max(0.11, min(0.3, 3.0 / pp))
-    top_in = 0.9 + row_in * pp
-    fig = Figure(figsize=(14, 1.5 + top_in * (1.8 if dense else 1)), dpi=110)
+    top_in = 0.9 + row_in * (pp + len(queues))
+    columns = 6 if queues else 8
+    legend_rows = -(-(2 * chunks + 2 + len(colors) + 1) // columns)
+    fig = Figure(figsize=(14, 1.3 + 0.2 * legend_rows + top_in * (1.8 if dense else 1)), dpi=110)
     FigureCanvasAgg(fig)
     grid = fig.add_gridspec(2 if dense else 1, 2, height_ratios=[1, 0.8] if dense else [1])
     main = fig.add_subplot(grid[0, :])
-    _draw(main, sim, 0.0, sim.total_s * 1.005, 12.5)
+    _draw(main, sim, 0.0, sim.total_s * 1.005, 12.5, queues, colors)
     main.set_xlabel("time in the iteration (s)", fontsize=9)
     if dense:
         w = _window(sim)
         for column, (x0, x1, label) in enumerate(((0.0, w, "warm-up"),
                                                   (sim.total_s - w, sim.total_s * 1.002, "cool-down"))):
             ax = fig.add_subplot(grid[1, column])
-            _draw(ax, sim, x0, x1, ZOOM_IN)
+            _draw(ax, sim, x0, x1, ZOOM_IN, queues, colors)
             ax.set_title(f"{label}: {x0:.4g} - {min(x1, sim.total_s):.4g} s (microbatch numbers in the bars)",
                          fontsize=9)
             ax.set_xlabel("time in the iteration (s)", fontsize=9)
@@ -117,14 +170,19 @@ def write_gantt(sim: Simulation, path: Path | str, title: str = "") -> Path:
         schedule = "forward only" + (f", {chunks} chunks/stage" if chunks > 1 else "")
     fig.suptitle(f"{title}  —  {schedule}, PP={pp}, {sim.microbatches} microbatches\n"
                  f"iteration {sim.total_s:.4g} s; stage-0 idle {sim.first_stage_idle_s:.4g} s vs closed-form "
-                 f"bubble {sim.closed_form_bubble_s:.4g} s (difference {sim.bubble_difference_s:+.2g} s)", fontsize=10)
+                 f"bubble {sim.closed_form_bubble_s:.4g} s (difference {sim.bubble_difference_s:+.2g} s)"
+                 + (f"\nbelow the stages: stage 0's queues{queues_note} (exposed: compute idle, hatched in the colour "
+                    f"of what it waits for)" if queues else ""), fontsize=10)
     handles = [Patch(color=_shade("forward", c, chunks), label=f"forward chunk {c}") for c in range(chunks)]
     if sim.training:
         handles += [Patch(color=_shade("backward", c, chunks), label=f"backward chunk {c}") for c in range(chunks)]
     handles += [Patch(color=STEP_COLORS[name], label=f"{name.replace('_', ' ')} (stage 0)") for name, _, _ in _steps(sim)]
-    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 8), fontsize=8, frameon=False)
+    handles += [Patch(facecolor=color, label=f"queue: {component}") for component, color in colors.items()]
+    if any(name == EXPOSED and events for name, events in queues):
+        handles.append(Patch(facecolor="white", edgecolor="0.3", hatch="////", label="exposed (waits for)"))
+    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), columns), fontsize=8, frameon=False)
     height = fig.get_figheight()
-    fig.tight_layout(rect=(0, 0.3 / height, 1, 1))  # tight_layout leaves room for the suptitle
+    fig.tight_layout(rect=(0, (0.1 + 0.2 * legend_rows) / height, 1, 1))  # tight_layout leaves room for the suptitle
     with atomic_output(path, "wb", option="--png") as handle:
         fig.savefig(handle, format="png")
     return Path(path)
