@@ -81,7 +81,7 @@ def test_a_gpt_row_is_the_case_written_by_hand(plain_stack):
     assert case.unsupported == () and case.invalid is None
     assert case.input.model.model_dump(exclude_none=True) == {
         "hidden": 12288, "feedforward": 49152, "sequence_length": 2048, "attention_heads": 96, "head_size": 128,
-        "blocks": 96, "vocabulary": 51200}
+        "blocks": 96, "vocabulary": 51200, "tied_embeddings": True}  # stated: the vocabulary matrices counted
     e = case.input.execution
     assert (e.tensor_parallel, e.pipeline_parallel, e.data_parallel, e.pipeline_interleaving) == (8, 8, 2, 12)
     assert (e.global_batch, e.microbatch, e.datatype, e.recompute) == (256, 1, "bfloat16", "none")
@@ -187,7 +187,7 @@ CASE_YAML = """schema: blueprinting.case.v0
 id: by-hand
 system: h100_80g_nvl8
 model: {hidden: 12288, feedforward: 49152, sequence_length: 2048, attention_heads: 96, head_size: 128, blocks: 96,
-        vocabulary: 51200}
+        vocabulary: 51200, tied_embeddings: true}
 execution: {tensor_parallel: 8, pipeline_parallel: 8, data_parallel: 2, global_batch: 256, microbatch: 1,
             pipeline_interleaving: 12, datatype: bfloat16, recompute: none, tp_communication: rs_ag,
             optimizer_sharding: true, tp_overlap: ring, dp_overlap: true,

@@ -41,6 +41,9 @@ class Architecture:
     architecture: str
     implied: tuple[tuple[str, Any], ...] = ()  # case fields every model of the family has
     windowed_by_flag: bool = False  # sliding_window applies only with use_sliding_window (Qwen)
+    #: tie_word_embeddings when the config leaves it out: the family's transformers default (LlamaConfig,
+    #: MistralConfig, Qwen2Config, Qwen3Config: False)
+    tied_by_default: bool = False
 
 
 COMMON_IMPLIED = (("model.norm", "rmsnorm"), ("model.position", "rope"))
@@ -139,8 +142,7 @@ def _qkv_bias_flag(draft: Draft, field: str, value: bool) -> None:
 
 
 def _tied(draft: Draft, field: str, value: bool) -> None:
-    if not value:  # tied is today's behaviour: the output weight is the embedding's
-        draft.set("model.tied_embeddings", False, field)
+    draft.set("model.tied_embeddings", value, field)  # stated either way: the vocabulary matrices are counted
 
 
 def _attention_dropout(draft: Draft, field: str, value: float) -> None:
@@ -261,6 +263,8 @@ def translate_config(config: Any, source: str, sequence_length: int, context_par
     draft = Draft(config, sequence_length, context_parallel)
     for case_path, value in ARCHITECTURES[model_type].implied:
         draft.set(case_path, value, "model_type")
+    if "tie_word_embeddings" not in config:  # the family's default: the vocabulary matrices are counted
+        draft.set("model.tied_embeddings", ARCHITECTURES[model_type].tied_by_default, "model_type")
     for field, value in config.items():
         CONFIG_FIELDS[field][2](draft, field, value)
     if "head_dim" not in config or config["head_dim"] is None:

@@ -55,6 +55,15 @@ def context_problems(s: TransformerShape, e: ExecutionLayout) -> list[Problem]:
     return problems
 
 
+def vocabulary_problems(s: TransformerShape) -> list[Problem]:
+    """Stating ``tied_embeddings`` counts the embedding and output-layer weights (harness.passes.output_layer):
+    their rows are the vocabulary's, which the shape must then state."""
+    if s.tied_embeddings is not None and s.vocabulary is None:
+        return [("model.tied_embeddings", "counts the embedding and output-layer weights, whose rows are the "
+                                          "vocabulary's: it needs model.vocabulary")]
+    return []
+
+
 def expert_problems(s: TransformerShape, e: ExecutionLayout) -> list[Problem]:
     """The expert layout's rules: the expert fields need model.moe; the model has at least one MoE block;
     Megatron-Core's folding constraints (:func:`harness.ir.experts.folding_problems`: EP divides the experts,
@@ -113,7 +122,7 @@ def layout_problems(shape: TransformerShape, execution: ExecutionLayout) -> list
     problems: list[Problem] = []
     if e.processors > MAX_DEGREE:
         problems.append(("execution", f"TP x PP x DP x CP = {e.processors} processors exceeds the bound {MAX_DEGREE} (2^24)"))
-    problems += context_problems(s, e)
+    problems += context_problems(s, e) + vocabulary_problems(s)
     problems += expert_problems(s, e)
     if e.precision is not None:
         recipe = RECIPES[e.precision]

@@ -185,6 +185,22 @@ class CrossEntropyShape(Frozen):
     participants: int = Field(gt=0, description="Processors sharing the vocabulary (the TP group).")
 
 
+class EmbeddingShape(Frozen):
+    """The input embedding lookup of ``tokens`` token ids in a table of ``vocabulary`` rows of ``hidden``
+    elements, split over ``participants`` TP ranks (Megatron's ``VocabParallelEmbedding``: each rank gathers a
+    row for every token from its share of the padded vocabulary, the rows outside its share masked to zero).
+    The rule is :func:`harness.passes.rules.embedding`."""
+
+    INTERNED: ClassVar[bool] = True
+    EXCHANGE: ClassVar[Exchange] = "none"
+
+    kind: Literal["embedding"] = "embedding"
+    tokens: int = Field(gt=0, description="Token ids looked up (tokens of one microbatch on this rank).")
+    hidden: int = Field(gt=0, description="Width of a row (the model width), elements.")
+    vocabulary: int = Field(gt=0, description="Rows of the local table (the padded vocabulary / TP).")
+    participants: int = Field(gt=0, description="Processors sharing the table (the TP group).")
+
+
 class FlashAttentionShape(Frozen):
     """One fused causal attention kernel (FlashAttention-2) over the local heads of one microbatch.
 
@@ -363,9 +379,9 @@ class ExpertGatherShape(_ExpertCollective):
 
 
 SHAPES = (LinearShape, BatchMatmulShape, NormShape, PointwiseShape, ResidualShape, ForkShape, CollectiveShape,
-          OverlappedLinearShape, CrossEntropyShape, FlashAttentionShape, RingExchangeShape, QuantizeShape,
-          RouterShape, TopKShape, TokenPermuteShape, GroupedLinearShape, ExpertAllToAllShape, ExpertTensorCollectiveShape,
-          ExpertGatherShape)
+          OverlappedLinearShape, CrossEntropyShape, EmbeddingShape, FlashAttentionShape, RingExchangeShape,
+          QuantizeShape, RouterShape, TopKShape, TokenPermuteShape, GroupedLinearShape, ExpertAllToAllShape,
+          ExpertTensorCollectiveShape, ExpertGatherShape)
 TaskShape = Annotated[Union[SHAPES], Field(discriminator="kind")]
 
 #: primitive kind -> its shape class (every value of every shape's ``kind`` Literal).

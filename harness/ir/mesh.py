@@ -103,6 +103,13 @@ def group_tier(layout: Any, spans: Group) -> int:
     return group_tier_of({d: degree(layout, d) for d in spans}, {d: tier(layout, d) for d in spans}, spans)
 
 
+def gradient_group(layout: Any) -> Group:
+    """The group a block's weight gradients are reduced over (and optimizer state is sharded over): the ranks
+    that hold the same weights, every dimension that splits the batch or the sequence, not the weights: data,
+    and data x context with context parallelism (Megatron-Core's data-parallel group with CP)."""
+    return group("data", "context") if degree(layout, "context") > 1 else DATA
+
+
 def group_tier_of(sizes: dict[str, int], tiers: dict[str, Any], spans: Group) -> Any:
     """:func:`group_tier` from per-dimension degrees and tiers; a tier may be a numpy array of placements
     (the search), then the result is one tier per placement."""

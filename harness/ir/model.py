@@ -204,9 +204,12 @@ class TransformerShape(StrictInput):
         "(Mistral). A flash kernel skips the tiles outside the window; a materialized kernel computes the full "
         "scores and masks them. Absent: full causal attention."))
     tied_embeddings: bool | None = Field(None, description=(
-        "The output layer uses the input embedding's weights (GPT-2, Gemma) instead of its own (Llama). Absent: "
-        "tied. Accepted and changing no figure: the embedding and output-layer weights are not in the memory, "
-        "optimizer or data-parallel figures yet, tied or not (docs/model-features.md, 'Not modelled')."))
+        "true: the output layer uses the input embedding's weights (GPT-2, Gemma); false: its own (Llama). "
+        "Stated either way (it needs vocabulary), the embedding lookup is a task and the embedding and "
+        "output-layer matrices (padded vocabulary / TP x hidden each) are in the memory, optimizer and "
+        "data-parallel figures; tied with PP > 1, the last stage's copy is all-reduced with the first stage's "
+        "(harness.passes.output_layer). Absent: neither is counted (Calculon's convention, rule "
+        "vocabulary-weights-uncounted)."))
 
     mla: LatentAttention | None = Field(None, description=(
         "Multi-head latent attention (DeepSeek-V2/V3) in place of the Q/K/V projections: its widths are these, "

@@ -184,6 +184,30 @@ class DataParallelTraffic(Frozen):
         return self.messages + (self.expert.messages if self.expert is not None else ())
 
 
+class VocabularyWeights(Frozen):
+    """The embedding and output-layer matrices on the first pipeline stage, once per iteration
+    (harness.passes.output_layer): their state, their optimizer step, their gradient synchronisation."""
+
+    ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"gradient_group"})
+
+    capacity: Capacity = Field(description="Their weights, weight gradients (after optimizer sharding) and optimizer "
+                                           "state on the first stage (no activations).")
+    optimizer: tuple[Work, ...] = Field(description="The optimizer step of each matrix on the first stage.")
+    gradient_messages: tuple[Message, ...] = Field(description=(
+        "Their data-parallel gradient synchronisation (all_reduce, or reduce_scatter + all_gather with optimizer "
+        "sharding; none without data parallelism), once per iteration."))
+    gradient_group: Group | None = Field(None, description="The group those gradients are reduced over; absent: "
+                                                           "the data group.")
+    embedding_group: Message | None = Field(description=(
+        "Tied matrices with PP > 1: the all-reduce of the embedding gradient between the first and the last "
+        "stage, which both hold a copy (Megatron's embedding group); None otherwise."))
+
+    @property
+    def spans(self) -> Group:
+        """The group the gradient messages span (absent: the data group)."""
+        return DATA if self.gradient_group is None else self.gradient_group
+
+
 class NetworkUse(Frozen):
     """A parallel group placed on a network tier."""
 
@@ -210,7 +234,12 @@ class PortablePlanIR(Artifact):
         None, description="The output layer and loss with their facts, once per microbatch on the last stage "
                           "(from the DistributedTaskIR's output tasks); None without them.")
 
-    ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"output_tasks"})  # plans without them keep their digests
+    vocabulary_weights: VocabularyWeights | None = Field(
+        None, description="The embedding and output-layer matrices on the first stage (a shape that states "
+                          "tied_embeddings); None: not counted (Calculon's convention).")
+
+    #: plans without them keep their digests
+    ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"output_tasks", "vocabulary_weights"})
 
     def phase_tasks(self, phase: str) -> tuple[PlanTask, ...]:
         return tuple(t for t in self.tasks if t.phase == phase)

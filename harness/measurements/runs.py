@@ -206,6 +206,13 @@ def display(draft: Draft, row_field: str, value: Any) -> None:
     """Display only: never part of the case."""
 
 
+def _tied_embeddings(draft: Draft, row_field: str, value: bool) -> None:
+    """Stated either way: a stated ``tied_embeddings`` counts the embedding lookup and the vocabulary matrices
+    (harness.passes.output_layer), tied or not."""
+    draft.set("model.tied_embeddings", value, row_field)
+    draft.features.add("model.tied_embeddings")
+
+
 def _kv_heads(draft: Draft, row_field: str, value: int | None) -> None:
     heads = draft.run.model.heads
     if value is None:
@@ -365,7 +372,7 @@ ROW_FIELDS: dict[str, Rule] = {
     "model.norm": feature("model.norm", "layernorm", {"layernorm": "layernorm", "rmsnorm": "rmsnorm"}),
     "model.attention": _attention,
     "model.sliding_window": feature("model.sliding_window", None),
-    "model.tied_embeddings": feature("model.tied_embeddings", True),  # today the output weight is the embedding's
+    "model.tied_embeddings": _tied_embeddings,
     "model.position_embedding": _position,
     "model.moe": _moe,
     "model.mla": feature("model.mla", None),

@@ -15,7 +15,9 @@ Derives exact workload facts per task from the rules in
   (TP x CP x DP / (EP x ETP) ranks: ``DataParallelTraffic.expert``), the dense
   ones over data (x context);
 - the output tasks (a model that states its vocabulary) get their facts by
-  :func:`harness.passes.output_layer.plan_tasks`.
+  :func:`harness.passes.output_layer.plan_tasks`, and the vocabulary matrices
+  (a model that states ``tied_embeddings``) theirs by
+  :func:`harness.passes.output_layer.vocabulary_weights`.
 
 No processor, memory or network property is consulted and no duration is
 produced: only network tier indices from the layout appear.
@@ -50,7 +52,7 @@ from harness.ir.portable import (
     TaskMessages,
 )
 from harness.passes.base import ModulePass
-from harness.passes.output_layer import plan_tasks
+from harness.passes.output_layer import plan_tasks, vocabulary_weights
 from harness.passes.rules import clear_memo, derive
 
 
@@ -91,11 +93,8 @@ def clear_memos() -> None:
     _MESSAGES.clear()
 
 
-def gradient_group(e: ExecutionLayout) -> mesh.Group:
-    """The group a block's weight gradients are reduced over (and optimizer state is sharded over): the ranks
-    that hold the same weights, every dimension that splits the batch or the sequence, not the weights: data,
-    and data x context with context parallelism (Megatron-Core's data-parallel group with CP)."""
-    return mesh.group("data", "context") if e.context_degree > 1 else mesh.DATA
+#: The group weight gradients are reduced over (:func:`harness.ir.mesh.gradient_group`, one definition).
+gradient_group = mesh.gradient_group
 
 
 #: The ranks an expert-data-parallel group spans (Megatron-Core's folded expert layout: ETP x EP x expert-DP over
@@ -147,6 +146,7 @@ class TransformerPlanWork(ModulePass[DistributedTaskIR, PortablePlanIR]):
             data_parallel=self._data_parallel(ir, tasks),
             network_use=self._network_use(ir),
             output_tasks=plan_tasks(ir.output_tasks, b) if ir.output_tasks else None,
+            vocabulary_weights=vocabulary_weights(ir.shape, e),
         )
 
     @staticmethod

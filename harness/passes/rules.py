@@ -29,6 +29,7 @@ Rules, with ``b`` bytes per element:
   dY and writes two input gradients; RoPE keeps no activation (its gradient
   is the inverse rotation of dY; the cos/sin tables, sequence x head_size,
   are not counted).
+- embedding lookup: see :func:`embedding` (a gather, its dense weight gradient).
 - flash attention: see :func:`flash_attention` (tiles executed, the
   FlashAttention-2 backward, Q/K/V/O/dO/log-sum-exp traffic).
 - residual: forward one operation per output element, dgrad one per input.
@@ -80,6 +81,7 @@ from harness.ir.distributed import (
     BatchMatmulShape,
     CollectiveShape,
     CrossEntropyShape,
+    EmbeddingShape,
     FlashAttentionShape,
     ForkShape,
     OverlappedLinearShape,
@@ -326,6 +328,33 @@ def cross_entropy(s: CrossEntropyShape, b: int, shards: int) -> PrimitiveFacts:
     )
 
 
+#: Bytes of one token id (Megatron's int64 token tensor), read by the embedding lookup and its gradient.
+TOKEN_ID_BYTES = 8
+
+
+def embedding(s: EmbeddingShape, b: int, shards: int) -> PrimitiveFacts:
+    """The input embedding lookup over a local table of ``vocabulary x hidden`` weights (``t`` tokens, ``h``
+    hidden, ``V`` local rows):
+
+    - forward: a gathered row per token, the rows outside this rank's share masked to zero (``t h``
+      operations); reads the ``t`` rows (``t h b``) and the ids (``8 t``), writes ``t h b``;
+    - activation gradient: none (token ids have no gradient);
+    - weight gradient: the ``t`` rows of dY accumulated into the table's gradient (``t h`` operations); reads
+      dY (``t h b``) and the ids, writes the whole local gradient table (``V h b``: PyTorch's dense embedding
+      backward fills it and adds the rows);
+    - ``V h`` weights with their gradient and Adam state; it keeps nothing the block memory counts.
+    """
+    rows, table = s.tokens * s.hidden, s.vocabulary * s.hidden
+    ids = TOKEN_ID_BYTES * s.tokens
+    return PrimitiveFacts(
+        forward=_work(rows, rows * b + ids, rows * b, "vector"),
+        activation_grad=_NONE,
+        weight_grad=_work(rows, rows * b + ids, table * b, "vector"),
+        optimizer=_optimizer(table, 2 * table, b, shards),
+        capacity=_capacity(b, shards, weights=table, moments=2 * table),
+    )
+
+
 def causal_tiles(sequence: int, window: int, tile: int = FLASH_TILE_TOKENS) -> tuple[int, int]:
     """(tiles executed, tiles of the full score matrix) of a causal kernel over ``sequence`` tokens whose queries
     attend to at most ``window`` keys, at ``tile`` x ``tile`` granularity.
@@ -503,6 +532,7 @@ RULES = {
     "tp_collective": tp_collective,
     "overlapped_linear": overlapped_linear,
     "cross_entropy": cross_entropy,
+    "embedding": embedding,
     "context_exchange": context_exchange,
     "quantize": quantize,
     "router": router,
@@ -517,7 +547,8 @@ RULES = {
 
 
 #: Primitives with weights: the only ones whose facts depend on the optimizer shards.
-WEIGHTED = frozenset({"linear", "layer_norm", "rms_norm", "overlapped_linear", "router", "grouped_linear"})
+WEIGHTED = frozenset({"linear", "layer_norm", "rms_norm", "overlapped_linear", "embedding", "router",
+                      "grouped_linear"})
 
 _FACTS: dict[tuple, PrimitiveFacts] = {}
 FACTS_LIMIT = 8192
