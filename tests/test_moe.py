@@ -311,3 +311,10 @@ def test_dense_blocks_among_moe_blocks_are_refused_naming_the_field():
     with pytest.raises(UnsupportedFeatureError) as error:
         validate_input("deepseek.yaml", case(dict(moe=dict(experts=128, top_k=8, expert_ffn=768, dense_layers=3))))
     assert error.value.field == "model.moe.dense_layers" and "\n" not in str(error.value)
+
+
+def test_a_moe_plan_has_a_compiled_canonical_writer():
+    from harness.ir import canonical
+
+    for ir in (plan_of(case(execution=dict(expert_parallel=8))),):
+        assert canonical.write(ir, (("schema_name", '"x"'), ("schema_version", "0"))) is not None

@@ -158,6 +158,21 @@ class PipelineTraffic(Frozen):
     backward_transfers_per_microbatch: int = Field(ge=0, description="Backward p2p transfers per microbatch per stage.")
 
 
+class ExpertGradientTraffic(Frozen):
+    """Mixture of experts: the expert weights' gradient synchronization per block over the expert-data-parallel
+    group (TP x CP x DP / (EP x ETP) ranks, strided over the ranks of :attr:`group`)."""
+
+    gradient_bytes: float = Field(ge=0, description="Expert weight gradients of one block on one rank, bytes.")
+    messages: tuple[Message, ...] = Field(description="all_reduce, or reduce_scatter + all_gather with optimizer "
+                                                      "sharding, of the expert-data-parallel group.")
+    group: Group = Field(description="The dimensions whose ranks the expert-data-parallel group spans (its messages "
+                                     "cross the slowest of their links).")
+
+    @property
+    def spans(self) -> Group:
+        return self.group
+
+
 class DataParallelTraffic(Frozen):
     """Gradient synchronization per block (training with DP > 1) over the group of ranks holding the same
     weights (:attr:`spans`)."""
@@ -168,10 +183,9 @@ class DataParallelTraffic(Frozen):
     messages: tuple[Message, ...] = Field(description="all_reduce, or reduce_scatter + all_gather with optimizer sharding.")
     group: Group | None = Field(None, description="The parallel group the gradients are reduced over "
                                                   "(harness.ir.mesh); absent: the data group.")
-    expert: "DataParallelTraffic | None" = Field(None, description=(
-        "Mixture of experts: the expert weights' gradient sync over the expert-data-parallel group (TP x CP x DP "
-        "/ (EP x ETP) ranks, spanning the ranks of :attr:`group` x tensor); the fields above are then the dense "
-        "weights'. Absent: every weight is dense."))
+    expert: ExpertGradientTraffic | None = Field(None, description=(
+        "Mixture of experts: the expert weights' gradient sync over the expert-data-parallel group; the fields "
+        "above are then the dense weights'. Absent: every weight is dense."))
 
     @property
     def spans(self) -> Group:

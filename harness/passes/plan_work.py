@@ -43,6 +43,7 @@ from harness.ir.portable import (
     NO_CAPACITY,
     NO_WORK,
     DataParallelTraffic,
+    ExpertGradientTraffic,
     Message,
     NetworkUse,
     PipelineTraffic,
@@ -253,8 +254,8 @@ class TransformerPlanWork(ModulePass[DistributedTaskIR, PortablePlanIR]):
         expert = None
         if experts and expert_data_parallel(e) > 1:  # the expert weights' gradients, over expert-DP
             tier = mesh.group_tier(e, EXPERT_GRADIENT_SPANS)
-            expert = DataParallelTraffic.trusted(
-                gradient_bytes=experts, group=EXPERT_GRADIENT_SPANS, expert=None,
+            expert = ExpertGradientTraffic.trusted(
+                gradient_bytes=experts, group=EXPERT_GRADIENT_SPANS,
                 messages=tuple(Message.trusted(collective=op, message_bytes=experts,
                                                participants=expert_data_parallel(e), network_tier=tier) for op in ops))
         return DataParallelTraffic.trusted(
