@@ -243,6 +243,18 @@ def test_auto_system_names_the_missing_profile(plain_stack, tmp_path):
     assert "'gb300_nvl72'" in results[0].reason
 
 
+def test_auto_measured_prices_each_row_on_its_gpus_fitted_revision(plain_stack):
+    """h100_sxm_80g -> h100_measured (MEASURED_PROFILES), b200 -> b200_measured (<gpu>_measured), a GPU without
+    one: unsupported naming the profile it looked for."""
+    h100, b200 = run_of(gpt_row()), run_of(gpt_row(id="b", system__gpu="b200"))
+    auto, named = estimate_runs([h100, b200], "auto-measured", "r"), estimate_runs([h100], "h100_measured", "r")
+    assert auto[0].totals_s == named[0].totals_s and auto[0].status == "ok"
+    assert auto[1].totals_s == estimate_runs([b200], "b200_measured", "r")[0].totals_s
+    assert auto[0].totals_s != estimate_runs([h100], "auto", "r")[0].totals_s
+    missing = estimate_runs([run_of(gpt_row(system__gpu="gb300"))], "auto-measured", "r")[0]
+    assert missing.fields == ("system.gpu",) and "'gb300_measured'" in missing.reason
+
+
 def test_a_larger_nvlink_domain_than_the_profile_is_refused(plain_stack):
     results = estimate_runs([run_of(gpt_row(system__gpus_per_nvlink_domain=72))], "h100_80g_nvl8", "runs.json")
     assert results[0].fields == ("system.gpus_per_nvlink_domain",) and "holds 8" in results[0].reason
