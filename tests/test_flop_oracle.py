@@ -187,8 +187,8 @@ network_tiers: {{tensor: 0, pipeline: 1, data: 1}}
 
 
 def record_input(record, tmp_path):
-    """The case input of a record's layer: Llama, Mistral and Qwen configs through ``harness import hf``'s
-    translation; GPT-2 and GPT-NeoX (no importer) read by hand as the native GeLU block: their matrix shapes are
+    """The case input of a record's layer: Llama, Mistral, Qwen and DeepSeek-V3 configs through ``harness import
+    hf``'s translation; GPT-2 and GPT-NeoX (no importer) read by hand as the native GeLU block: their matrix shapes are
     those of hidden, feedforward, heads and head size (learned or partial rotary positions and GPT-NeoX's
     parallel residual are not matrix work)."""
     from harness.cases import EstimateInput
@@ -198,14 +198,6 @@ def record_input(record, tmp_path):
 
     execution = EXECUTION.format(b=record.microbatch)
     config = record.config
-    if config["model_type"] == "deepseek_v3":  # read by hand: latent attention, a dense SwiGLU MLP
-        latent = {k: config[k] for k in ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim",
-                                         "v_head_dim")}
-        model = TransformerShape(hidden=config["hidden_size"], feedforward=config["intermediate_size"],
-                                 sequence_length=record.sequence_length, attention_heads=config["num_attention_heads"],
-                                 head_size=config["qk_nope_head_dim"] + config["qk_rope_head_dim"], blocks=1,
-                                 mlp="swiglu", norm="rmsnorm", position="rope", mla=latent)
-        return EstimateInput(model=model, execution=ExecutionLayout(**yaml.safe_load(execution)), system="h100_sxm_80g")
     if config["model_type"] in ("gpt2", "gpt_neox"):
         s = shape(config)
         model = TransformerShape(hidden=s["hidden"], feedforward=s["ffn"], sequence_length=record.sequence_length,
