@@ -270,6 +270,22 @@ def inference_backward_p2p() -> bool:
     return applies(inference_backward_p2p)
 
 
+@rule("vocabulary-weights-uncounted",
+      reason="Calculon 0.1.0's model has no embedding: it prices no lookup and holds no embedding or output-layer "
+             "weights. A case that does not state model.tied_embeddings keeps that convention (no embedding "
+             "lookup, no vocabulary weights in memory, optimizer or gradient synchronisation, whether or not it "
+             "states a vocabulary), so every existing digest, golden and estimate stays as it was; stating "
+             "tied_embeddings (true or false) counts them (harness.passes.output_layer).",
+      alternative="a model with a vocabulary counts them as tied when it does not state tied_embeddings (the "
+                  "field's default)",
+      used_in=("harness.passes.output_layer",))
+def vocabulary_tied(tied_embeddings: bool | None) -> bool | None:
+    """Whether the vocabulary matrices are tied (True), untied (False), or not counted at all (None)."""
+    if tied_embeddings is not None or applies(vocabulary_tied):
+        return tied_embeddings
+    return True
+
+
 # --- TP/DP overlap and offload (harness.schedule.projection, the calculon-0.1.0 projection) ---------------------
 # The physical alternative of each rule is what the list schedule of the ConcretePlanIR's commands does
 # (harness.schedule.physical); scripts/quirk_effects.py measures each rule on a corpus.

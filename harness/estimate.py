@@ -25,7 +25,7 @@ from pydantic import Field, create_model
 from harness import calculon_compat as compat
 from harness.cases import EstimateInput
 from harness.cost.accumulation import accumulation_s
-from harness.cost.output_layer import per_microbatch_s
+from harness.cost.output_layer import per_iteration_s, per_microbatch_s
 from harness.cost.views import COST_VIEWS, CostView, PlanPricer, clear_pricers, pricer_for
 from harness.errors import InputError
 from harness.evidence.profile import EvidenceProfile, load_profile
@@ -37,7 +37,7 @@ from harness.pipeline import Lowering, lower
 from harness.pipeline import clear_caches as clear_lowering_caches
 from harness.schedule import calculon_forms
 from harness.schedule.block import BlockTimes, block_times
-from harness.schedule.compose import Composition, compose, with_output_layer
+from harness.schedule.compose import Composition, compose, with_output_layer, with_per_iteration
 from harness.schedule.memory import (
     BlockMemory,
     StageMemory,
@@ -207,7 +207,8 @@ def cost_view(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView, *,
     the profile's default vocabulary (family ``output_layer``; then ``model``,
     the plan's ModelIR, is needed), and the host's microbatch time of family
     ``launch`` are added to the forward and backward components, once per
-    microbatch (:mod:`harness.cost.output_layer`); the unfused gradient
+    microbatch (:mod:`harness.cost.output_layer`), and the vocabulary matrices' optimizer step and gradient
+    synchronisation once (``per_iteration_s``); the unfused gradient
     accumulation (family ``gradient_accumulation``) to backward and the
     bubble (:mod:`harness.cost.accumulation`).
     ``pricer`` replaces the view's shared pricer: any
@@ -224,6 +225,9 @@ def cost_view(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView, *,
     extra = per_microbatch_s(pricer, model, plan.schedule.training, plan.output_tasks)
     if extra is not None:
         comp = with_output_layer(comp, plan.schedule.microbatches, *extra)
+    once = per_iteration_s(pricer, model, plan.schedule.training, plan.vocabulary_weights)
+    if once is not None:
+        comp = with_per_iteration(comp, *once)
     accumulation = accumulation_s(pricer, plan.tasks, plan.schedule, plan.bytes_per_element)
     if accumulation is not None:
         comp = Composition(*calculon_forms.with_accumulation(comp.components_s, comp.total_s, *accumulation),
@@ -258,12 +262,15 @@ def concrete_iteration(concrete: ConcretePlanIR, pricer, model: ModelIR | None =
     projection = projected(concrete, pricer)
     s = concrete.schedule
     extra = per_microbatch_s(pricer, model, s.training)
+    once = per_iteration_s(pricer, model, s.training)
     accumulation = accumulation_s(pricer, concrete.tasks, s, concrete.bytes_per_element)
-    if extra is None and accumulation is None:
+    if extra is None and once is None and accumulation is None:
         return projection
     c, total = projection.components_s, projection.total_s
     if extra is not None:
         c, total = calculon_forms.with_per_microbatch(c, total, s.microbatches, *extra)
+    if once is not None:
+        c, total = calculon_forms.with_per_iteration(c, total, *once)
     if accumulation is not None:
         c, total = calculon_forms.with_accumulation(c, total, *accumulation)
     return dataclasses.replace(projection, components_s=c, total_s=total)

@@ -94,7 +94,7 @@ def contributors(plan: PortablePlanIR, pricer: Pricer) -> tuple[Contributor, ...
             out.append(Contributor(f"pipeline.{label}", msg.collective, "pipeline",
                                    dataclasses.replace(ZERO_BLOCK, **{field: pricer.boundary_s(msg, plan)}), None,
                                    (msg,)))
-    for msg in plan.data_parallel.messages if plan.data_parallel else ():
+    for msg in plan.data_parallel.all_messages if plan.data_parallel else ():
         out.append(Contributor(f"data_parallel.{msg.collective}", msg.collective, "data_parallel",
                                dataclasses.replace(ZERO_BLOCK, dp_s=pricer.message_s(msg)), None, (msg,)))
     return tuple(out)
@@ -106,7 +106,9 @@ class TaskShare(Frozen):
     task: str = Field(description="PortablePlanIR task, or pipeline.<direction> / data_parallel.<collective>.")
     primitive: str = Field(description="Task primitive, or the message's collective.")
     phase: str = Field(description="Task phase, or pipeline / data_parallel / output (once per microbatch) / host / "
-                                   "accumulate (a weight's gradient accumulation, per microbatch after the first).")
+                                   "accumulate (a weight's gradient accumulation, per microbatch after the first) / "
+                                   "vocabulary (the vocabulary matrices' optimizer step and gradient "
+                                   "synchronisation, once per iteration).")
     operations: float = Field(description="Operations of the passes feeding the component, one block and microbatch "
                                           "(one block for the optimizer).")
     memory_bytes: float = Field(description="Tier-1 bytes read and written by those passes, same unit.")
@@ -160,6 +162,28 @@ def _output_layer_shares(plan: PortablePlanIR, pricer: Pricer, model: ModelIR | 
     return out
 
 
+def _vocabulary_shares(plan: PortablePlanIR, pricer: Pricer) -> dict[str, list[TaskShare]]:
+    """The vocabulary matrices' once-per-iteration work (a shape that states ``tied_embeddings``), as
+    :func:`harness.cost.output_layer.per_iteration_s` adds it: their optimizer steps, their gradient
+    synchronisation and the embedding group's all-reduce (phase ``vocabulary``)."""
+    w = plan.vocabulary_weights
+    if w is None or not plan.schedule.training:
+        return {}
+    out: dict[str, list[TaskShare]] = {}
+    for i, work in enumerate(w.optimizer):
+        out.setdefault("optimizer", []).append(TaskShare(
+            task=f"vocabulary.optimizer/{i}", primitive="optimizer", phase="vocabulary", operations=work.operations,
+            memory_bytes=work.bytes_accessed, message_bytes=0.0, time_s=pricer.work(work, optimizer=True).processing_s))
+    named = [(f"vocabulary.{m.collective}", m) for m in w.gradient_messages]
+    if w.embedding_group is not None:
+        named.append(("embedding_group.all_reduce", w.embedding_group))
+    for name, message in named:
+        out.setdefault("data_parallel", []).append(TaskShare(
+            task=name, primitive=message.collective, phase="vocabulary", operations=0.0, memory_bytes=0.0,
+            message_bytes=message.message_bytes, time_s=pricer.message_s(message)))
+    return out
+
+
 def _accumulation_shares(plan: PortablePlanIR, pricer: Pricer) -> dict[str, list[TaskShare]]:
     """The unfused gradient accumulation (family ``gradient_accumulation``) of each weight-holding task, in
     backward and the bubble (``accumulate/<task>``, phase ``accumulate``), as
@@ -190,10 +214,11 @@ def by_task(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView, *,
                          p.backward_transfers_per_microbatch).components_s) for c in contributors(plan, pricer)]
     edges = _output_layer_shares(plan, pricer, model)
     accumulation = _accumulation_shares(plan, pricer)
+    vocabulary = _vocabulary_shares(plan, pricer)
     components = []
     for name in COMPONENTS:
         shares = [_share(c, name, comps[name]) for c, comps in parts if comps[name] != 0.0] + edges.get(name, []) \
-            + accumulation.get(name, [])
+            + accumulation.get(name, []) + vocabulary.get(name, [])
         components.append(ComponentTasks(component=name, time_s=whole.components_s[name],
                                          tasks=tuple(sorted(shares, key=lambda s: -abs(s.time_s)))))
     return ViewTasks(view=view.name, total_s=whole.total_s, components=tuple(components))

@@ -137,9 +137,12 @@ CURVE_FAMILIES = Vocabulary(
 
 # --- parallel dimensions ---------------------------------------------------------------------------------------
 # The named dimensions of a layout's processor mesh (harness.ir.mesh holds each one's rules: the layout field of
-# its degree, its network tier, what it splits); processors are the product of their degrees. kind: "required" =
-# every layout states its degree and tier; "optional" = a layout without it has degree 1 and keeps its digests
-# (its fields are absent). A new dimension is one entry here plus its rules in harness.ir.mesh.
+# its degree, its network tier, what it splits); processors are the product of the degrees of the dimensions
+# that are not folded. kind: "required" = every layout states its degree and tier; "optional" = a layout without
+# it has degree 1 and keeps its digests (its fields are absent); "folded" = optional, and a re-partition of the
+# same processors (Megatron-Core's MoE parallel folding: the expert layers lay TP x CP x DP out again as
+# ETP x EP x expert-DP), so not a factor of the processors. A new dimension is one entry here plus its rules in
+# harness.ir.mesh.
 
 PARALLEL_DIMENSIONS = Vocabulary(
     "parallel dimension",
@@ -151,6 +154,26 @@ PARALLEL_DIMENSIONS = Vocabulary(
          "required"),
     Term("context", "Context parallelism: each sample's sequence split over the group (2 x CP chunks, causally "
                     "balanced); attention exchanges K/V in a ring (or all-to-all, Ulysses).", "optional"),
+    Term("expert", "Expert parallelism: the routed experts of a MoE block split over the group (experts / EP each); "
+                   "tokens dispatched to their experts and combined back by all-to-all. Folded over tensor x "
+                   "context x data.", "folded"),
+    Term("expert_tensor", "Expert tensor parallelism: each routed expert's matrices split over the group. Folded "
+                          "over tensor x context x data.", "folded"),
+)
+
+# --- collectives ---------------------------------------------------------------------------------------------
+# The communication operations a message may use (harness.ir.distributed.CollectiveOp; the profiles' volume models
+# per network tier). kind: "required" = every profile tier has its volume model; "optional" = a profile may lack
+# it (the pricer's documented fallback, harness.cost.views).
+
+COLLECTIVES = Vocabulary(
+    "collective",
+    Term("all_reduce", "Every rank ends with the sum of every rank's buffer.", "required"),
+    Term("reduce_scatter", "Every rank ends with its 1/P slice of the sum of every rank's buffer.", "required"),
+    Term("all_gather", "Every rank ends with the concatenation of every rank's slice.", "required"),
+    Term("p2p", "One rank sends its buffer to one other rank.", "required"),
+    Term("all_to_all", "Every rank sends a distinct 1/P slice of its buffer to every rank (MoE token dispatch and "
+                       "combine; each rank sends (P-1)/P of its buffer).", "optional"),
 )
 
 # --- timing components ---------------------------------------------------------------------------------------

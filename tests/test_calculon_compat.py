@@ -78,6 +78,9 @@ EXPECTED: dict[str, tuple[set[str], Affected]] = {
     "pointwise-gradient-traffic-as-forward": (GRADIENT_TRAFFIC, _training),
     "batch-matmul-gradient-reads-output-gradient": (GRADIENT_TRAFFIC, _training),
     "layer-norm-gradient-reads-one-tensor": (GRADIENT_TRAFFIC, _training),
+    # Calculon's records state no vocabulary: the rule keeps the cases that do (and no tied_embeddings) as they were
+    # (tests/test_embedding.py shows its alternative)
+    "vocabulary-weights-uncounted": (set(), lambda r: False),
     "inference-backward-p2p-slot": (
         {"components_s.pipeline_bubble"} | TOTALS,
         lambda r: not _training(r) and r.calculon_execution["pipeline_par"] > 1),

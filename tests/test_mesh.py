@@ -50,16 +50,22 @@ def test_every_primitive_says_how_it_communicates():
     assert set(RULES) == set(SHAPE_OF)
     assert exchange("tp_collective") == "collective" and exchange("overlapped_linear") == "tiled"
     assert exchange("context_exchange") == "ring" and SHAPE_OF["context_exchange"].GROUP == ("context",)
-    others = set(RULES) - {"tp_collective", "overlapped_linear", "context_exchange"}
+    experts = {"expert_all_to_all": ("expert",), "expert_tp_collective": ("expert_tensor",),
+               "expert_gather": ("expert", "expert_tensor")}  # the MoE dispatcher's collectives
+    others = set(RULES) - {"tp_collective", "overlapped_linear", "context_exchange", *experts}
     assert {exchange(k) for k in others} == {"none"}
     for kind in ("tp_collective", "overlapped_linear"):
         assert SHAPE_OF[kind].GROUP == ("tensor",)
+    for kind, group in experts.items():
+        assert exchange(kind) == "collective" and SHAPE_OF[kind].GROUP == group
 
 
 def test_the_concretize_pass_has_one_tier_option_per_dimension():
     options = TransformerConcretize().options(include_defaults=True)
     assert {f"{d}_tier" for d in PARALLEL_DIMENSIONS} <= set(options)
-    assert TransformerConcretize.for_layout(layout()).tiers() == {"tensor": 0, "pipeline": 1, "data": 2, "context": 0}
+    # the optional dimensions absent: on the tensor tier (harness.ir.mesh.tier)
+    assert TransformerConcretize.for_layout(layout()).tiers() == {"tensor": 0, "pipeline": 1, "data": 2, "context": 0,
+                                                                  "expert": 0, "expert_tensor": 0}
 
 
 def test_the_lowering_key_ignores_exactly_what_relayout_changes():

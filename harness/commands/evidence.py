@@ -12,7 +12,12 @@
   tables as collective sweeps, and optionally a profile with their curves;
 - ``evidence fit --base NAME --measurements CORPUS... --output
   evidence/NAME.yaml [--replace]``: fit a revision (robust least squares,
-  bounded, deterministic), with a progress display;
+  bounded, deterministic), with a progress display; ``--structure megatron-core [--parameters NAME...]
+  [--fixed-from PROFILE --fixed NAME...]`` fits a Hopper/Blackwell revision to a runs corpus instead
+  (:mod:`harness.measurements.runs_fit`);
+- ``evidence modern-report --profiles NAME... --corpora DIR [--output JSON] [--plots DIR]``: the
+  megatron-core revisions refitted, in sample and held out (leave one model / scale / release out), with
+  their budgets (:mod:`harness.measurements.runs_report`); exit 1 when a budget is broken;
 - ``evidence derive --from NAME --without FAMILY... --reason TEXT --output
   evidence/NAME.yaml [--replace]``: the profile NAME without whole measured
   families, for a software stack that does not do what they price (e.g.
@@ -42,7 +47,7 @@ from pathlib import Path
 
 from harness.errors import HarnessError, InputError
 
-OPS = ("all_reduce", "reduce_scatter", "all_gather")
+OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all")  # the collectives nccl-tests tables are read for
 
 
 def register(sub) -> None:
@@ -102,7 +107,28 @@ def register(sub) -> None:
     f.add_argument("--benchmark-weight", type=float, default=1.0,
                    help="weight of gemm/memory_transfer records relative to one node class (default 1)")
     _combine_option(f)
+    f.add_argument("--structure", choices=STRUCTURES, default=STRUCTURES[0],
+                   help="the fitted structure: megatron-deepspeed (a100_measured's: vTrain's stack, default) or "
+                        "megatron-core (Hopper/Blackwell measured runs of Megatron-Core + Transformer Engine, "
+                        "docs/modern-evidence.md)")
+    f.add_argument("--parameters", nargs="+", metavar="NAME",
+                   help="megatron-core: the parameters to fit (default: every one the records exercise)")
+    f.add_argument("--fixed-from", metavar="PROFILE",
+                   help="megatron-core: a fitted revision whose values of --fixed parameters are taken")
+    f.add_argument("--fixed", nargs="+", default=[], metavar="NAME",
+                   help="megatron-core: parameters taken from --fixed-from instead of fitted")
     f.set_defaults(func=run_fit)
+
+    m = verbs.add_parser("modern-report", help="in-sample and held-out report of the megatron-core revisions "
+                                               "(leave one model / scale / release out), with plots")
+    m.add_argument("--profiles", nargs="+", required=True, metavar="NAME",
+                   help="the shipped megatron-core revisions (evidence/NAME.yaml)")
+    m.add_argument("--corpora", type=Path, required=True, metavar="DIR",
+                   help="directory of the corpora the revisions name (fit.corpora, checked by SHA-256)")
+    m.add_argument("--output", type=Path, default=Path("out/measured/modern.json"), metavar="JSON",
+                   help="where the report is written")
+    m.add_argument("--plots", type=Path, metavar="DIR", help="also write PNG plots here")
+    m.set_defaults(func=run_modern_report)
 
     d = verbs.add_parser("derive", help="a profile without some of its measured families (another software stack)")
     d.add_argument("--from", dest="source", required=True, metavar="NAME", help="the source evidence profile")
@@ -135,6 +161,7 @@ def register(sub) -> None:
 #: ``--combine-sweeps`` choices (:data:`harness.measurements.nccl_tests.COMBINE`, which checks them again; named
 #: here so that building the command line imports no measurement code).
 COMBINE_CHOICES = ("fastest",)
+STRUCTURES = ("megatron-deepspeed", "megatron-core")
 
 
 def _combine_option(parser) -> None:
@@ -291,6 +318,13 @@ def run_fit(args) -> int:
     from harness.measurements.fit import MAX_EVALUATIONS, FitRefused, residual_summary
     from harness.outputs import check_output, write_text
 
+    if args.structure == "megatron-core":
+        return _fit_megatron_core(args)
+    for option, given in (("--parameters", args.parameters), ("--fixed-from", args.fixed_from),
+                          ("--fixed", args.fixed)):
+        if given:
+            raise InputError("<command line>", option, "needs --structure megatron-core")
+
     name = _name(args.name or args.output.stem, "--name")
     if args.output.stem != name:
         raise InputError(str(args.output), "--output", f"a profile file is named after its profile: {name}.yaml")
@@ -321,6 +355,63 @@ def run_fit(args) -> int:
     for line in residual_summary(revision.design, revision.result):
         print(line)
     return 0
+
+
+def _fit_megatron_core(args) -> int:
+    from harness.evidence.profile import dump_profile, load_profile
+    from harness.measurements.experiment import load_inputs
+    from harness.measurements.fit import FitRefused, residual_summary
+    from harness.measurements.runs_fit import fit_runs_revision, island_of
+    from harness.outputs import check_output, write_text
+
+    name = _name(args.name or args.output.stem, "--name")
+    if args.output.stem != name:
+        raise InputError(str(args.output), "--output", f"a profile file is named after its profile: {name}.yaml")
+    if bool(args.fixed) != bool(args.fixed_from):
+        raise InputError("<command line>", "--fixed", "--fixed and --fixed-from go together")
+    inputs_ = [*args.measurements, _profile_input(args.base, "--base")]
+    if args.fixed_from:
+        inputs_.append(_profile_input(args.fixed_from, "--fixed-from"))
+    check_output(args.output, inputs=inputs_, replaces_data=("evidence",))
+    _check_new_profile(args.output, "--output", args.replace)
+    base = load_profile(args.base)
+    sibling = load_profile(args.fixed_from) if args.fixed_from else None
+    inputs = load_inputs(args.measurements)
+    records = [r for r in inputs.records if r.kind == "iteration"]
+    try:
+        revision = fit_runs_revision(inputs.corpora, records, base, name, parameters=args.parameters,
+                                     fixed_from=sibling, fixed=args.fixed)
+    except FitRefused as refused:
+        return _refused(refused)
+    write_text(args.output, dump_profile(revision.profile), replaces_data=("evidence",), exclusive=not args.replace)
+    print(f"{name}: revision {revision.profile.revision()} -> {args.output}")
+    print(f"  {revision.result.evaluations} evaluations, {revision.result.status}")
+    for p in revision.profile.fit.parameters:
+        error = "" if p.standard_error is None else f" +- {p.standard_error:g}"
+        print(f"  {p.name:30s} {p.value:<12g}{error:14s} {p.unit} (bounds {p.lower:g} .. {p.upper:g})")
+    print("residuals (training records, predicted vs measured):")
+    for line in residual_summary(revision.design, revision.result, revision.parameters, island_of(base)):
+        print(line)
+    return 0
+
+
+def run_modern_report(args) -> int:
+    from harness.measurements.runs_report import print_modern_report, modern_report, write_modern_plots
+    from harness.outputs import check_output, check_output_dir, write_text
+
+    for name in args.profiles:
+        _profile_input(name, "--profiles")
+    check_output(args.output, inputs=[args.corpora])
+    if args.plots:
+        check_output_dir(args.plots, option="--plots", inputs=[args.corpora])
+    report = modern_report(args.profiles, args.corpora, progress=lambda m: print(m, flush=True))
+    write_text(args.output, json.dumps(report, indent=1, allow_nan=False) + "\n")
+    print_modern_report(report)
+    print(f"report: {args.output}")
+    if args.plots:
+        for path in write_modern_plots(report, args.plots):
+            print(f"plot: {path}")
+    return 1 if report["violations"] else 0
 
 
 def _refused(refused) -> int:

@@ -26,6 +26,14 @@ steady state of 1F1B: once per microbatch on the critical path):
 :func:`per_microbatch_s` is the one place that decides what an iteration gets
 per microbatch; the closed form, the projection of overlapped layouts, the
 search, the explanation and the trace use it.
+
+The vocabulary matrices of a shape that states ``tied_embeddings`` (the
+plan's ``vocabulary_weights``, :mod:`harness.passes.output_layer`) add, once
+per training iteration (:func:`per_iteration_s`): their optimizer steps to
+``optimizer``, and their data-parallel gradient synchronisation and the
+embedding group's all-reduce to ``data_parallel``. Both run after the
+backward pass and are exposed (the embedding's weight gradient is the last
+the backward pass computes, so no DP overlap hides its synchronisation).
 """
 
 from __future__ import annotations
@@ -34,8 +42,8 @@ from harness.cost.views import CostView, Pricer
 from harness.errors import EvidenceError
 from harness.evidence.profile import EvidenceProfile
 from harness.ir.model import ModelIR
-from harness.ir.portable import PlanTask
-from harness.passes.output_layer import model_plan_tasks
+from harness.ir.portable import PlanTask, VocabularyWeights
+from harness.passes.output_layer import model_plan_tasks, vocabulary_weights
 
 
 def output_layer_applies(profile: EvidenceProfile, view: CostView) -> bool:
@@ -91,3 +99,27 @@ def per_microbatch_s(pricer: Pricer, model: ModelIR | None, training: bool,
         backward += pricer.work(task.activation_grad).processing_s
         backward += pricer.work(task.weight_grad).processing_s
     return forward + host, backward
+
+
+def iteration_weights(model: ModelIR | None, planned: VocabularyWeights | None = None) -> VocabularyWeights | None:
+    """The vocabulary matrices an iteration prices: the plan's (``planned``), else the model's (the same
+    memoized instance the plan holds); None when they are not counted."""
+    if planned is not None or model is None:
+        return planned
+    return vocabulary_weights(model.shape, model.execution)
+
+
+def per_iteration_s(pricer: Pricer, model: ModelIR | None, training: bool,
+                    planned: VocabularyWeights | None = None) -> tuple[float, float] | None:
+    """(optimizer, data_parallel) seconds the vocabulary matrices add once per training iteration (see the
+    module rules), or None when they are not counted (the composition is then left exactly as it is)."""
+    weights = iteration_weights(model, planned)
+    if weights is None or not training:
+        return None
+    optimizer = 0.0
+    for work in weights.optimizer:
+        optimizer += pricer.work(work, optimizer=True).processing_s
+    sync = 0.0
+    for message in weights.gradient_messages:
+        sync += pricer.message_s(message)
+    return optimizer, sync + pricer.message_s(weights.embedding_group)

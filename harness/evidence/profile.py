@@ -91,7 +91,7 @@ from harness.ir.base import Artifact, Frozen
 from harness.ir.distributed import CollectiveOp
 from harness.ir.model import Datatype
 from harness.names import PROFILE_NAME, PROFILE_NAME_RULE
-from harness.vocabulary import CURVE_FAMILIES
+from harness.vocabulary import COLLECTIVES, CURVE_FAMILIES
 
 MIN_EFFICIENCY = 1e-4
 MIN_PEAK_FLOPS_PER_S, MAX_PEAK_FLOPS_PER_S = 1e6, 1e24
@@ -206,6 +206,13 @@ class VolumeModel(StrictEvidence):
                                                   "participant count >= 2 gives negative bytes.")
 
 
+#: Volume models of the optional collectives a tier need not state: an all-to-all sends (P - 1) / P of each
+#: rank's buffer (the slice it keeps does not travel; harness.ir.experts.all_to_all_bytes_sent_per_rank), so
+#: ``bytes x 1 x (1 - 1 / P)``, the form of the profiles' reduce-scatter.
+DEFAULT_VOLUME_MODELS: dict[str, VolumeModel] = {
+    "all_to_all": VolumeModel(volume_multiplier=1.0, participant_offset=-1.0)}
+
+
 class NetworkTier(StrictEvidence):
     """One network tier."""
 
@@ -223,10 +230,16 @@ class NetworkTier(StrictEvidence):
         None, description="Measured efficiency by message size per collective and participant count "
                           "(family collective_curves); replaces 'efficiency' for those collectives.")
 
+    def volume_model(self, collective: str) -> VolumeModel:
+        """The tier's volume model of ``collective``, or for an optional collective it does not state
+        (:data:`harness.vocabulary.COLLECTIVES`) the one of :data:`DEFAULT_VOLUME_MODELS`."""
+        model = self.collectives.get(collective)
+        return model if model is not None else DEFAULT_VOLUME_MODELS[collective]
+
     @field_validator("collectives")
     @classmethod
     def _all_ops(cls, value: dict[str, VolumeModel]) -> dict[str, VolumeModel]:
-        missing = {"p2p", "all_reduce", "reduce_scatter", "all_gather"} - set(value)
+        missing = set(COLLECTIVES.of_kind("required")) - set(value)
         if missing:
             raise ValueError(f"missing volume model for {sorted(missing)}")
         return value

@@ -9,6 +9,7 @@ training with DP > 1, optimizer offload in training.
 
 from __future__ import annotations
 
+from harness.ir.experts import folding_problems
 from harness.ir.model import MAX_DEGREE, ExecutionLayout, TransformerShape, key_value_heads
 from harness.passes.patterns import unpriceable
 from harness.passes.precision import RECIPES
@@ -54,6 +55,51 @@ def context_problems(s: TransformerShape, e: ExecutionLayout) -> list[Problem]:
     return problems
 
 
+def vocabulary_problems(s: TransformerShape) -> list[Problem]:
+    """Stating ``tied_embeddings`` counts the embedding and output-layer weights (harness.passes.output_layer):
+    their rows are the vocabulary's, which the shape must then state."""
+    if s.tied_embeddings is not None and s.vocabulary is None:
+        return [("model.tied_embeddings", "counts the embedding and output-layer weights, whose rows are the "
+                                          "vocabulary's: it needs model.vocabulary")]
+    return []
+
+
+def expert_problems(s: TransformerShape, e: ExecutionLayout) -> list[Problem]:
+    """The expert layout's rules: the expert fields need model.moe; the model has at least one MoE block;
+    Megatron-Core's folding constraints (:func:`harness.ir.experts.folding_problems`: EP divides the experts,
+    ETP their width, ETP x EP divides TP x CP x DP); the shared experts split over TP like the dense MLP; EP > 1
+    and ETP > 1 need their group's network tier; EP > 1 with TP > 1 needs sequence parallelism (Megatron-Core's
+    argument check: the dispatcher permutes sequence-sharded tokens)."""
+    tiers = e.network_tiers
+    given = {"expert_parallel": e.expert_parallel, "expert_tensor_parallel": e.expert_tensor_parallel,
+             "moe_dispatcher": e.moe_dispatcher, "network_tiers.expert": tiers.expert,
+             "network_tiers.expert_tensor": tiers.expert_tensor}
+    moe = s.moe
+    if moe is None:
+        return [(f"execution.{name}", f"{name} needs model.moe (a dense model has no experts)")
+                for name, value in given.items() if value is not None]
+    problems: list[Problem] = []
+    first = -(-moe.dense_blocks // moe.frequency) * moe.frequency  # the first MoE block's index
+    if first >= s.blocks:
+        problems.append(("model.moe.dense_layers", f"no MoE block among the {s.blocks} blocks (dense_layers="
+                                                   f"{moe.dense_blocks}, layer_frequency={moe.frequency})"))
+    ep, etp, tp = e.expert_degree, e.expert_tensor_degree, e.tensor_parallel
+    problems += folding_problems(tensor=tp, context=e.context_degree, data=e.data_parallel, experts=moe.experts,
+                                 expert_ffn=moe.expert_ffn, expert_parallel=ep, expert_tensor_parallel=etp)
+    if moe.shared_width % tp:
+        problems.append(("execution.tensor_parallel", f"TP={tp} does not divide the shared experts' width "
+                                                      f"{moe.shared_width} (shared_experts x shared_expert_ffn)"))
+    for degree, name in ((ep, "expert"), (etp, "expert_tensor")):
+        if degree > 1 and getattr(tiers, name) is None:
+            problems.append((f"execution.network_tiers.{name}", f"{name} parallelism of {degree} needs the tier "
+                                                                "of its group"))
+    if ep > 1 and tp > 1 and not e.sequence_parallel:
+        problems.append(("execution.tp_communication", f"expert_parallel={ep} with tensor_parallel={tp} needs "
+                                                       "sequence parallelism (tp_communication: rs_ag), as "
+                                                       "Megatron-Core requires"))
+    return problems
+
+
 def latent_attention_problems(s: TransformerShape, e: ExecutionLayout) -> list[Problem]:
     """Multi-head latent attention's rules: head_size is its query/key head width, and every head has its own key
     and value (no grouped-query or multi-query form)."""
@@ -76,7 +122,8 @@ def layout_problems(shape: TransformerShape, execution: ExecutionLayout) -> list
     problems: list[Problem] = []
     if e.processors > MAX_DEGREE:
         problems.append(("execution", f"TP x PP x DP x CP = {e.processors} processors exceeds the bound {MAX_DEGREE} (2^24)"))
-    problems += context_problems(s, e)
+    problems += context_problems(s, e) + vocabulary_problems(s)
+    problems += expert_problems(s, e)
     if e.precision is not None:
         recipe = RECIPES[e.precision]
         from_recipe = recipe.layout_datatype

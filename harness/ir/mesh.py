@@ -9,7 +9,8 @@ Rules:
 
 - a dimension's **degree** is the layout field :data:`DEGREE_FIELDS` names (an optional field that is absent
   is degree 1); its **network tier** is ``execution.network_tiers.<dimension>`` (absent: see :func:`tier`);
-- the layout's processors are the product of every dimension's degree;
+- the layout's processors are the product of the degrees of the dimensions that are not *folded* (kind
+  ``folded``: the expert dimensions re-partition the same processors, Megatron-Core's MoE parallel folding);
 - a **group** is a tuple of distinct dimensions in vocabulary order: one dimension (``("tensor",)``) or a
   product (``("data", "context")``: the ranks that hold the same weights in a context-parallel layout). Its
   **size** is the product of its dimensions' degrees;
@@ -37,6 +38,8 @@ DEGREE_FIELDS: dict[str, str] = {
     "pipeline": "pipeline_parallel",
     "data": "data_parallel",
     "context": "context_parallel",
+    "expert": "expert_parallel",
+    "expert_tensor": "expert_tensor_parallel",
 }
 PARALLEL_DIMENSIONS.require(DEGREE_FIELDS, "harness.ir.mesh.DEGREE_FIELDS", ordered=True)
 
@@ -66,10 +69,16 @@ def degrees(layout: Any) -> dict[str, int]:
     return {d: degree(layout, d) for d in PARALLEL_DIMENSIONS}
 
 
+#: The dimensions whose degrees multiply to the processors (every one that is not folded).
+UNFOLDED = tuple(d for d in PARALLEL_DIMENSIONS if PARALLEL_DIMENSIONS.kind(d) != "folded")
+EXPERT: Group = ("expert",)
+EXPERT_TENSOR: Group = ("expert_tensor",)
+
+
 def processors(layout: Any) -> int:
-    """The product of every dimension's degree."""
+    """The product of the degrees of the dimensions that are not folded."""
     total = 1
-    for d in PARALLEL_DIMENSIONS:
+    for d in UNFOLDED:
         total *= degree(layout, d)
     return total
 
@@ -92,6 +101,13 @@ def group_size(layout: Any, spans: Iterable[str]) -> int:
 def group_tier(layout: Any, spans: Group) -> int:
     """The network tier a message of the group travels on (module rules)."""
     return group_tier_of({d: degree(layout, d) for d in spans}, {d: tier(layout, d) for d in spans}, spans)
+
+
+def gradient_group(layout: Any) -> Group:
+    """The group a block's weight gradients are reduced over (and optimizer state is sharded over): the ranks
+    that hold the same weights, every dimension that splits the batch or the sequence, not the weights: data,
+    and data x context with context parallelism (Megatron-Core's data-parallel group with CP)."""
+    return group("data", "context") if degree(layout, "context") > 1 else DATA
 
 
 def group_tier_of(sizes: dict[str, int], tiers: dict[str, Any], spans: Group) -> Any:

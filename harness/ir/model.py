@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, model_validator
 
 from harness.ir import mesh
 from harness.ir.base import Artifact, Frozen
@@ -38,6 +38,9 @@ MlpKind = Literal["gelu", "swiglu", "geglu", "squared_relu"]
 NormKind = Literal["layernorm", "rmsnorm"]
 PositionKind = Literal["learned", "rope"]
 AttentionKernel = Literal["materialized", "flash"]
+RouterKind = Literal["softmax", "sigmoid"]
+#: How a MoE block sends tokens to their experts' ranks (Megatron-Core's moe_token_dispatcher_type).
+MoeDispatcher = Literal["alltoall", "allgather"]
 
 BYTES_PER_ELEMENT: dict[str, int] = {"float8": 1, "float16": 2, "bfloat16": 2, "float32": 4}
 
@@ -51,12 +54,82 @@ MAX_BATCH = 2**24  # samples per iteration (and per microbatch)
 MAX_INTERLEAVING = 2**16  # model chunks per pipeline stage
 MAX_TIER = 1024  # network tier index
 MAX_VOCABULARY = 2**24  # token vocabulary entries
+MAX_EXPERTS = 2**16  # routed (or shared) experts of a MoE block; also the capacity factor and load imbalance
 
 
 class StrictInput(Frozen):
     """An input section users write: strict types (no coercion of booleans or strings into numbers)."""
 
     model_config = ConfigDict(strict=True)
+
+
+class MixtureOfExperts(StrictInput):
+    """Mixture of experts (Megatron-Core's MoELayer): in each MoE block a router picks ``top_k`` of ``experts``
+    routed experts per token, and the block's MLP is those experts' MLPs (and the shared experts', on every
+    token) instead of the dense one. Each expert is an MLP of the model's kind (``model.mlp``) and its own width."""
+
+    experts: int = Field(gt=0, le=MAX_EXPERTS, description="Routed experts of one MoE block.")
+    top_k: int = Field(gt=0, le=MAX_EXPERTS, description=(
+        "Routed experts each token is sent to (at most experts)."))
+    expert_ffn: int = Field(gt=0, le=MAX_WIDTH, description=(
+        "Inner width of one routed expert's MLP, elements (Megatron-Core's moe_ffn_hidden_size)."))
+    shared_experts: int | None = Field(None, ge=0, le=MAX_EXPERTS, description=(
+        "Shared experts: MLPs every token passes through besides its routed ones (DeepSeek, Qwen2-MoE). Absent: "
+        "0."))
+    shared_expert_ffn: int | None = Field(None, gt=0, le=MAX_WIDTH, description=(
+        "Inner width of one shared expert, elements; the shared experts run as one MLP of shared_experts x "
+        "shared_expert_ffn (Megatron-Core's moe_shared_expert_intermediate_size). Needs shared_experts > 0. "
+        "Absent: expert_ffn."))
+    dense_layers: int | None = Field(None, ge=0, le=MAX_BLOCKS, description=(
+        "Leading dense blocks (DeepSeek-V3: 3; Hugging Face's first_k_dense_replace): blocks 0 to dense_layers - 1 "
+        "have the dense MLP of width model.feedforward. Absent: 0."))
+    layer_frequency: int | None = Field(None, gt=0, le=MAX_BLOCKS, description=(
+        "Block i (counted from 0) at or past dense_layers is a MoE block when i is a multiple of layer_frequency "
+        "(Megatron-Core's moe_layer_freq, Hugging Face's decoder_sparse_step / moe_layer_freq); the others are "
+        "dense. Absent: 1 (every block past the dense ones)."))
+    router: RouterKind | None = Field(None, description=(
+        "Router score function: softmax or sigmoid (DeepSeek-V3); either way a hidden x experts GEMM on every "
+        "token, then the top-k. Absent: softmax."))
+    capacity_factor: float | None = Field(None, gt=0, le=MAX_EXPERTS, allow_inf_nan=False, description=(
+        "Expert capacity (token dropping): an expert takes at most capacity_factor x tokens x top_k / experts "
+        "tokens, the rest are dropped (Megatron-Core's moe_expert_capacity_factor). Absent: dropless."))
+    load_imbalance: float | None = Field(None, ge=1, le=MAX_EXPERTS, allow_inf_nan=False, description=(
+        "Tokens of the busiest expert over the mean (>= 1): the slowest rank's grouped GEMM, which every rank "
+        "waits for, runs that many times the mean tokens (capped by capacity_factor). Absent: 1.0 (balanced, as "
+        "the public NVIDIA benchmarks force)."))
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "MixtureOfExperts":
+        if self.top_k > self.experts:
+            raise ValueError(f"top_k={self.top_k} exceeds experts={self.experts} (a token picks distinct experts)")
+        if self.shared_expert_ffn is not None and not self.shared_experts:
+            raise ValueError("shared_expert_ffn needs shared_experts > 0")
+        return self
+
+    @property
+    def dense_blocks(self) -> int:
+        """Leading dense blocks (0 when absent)."""
+        return self.dense_layers or 0
+
+    @property
+    def frequency(self) -> int:
+        """The MoE-block frequency (1 when absent)."""
+        return self.layer_frequency or 1
+
+    @property
+    def shared_width(self) -> int:
+        """Inner width of the shared experts together (0 without them)."""
+        return (self.shared_experts or 0) * (self.shared_expert_ffn or self.expert_ffn)
+
+    @property
+    def imbalance(self) -> float:
+        """The busiest expert's tokens over the mean: load_imbalance (1 when absent), capped by the capacity."""
+        imbalance = self.load_imbalance or 1.0
+        return imbalance if self.capacity_factor is None else min(imbalance, self.capacity_factor)
+
+    def is_moe_block(self, index: int) -> bool:
+        """Whether block ``index`` (from 0) is a MoE block (the dense_layers and layer_frequency rules)."""
+        return index >= self.dense_blocks and index % self.frequency == 0
 
 
 class LatentAttention(StrictInput):
@@ -131,18 +204,25 @@ class TransformerShape(StrictInput):
         "(Mistral). A flash kernel skips the tiles outside the window; a materialized kernel computes the full "
         "scores and masks them. Absent: full causal attention."))
     tied_embeddings: bool | None = Field(None, description=(
-        "The output layer uses the input embedding's weights (GPT-2, Gemma) instead of its own (Llama). Absent: "
-        "tied. Accepted and changing no figure: the embedding and output-layer weights are not in the memory, "
-        "optimizer or data-parallel figures yet, tied or not (docs/model-features.md, 'Not modelled')."))
+        "true: the output layer uses the input embedding's weights (GPT-2, Gemma); false: its own (Llama). "
+        "Stated either way (it needs vocabulary), the embedding lookup is a task and the embedding and "
+        "output-layer matrices (padded vocabulary / TP x hidden each) are in the memory, optimizer and "
+        "data-parallel figures; tied with PP > 1, the last stage's copy is all-reduced with the first stage's "
+        "(harness.passes.output_layer). Absent: neither is counted (Calculon's convention, rule "
+        "vocabulary-weights-uncounted)."))
 
     mla: LatentAttention | None = Field(None, description=(
         "Multi-head latent attention (DeepSeek-V2/V3) in place of the Q/K/V projections: its widths are these, "
         "not head_size's, which must then equal qk_nope_head_dim + qk_rope_head_dim (the query and key head "
         "width). Rotary position encoding on the rotary parts is part of it. Absent: no MLA."))
 
+    moe: MixtureOfExperts | None = Field(None, description=(
+        "Mixture of experts (model.moe.*): the MoE blocks' MLP is routed (and shared) experts. Absent: every "
+        "block dense."))
+
     ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({
         "vocabulary", "kv_heads", "mlp", "norm", "position", "qkv_bias", "qk_norm", "attention_dropout",
-        "sliding_window", "tied_embeddings", "mla"})  # shapes without them keep their digests
+        "sliding_window", "tied_embeddings", "mla", "moe"})  # shapes without them keep their digests
 
 
 class NetworkTiers(StrictInput):
@@ -153,8 +233,14 @@ class NetworkTiers(StrictInput):
     data: int = Field(ge=0, le=MAX_TIER, description="Network tier of the data-parallel group.")
     context: int | None = Field(None, ge=0, le=MAX_TIER, description=(
         "Network tier of the context-parallel group (needed with context_parallel > 1)."))
+    expert: int | None = Field(None, ge=0, le=MAX_TIER, description=(
+        "Network tier of the expert-parallel group, which the MoE all-to-all crosses (needed with "
+        "expert_parallel > 1)."))
+    expert_tensor: int | None = Field(None, ge=0, le=MAX_TIER, description=(
+        "Network tier of the expert-tensor-parallel group (needed with expert_tensor_parallel > 1)."))
 
-    ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"context"})  # layouts without CP keep their digests
+    #: layouts without CP or experts keep their digests
+    ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"context", "expert", "expert_tensor"})
 
 
 class Offload(StrictInput):
@@ -208,9 +294,23 @@ class ExecutionLayout(StrictInput):
         "Megatron's unfused path) or flash (one FlashAttention-2 kernel: no s x s tensor in memory, the scores "
         "recomputed in the backward pass, causal masking skipping the masked tiles). Absent: materialized."))
 
+    expert_parallel: int | None = Field(None, gt=0, le=MAX_DEGREE, description=(
+        "Expert-parallel degree (EP; absent: 1; needs model.moe): each MoE block's routed experts split over EP "
+        "ranks (experts / EP each), tokens dispatched to their experts and combined back over the group. Folded "
+        "(Megatron-Core's MoE parallel folding): the expert layers lay the same TP x CP x DP ranks out as ETP x EP "
+        "x expert-DP, so EP is not a factor of the processors; ETP x EP divides TP x CP x DP."))
+    expert_tensor_parallel: int | None = Field(None, gt=0, le=MAX_DEGREE, description=(
+        "Expert-tensor-parallel degree (ETP; absent: 1; needs model.moe): each routed expert's matrices split "
+        "over ETP ranks. Megatron-Core's default is TP: a case states it."))
+    moe_dispatcher: MoeDispatcher | None = Field(None, description=(
+        "How a MoE block sends tokens to their experts' ranks (needs model.moe): alltoall (an all-to-all over the "
+        "expert-parallel group to dispatch, another to combine) or allgather (every token gathered over the "
+        "group, the expert outputs reduce-scattered back). Absent: alltoall."))
+
     #: layouts without these keep their digests
     ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"attention_kernel", "context_parallel", "cp_comm",
-                                                         "precision"})
+                                                         "precision", "expert_parallel", "expert_tensor_parallel",
+                                                         "moe_dispatcher"})
 
     @property
     def context_degree(self) -> int:
@@ -218,8 +318,18 @@ class ExecutionLayout(StrictInput):
         return 1 if self.context_parallel is None else self.context_parallel
 
     @property
+    def expert_degree(self) -> int:
+        """The expert-parallel degree (1 when absent)."""
+        return 1 if self.expert_parallel is None else self.expert_parallel
+
+    @property
+    def expert_tensor_degree(self) -> int:
+        """The expert-tensor-parallel degree (1 when absent)."""
+        return 1 if self.expert_tensor_parallel is None else self.expert_tensor_parallel
+
+    @property
     def processors(self) -> int:
-        """The product of every parallel degree (harness.ir.mesh)."""
+        """The product of the parallel degrees that are not folded (harness.ir.mesh)."""
         return mesh.processors(self)
 
     @property

@@ -33,7 +33,8 @@ class Work(Frozen):
     """
 
     CANONICAL_MEMO: ClassVar[bool] = True
-    ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"datatype"})  # plans of one datatype keep their digests
+    #: plans of one datatype and no grouped GEMM keep their digests
+    ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"datatype", "gemm_operations"})
 
     operations: float = Field(ge=0, description="Arithmetic operations (FLOPs) of the pass.")
     bytes_read: float = Field(ge=0, description="Bytes read from memory tier 1.")
@@ -41,6 +42,9 @@ class Work(Frozen):
     engine: Engine = Field(description="Processing engine the operations need (matrix or vector).")
     datatype: ComputeDatatype | None = Field(None, description="Datatype the operations run in (selects the engine's peak "
                                                         "and curve); absent: the plan's datatype.")
+    gemm_operations: float | None = Field(None, gt=0, description=(
+        "A grouped GEMM (the local experts'): operations of one of its equal GEMMs, the size at which the "
+        "operation-size efficiency is read (not the pass's total); absent: the pass's operations."))
 
     @property
     def bytes_accessed(self) -> float:
@@ -154,21 +158,68 @@ class PipelineTraffic(Frozen):
     backward_transfers_per_microbatch: int = Field(ge=0, description="Backward p2p transfers per microbatch per stage.")
 
 
+class ExpertGradientTraffic(Frozen):
+    """Mixture of experts: the expert weights' gradient synchronization per block over the expert-data-parallel
+    group (TP x CP x DP / (EP x ETP) ranks, strided over the ranks of :attr:`group`)."""
+
+    gradient_bytes: float = Field(ge=0, description="Expert weight gradients of one block on one rank, bytes.")
+    messages: tuple[Message, ...] = Field(description="all_reduce, or reduce_scatter + all_gather with optimizer "
+                                                      "sharding, of the expert-data-parallel group.")
+    group: Group = Field(description="The dimensions whose ranks the expert-data-parallel group spans (its messages "
+                                     "cross the slowest of their links).")
+
+    @property
+    def spans(self) -> Group:
+        return self.group
+
+
 class DataParallelTraffic(Frozen):
     """Gradient synchronization per block (training with DP > 1) over the group of ranks holding the same
     weights (:attr:`spans`)."""
 
-    ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"group"})  # the data group's traffic keeps its digests
+    ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"group", "expert"})  # dense traffic keeps its digests
 
     gradient_bytes: float = Field(ge=0, description="Logical gradient message of one block.")
     messages: tuple[Message, ...] = Field(description="all_reduce, or reduce_scatter + all_gather with optimizer sharding.")
     group: Group | None = Field(None, description="The parallel group the gradients are reduced over "
                                                   "(harness.ir.mesh); absent: the data group.")
+    expert: ExpertGradientTraffic | None = Field(None, description=(
+        "Mixture of experts: the expert weights' gradient sync over the expert-data-parallel group; the fields "
+        "above are then the dense weights'. Absent: every weight is dense."))
 
     @property
     def spans(self) -> Group:
         """The group the gradients are reduced over (absent: the data group)."""
         return DATA if self.group is None else self.group
+
+    @property
+    def all_messages(self) -> tuple[Message, ...]:
+        """The dense messages, then the expert weights' (the whole sync of one block)."""
+        return self.messages + (self.expert.messages if self.expert is not None else ())
+
+
+class VocabularyWeights(Frozen):
+    """The embedding and output-layer matrices on the first pipeline stage, once per iteration
+    (harness.passes.output_layer): their state, their optimizer step, their gradient synchronisation."""
+
+    ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"gradient_group"})
+
+    capacity: Capacity = Field(description="Their weights, weight gradients (after optimizer sharding) and optimizer "
+                                           "state on the first stage (no activations).")
+    optimizer: tuple[Work, ...] = Field(description="The optimizer step of each matrix on the first stage.")
+    gradient_messages: tuple[Message, ...] = Field(description=(
+        "Their data-parallel gradient synchronisation (all_reduce, or reduce_scatter + all_gather with optimizer "
+        "sharding; none without data parallelism), once per iteration."))
+    gradient_group: Group | None = Field(None, description="The group those gradients are reduced over; absent: "
+                                                           "the data group.")
+    embedding_group: Message | None = Field(description=(
+        "Tied matrices with PP > 1: the all-reduce of the embedding gradient between the first and the last "
+        "stage, which both hold a copy (Megatron's embedding group); None otherwise."))
+
+    @property
+    def spans(self) -> Group:
+        """The group the gradient messages span (absent: the data group)."""
+        return DATA if self.gradient_group is None else self.gradient_group
 
 
 class NetworkUse(Frozen):
@@ -197,7 +248,12 @@ class PortablePlanIR(Artifact):
         None, description="The output layer and loss with their facts, once per microbatch on the last stage "
                           "(from the DistributedTaskIR's output tasks); None without them.")
 
-    ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"output_tasks"})  # plans without them keep their digests
+    vocabulary_weights: VocabularyWeights | None = Field(
+        None, description="The embedding and output-layer matrices on the first stage (a shape that states "
+                          "tied_embeddings); None: not counted (Calculon's convention).")
+
+    #: plans without them keep their digests
+    ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"output_tasks", "vocabulary_weights"})
 
     def phase_tasks(self, phase: str) -> tuple[PlanTask, ...]:
         return tuple(t for t in self.tasks if t.phase == phase)

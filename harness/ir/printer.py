@@ -44,11 +44,17 @@ def render_distributed(ir: DistributedTaskIR) -> list[str]:
         deps = ", ".join(t.depends_on) or "-"
         lines.append(f"  %{t.name} = {t.shape.kind}[{t.phase}]({deps}) {{{_shape_text(t.shape)}}}")
     if ir.output_tasks:
-        lines.append("output layer, once per microbatch on the last stage:")
+        lines.append(_output_heading(ir.output_tasks[0].shape.kind))
         for t in ir.output_tasks:
             deps = ", ".join(t.depends_on) or "-"
             lines.append(f"  %{t.name} = {t.shape.kind}[{t.phase}]({deps}) {{{_shape_text(t.shape)}}}")
     return lines
+
+
+def _output_heading(first_kind: str) -> str:
+    if first_kind == "embedding":
+        return "embedding lookup (first stage) and output layer (last stage), once per microbatch:"
+    return "output layer, once per microbatch on the last stage:"
 
 
 def _num(x: float) -> str:
@@ -62,7 +68,7 @@ def render_portable(ir: PortablePlanIR) -> list[str]:
     output = ir.output_tasks or ()
     for t in ir.tasks + output:
         if output and t is output[0]:
-            lines.append("  output layer, once per microbatch on the last stage:")
+            lines.append("  " + _output_heading(t.primitive))
         lines.append(f"  %{t.name} = {t.primitive}[{t.phase}]")
         for name in PASSES:
             w = getattr(t, name)
@@ -80,6 +86,14 @@ def render_portable(ir: PortablePlanIR) -> list[str]:
     if ir.data_parallel:
         for m in ir.data_parallel.messages:
             lines.append(f"  data parallel: {m.collective} {_num(m.message_bytes)}B x{m.participants} tier {m.network_tier}")
+    v = ir.vocabulary_weights
+    if v is not None:
+        c = v.capacity
+        lines.append(f"  vocabulary matrices on the first stage: weights={_num(c.weight_bytes)}B "
+                     f"weight_grad={_num(c.weight_grad_bytes)}B optimizer={_num(c.optimizer_bytes)}B")
+        for m in (*v.gradient_messages, *((v.embedding_group,) if v.embedding_group else ())):
+            lines.append(f"    once per iteration: {m.collective} {_num(m.message_bytes)}B x{m.participants} "
+                         f"tier {m.network_tier}")
     return lines
 
 

@@ -185,6 +185,8 @@ class Design:
             m_index.append(messages.setdefault((msg, plan_index if boundary else -1), len(messages)))
             m_coef.append(coefficient)
 
+        if plan.vocabulary_weights is not None:
+            raise ValueError("the fit's design has no vocabulary matrices (model.tied_embeddings)")
         for task in plan.tasks:  # as harness.schedule.block.block_times reads them
             if task.exchange == "ring":
                 raise ValueError("the fit's design has no ring exchange (context parallelism)")

@@ -232,9 +232,15 @@ class FitResult:
 def fit_design(design: Design, template_profile: EvidenceProfile, measured: np.ndarray, *, island: int = 8,
                layer_weight: float = 0.0, benchmark_weight: float = 1.0, datatype: str = "float16",
                loss: str = "soft_l1", f_scale: float = F_SCALE, parameters: Sequence[Parameter] = PARAMETERS,
-               progress: Callable[[int], None] | None = None) -> FitResult:
+               progress: Callable[[int], None] | None = None,
+               apply: Callable[[EvidenceProfile, dict[str, float]], EvidenceProfile] | None = None) -> FitResult:
     """Fit ``parameters`` (the shipped structure: :data:`PARAMETERS`; a subset compares structures) to
-    ``measured`` (per target seconds; NaN: not a training target)."""
+    ``measured`` (per target seconds; NaN: not a training target). ``apply`` sets the values on the template
+    (default :func:`with_values` at ``datatype``: another structure's parameters, e.g.
+    :mod:`harness.measurements.runs_fit`'s)."""
+    if apply is None:
+        def apply(profile: EvidenceProfile, values: dict[str, float]) -> EvidenceProfile:
+            return with_values(profile, values, datatype)
     selected = np.isfinite(measured)
     w = weights(design, selected, island, layer_weight, benchmark_weight)
     keep = selected & (w > 0)
@@ -251,7 +257,7 @@ def fit_design(design: Design, template_profile: EvidenceProfile, measured: np.n
         calls += 1
         if progress is not None:
             progress(calls)
-        predicted = design.predict(with_values(template_profile, unpack(x), datatype))[keep]
+        predicted = design.predict(apply(template_profile, unpack(x)))[keep]
         return w * np.log(predicted / measured)
 
     lower = [math.log(p.lower) if p.log else p.lower for p in parameters]
@@ -277,7 +283,7 @@ def fit_design(design: Design, template_profile: EvidenceProfile, measured: np.n
             continue
         spread = math.sqrt(covariance[i, i])  # in the fitted coordinate (log for log parameters)
         errors[p.name] = _round(values[p.name] * spread if p.log else spread, 2)
-    profile = with_values(template_profile, values, datatype)
+    profile = apply(template_profile, values)
     on_bounds = tuple(p.name for i, p in enumerate(parameters)
                       if result.active_mask[i] != 0 or not p.lower < values[p.name] < p.upper)
     predicted = design.predict(profile)[keep]

@@ -39,6 +39,7 @@ layout, profile name) and nothing else.
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any, Callable
 
 from pydantic import BaseModel, ValidationError
@@ -129,6 +130,9 @@ RECIPES = {
 #: operations per element of Q and K, which a memory-bound kernel hides under a roofline profile: the rotation
 #: reads and writes 4 bytes per element in bf16).
 FUSED_PARTIAL_ROPE = frozenset({"rope (50% of head dim)"})
+#: Row ``model.position_embedding`` of a latent-attention row: the rotary parts of its queries and shared key,
+#: ``qk_pos_emb_head_dim`` wide (``model.mla.qk_rope_head_dim``), which the latent-attention core rotates.
+MLA_ROPE = re.compile(r"rope \(MLA decoupled rope dim (\d+)\)")
 
 
 def recipe_file(run: MeasuredRun) -> str | None:
@@ -206,6 +210,13 @@ def display(draft: Draft, row_field: str, value: Any) -> None:
     """Display only: never part of the case."""
 
 
+def _tied_embeddings(draft: Draft, row_field: str, value: bool) -> None:
+    """Stated either way: a stated ``tied_embeddings`` counts the embedding lookup and the vocabulary matrices
+    (harness.passes.output_layer), tied or not."""
+    draft.set("model.tied_embeddings", value, row_field)
+    draft.features.add("model.tied_embeddings")
+
+
 def _kv_heads(draft: Draft, row_field: str, value: int | None) -> None:
     heads = draft.run.model.heads
     if value is None:
@@ -233,6 +244,13 @@ def _position(draft: Draft, row_field: str, value: str) -> None:
     """:data:`POSITIONS`; a partial rotary embedding (:data:`FUSED_PARTIAL_ROPE`) is ``rope`` when the recipe runs
     TE's fused kernel (whole Q and K read and written), else refused naming the field."""
     recipe = RECIPES.get(recipe_file(draft.run) or "")
+    decoupled = MLA_ROPE.fullmatch(value)
+    if decoupled:  # latent attention's rotary parts: the model.mla core prices them (its attn.rope)
+        mla = draft.run.model.mla
+        if mla is None or int(decoupled.group(1)) != mla.qk_pos_emb_head_dim:
+            draft.refuse(row_field, f"{value!r} without model.mla of that qk_pos_emb_head_dim")
+            return
+        value = "rope"
     if value in FUSED_PARTIAL_ROPE and recipe is not None and recipe.fused_rope:
         value = "rope"
     elif value in FUSED_PARTIAL_ROPE:
@@ -287,6 +305,82 @@ def _mtp_layers(draft: Draft, row_field: str, value: int | None) -> None:
         draft.refuse(row_field, f"{value} multi-token-prediction layers have no case field")
 
 
+#: Row ``model.moe.router`` -> case ``model.moe.router``, by the score function its text starts with. The
+#: rows' group-limited routing (DeepSeek's: top groups first, then top-k within them) picks different experts,
+#: not different work (the same router GEMM; a top-k over the groups first, vector work of experts elements per
+#: token): priced as the plain top-k (docs/modern-runs.md).
+ROUTERS = ("softmax", "sigmoid")
+
+
+def _moe(draft: Draft, row_field: str, value: Any) -> None:
+    """The row's MoE section as ``model.moe`` (each subfield translated: docs/modern-runs.md)."""
+    if value is None:
+        return
+    if not case_has_field("model.moe"):
+        draft.refuse(row_field, "set needs case field model.moe, which the harness does not have yet")
+        return
+    moe: dict[str, Any] = {"experts": value.experts, "top_k": value.top_k, "expert_ffn": value.expert_ffn_hidden}
+    if value.shared_experts:
+        if value.shared_expert_ffn_hidden % value.shared_experts:  # the row's width is all shared experts' together
+            draft.refuse(f"{row_field}.shared_expert_ffn_hidden", f"{value.shared_expert_ffn_hidden} is not a "
+                                                                  f"multiple of shared_experts={value.shared_experts}")
+            return
+        moe["shared_experts"] = value.shared_experts
+        moe["shared_expert_ffn"] = value.shared_expert_ffn_hidden // value.shared_experts
+    elif value.shared_expert_ffn_hidden:
+        draft.refuse(f"{row_field}.shared_expert_ffn_hidden", "a width without shared experts")
+        return
+    if value.dense_layers:
+        moe["dense_layers"] = value.dense_layers
+    if value.layer_freq != 1:
+        moe["layer_frequency"] = value.layer_freq
+    if value.token_dropping:
+        if value.capacity_factor is None:
+            draft.refuse(f"{row_field}.capacity_factor", "token dropping without a capacity factor")
+            return
+        moe["capacity_factor"] = float(value.capacity_factor)
+    if value.router is not None:
+        router = next((r for r in ROUTERS if value.router.startswith(r)), None)
+        if router is None:
+            draft.refuse(f"{row_field}.router", f"{value.router!r} names no score function of {list(ROUTERS)}")
+            return
+        moe["router"] = router
+    draft.set("model.moe", moe, row_field)
+    draft.features.add("model.moe")
+
+
+def _expert_tensor_parallel(draft: Draft, row_field: str, value: int | None) -> None:
+    """``etp`` null is Megatron-Core's default, TP (expert_tensor_parallel_size = tensor_model_parallel_size)."""
+    tp = draft.run.parallel.tp
+    if value is None and draft.run.model.moe is not None and tp > 1:
+        value = tp
+    feature("execution.expert_tensor_parallel", None)(draft, row_field, value)
+
+
+def _mla(draft: Draft, row_field: str, value: Any) -> None:
+    """The row's latent attention (Megatron-Core's names: ``qk_head_dim`` the part without position encoding,
+    ``qk_pos_emb_head_dim`` the rotary part) as ``model.mla``; ``model.head_size`` becomes its query/key head
+    width, their sum (the row's ``head_dim`` is Megatron-Core's ``kv_channels``, the no-position part or the
+    sum; any other value is refused naming it)."""
+    if value is None:
+        return
+    if not case_has_field("model.mla"):
+        draft.refuse(row_field, "set needs case field model.mla, which the harness does not have yet")
+        return
+    width = value.qk_head_dim + value.qk_pos_emb_head_dim
+    if draft.run.model.head_dim not in (value.qk_head_dim, width):
+        draft.refuse("model.head_dim", f"{draft.run.model.head_dim} is neither mla.qk_head_dim {value.qk_head_dim} "
+                                       f"nor the query/key head width {width}")
+        return
+    mla = {"kv_lora_rank": value.kv_lora_rank, "qk_nope_head_dim": value.qk_head_dim,
+           "qk_rope_head_dim": value.qk_pos_emb_head_dim, "v_head_dim": value.v_head_dim}
+    if value.q_lora_rank:  # null or 0: no query compression
+        mla["q_lora_rank"] = value.q_lora_rank
+    draft.set("model.mla", mla, row_field)
+    draft.set("model.head_size", width, row_field)
+    draft.features.add("model.mla")
+
+
 def _model_system(draft: Draft, row_field: str, value: Any) -> None:
     """``system.gpu`` picks the profile (``--system auto``) and ``gpus_per_nvlink_domain`` places the groups
     (:func:`network_tiers`); ``num_gpus`` is checked against the layout by the schema."""
@@ -313,10 +407,10 @@ ROW_FIELDS: dict[str, Rule] = {
     "model.norm": feature("model.norm", "layernorm", {"layernorm": "layernorm", "rmsnorm": "rmsnorm"}),
     "model.attention": _attention,
     "model.sliding_window": feature("model.sliding_window", None),
-    "model.tied_embeddings": feature("model.tied_embeddings", True),  # today the output weight is the embedding's
+    "model.tied_embeddings": _tied_embeddings,
     "model.position_embedding": _position,
-    "model.moe": feature("model.moe", None),
-    "model.mla": feature("model.mla", None),
+    "model.moe": _moe,
+    "model.mla": _mla,
     "model.mtp_layers": _mtp_layers,
     "model.truncated_from": display,
     "parallel.tp": to("execution.tensor_parallel"),
@@ -324,7 +418,7 @@ ROW_FIELDS: dict[str, Rule] = {
     "parallel.vp": to("execution.pipeline_interleaving", lambda v: 1 if v is None else v),
     "parallel.cp": feature("execution.context_parallel", 1),
     "parallel.ep": feature("execution.expert_parallel", 1),
-    "parallel.etp": feature("execution.expert_tensor_parallel", None),
+    "parallel.etp": _expert_tensor_parallel,
     "parallel.dp": to("execution.data_parallel"),
     "parallel.fsdp": _fsdp,
     "parallel.sequence_parallel": _sequence_parallel,
@@ -341,10 +435,22 @@ ROW_FIELDS: dict[str, Rule] = {
 
 
 def network_tiers(run: MeasuredRun) -> dict[str, int]:
-    """Tier 0 for a group whose rank span fits in one NVLink domain, else tier 1 (module rules)."""
+    """Tier 0 for a group whose rank span fits in one NVLink domain, else tier 1 (module rules). The expert
+    layers' rank order is ETP fastest, then EP (Megatron-Core's folded expert order ``tp-ep-dp-pp`` over the
+    expert degrees): the expert-tensor group spans ETP ranks, the expert group ETP x EP."""
     p, domain = run.parallel, run.system.gpus_per_nvlink_domain
-    spans = {"tensor": p.tp, "context": p.tp * p.cp, "data": p.tp * p.cp * p.dp, "pipeline": run.system.num_gpus}
+    etp = p.etp if p.etp is not None else p.tp
+    spans = {"tensor": p.tp, "context": p.tp * p.cp, "data": p.tp * p.cp * p.dp, "pipeline": run.system.num_gpus,
+             "expert": etp * p.ep, "expert_tensor": etp}
     return {dim: 0 if span <= domain else 1 for dim, span in spans.items()}
+
+
+#: Whether a row has the group of each optional dimension (its tier is set only then: absent otherwise).
+OPTIONAL_GROUPS: dict[str, Callable[[MeasuredRun], bool]] = {
+    "context": lambda run: run.parallel.cp > 1,
+    "expert": lambda run: run.parallel.ep > 1,
+    "expert_tensor": lambda run: run.model.moe is not None and (run.parallel.etp or run.parallel.tp) > 1,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -382,10 +488,11 @@ def run_case(run: MeasuredRun, system: str, source: str = "<runs>") -> RunCase:
     elif recipe.attention_dropout == 0:  # nonzero is today's behaviour (the dropout primitive is there)
         feature("model.attention_dropout", None)(draft, "model.attention_dropout", 0.0)
     for dim, tier in network_tiers(run).items():
-        if dim != "context" or run.parallel.cp > 1:
+        if dim not in OPTIONAL_GROUPS:
             draft.set(f"execution.network_tiers.{dim}", tier, "system.gpus_per_nvlink_domain")
-    if run.parallel.cp > 1:
-        draft.features.add("execution.network_tiers.context")
+        elif OPTIONAL_GROUPS[dim](run) and case_has_field(f"execution.network_tiers.{dim}"):
+            draft.set(f"execution.network_tiers.{dim}", tier, "system.gpus_per_nvlink_domain")
+            draft.features.add(f"execution.network_tiers.{dim}")
     if draft.unsupported:
         return RunCase(None, tuple(draft.unsupported))
     data = {**draft.case, "system": system}

@@ -8,7 +8,8 @@ records (:mod:`harness.measurements.corpus`): the case of each row is the one ``
 Rules:
 
 - a record's id is ``<file name>:rows.<index>`` (a label, never the row's id or model name); its note
-  names the row's source (``source.where``) and precision;
+  names the row's precision, source (``source.where``) and software release (``software: ...``, last: the
+  release a leave-one-release-out cross-validation groups by);
 - a row the harness cannot price (``unsupported``, with its fields) or that describes no valid case is
   not a record: the import prints the count by first field refused, so nothing is dropped unseen;
 - zero records is an error (an import of nothing is not a success); a bad file is one line naming the
@@ -58,7 +59,8 @@ def import_runs(path: Path | str, runs: list[MeasuredRun], gpu: str) -> tuple[li
             left_out[case.unsupported[0][0] if case.unsupported else f"invalid: {case.reason}"] += 1
             continue
         records.append(IterationRecord(
-            kind="iteration", id=f"{Path(path).name}:rows.{index}", note=f"{run.precision}; {run.source.where}",
+            kind="iteration", id=f"{Path(path).name}:rows.{index}",
+            note=f"{run.precision}; {run.source.where}; software: {run.software}",
             model=case.input.model, execution=case.input.execution,
             measured_iteration_s=run.measured.iteration_s))
     if not records:

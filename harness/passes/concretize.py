@@ -43,7 +43,7 @@ from typing import Callable, Literal
 from harness.ir import mesh
 from harness.ir.concrete import Buffer, Command, ConcreteOptions, ConcretePlanIR, Program, Queue
 from harness.ir.model import ExecutionLayout, Offload
-from harness.ir.portable import Message, PlanTask, PortablePlanIR, Work
+from harness.ir.portable import NO_CAPACITY, Message, PlanTask, PortablePlanIR, Work
 from harness.passes.base import ModulePass
 from harness.passes.rules import reduction_operations
 from harness.schedule.memory import BlockMemory, StageMemory, block_memory, stage_memory
@@ -310,6 +310,10 @@ class TransformerConcretize(ModulePass[PortablePlanIR, ConcretePlanIR], _TierOpt
             for i, message in enumerate(plan.data_parallel.messages):
                 dp.add(f"data_parallel/{message.collective}", queue_of_group(plan.data_parallel.spans), "collective",
                        "data_parallel", "weight_grad", "data_parallel", message=message)
+            expert = plan.data_parallel.expert  # a MoE block's expert weights, over expert-DP
+            for message in expert.messages if expert is not None else ():
+                dp.add(f"data_parallel/expert_{message.collective}", queue_of_group(expert.spans), "collective",
+                       "data_parallel", "weight_grad", "data_parallel", message=message)
             programs.append(Program.trusted(kind="data_parallel", block="any", commands=tuple(dp.commands)))
         o = options.offload
         if o.weights or o.activations or o.optimizer:
@@ -336,8 +340,10 @@ class TransformerConcretize(ModulePass[PortablePlanIR, ConcretePlanIR], _TierOpt
             return Buffer.trusted(name=name, total_bytes=total, offloaded=offloaded, tier1_bytes=tier1,
                                   tier2_bytes=tier2)
 
-        out = [buf("weight", stage.weight, o.weights, 2 * block.weight_bytes if o.weights else stage.weight,
-                   stage.weight if o.weights else 0)]
+        # The vocabulary matrices (a shape that states tied_embeddings) stay in tier 1: offload streams blocks.
+        v = NO_CAPACITY if plan.vocabulary_weights is None else plan.vocabulary_weights.capacity
+        out = [buf("weight", stage.weight, o.weights, 2 * block.weight_bytes + v.weight_bytes if o.weights
+                   else stage.weight, stage.weight - v.weight_bytes if o.weights else 0)]
         if o.activations and not full:
             out.append(buf("activation", stage.activation, True,
                            block.activation_working_bytes + block.activation_storage_bytes, stage.activation))
@@ -352,9 +358,10 @@ class TransformerConcretize(ModulePass[PortablePlanIR, ConcretePlanIR], _TierOpt
                            0))
         if o.optimizer and training:
             out.append(buf("weight_grad", stage.weight_grad, True,
-                           block.weight_grad_unsharded_bytes + block.weight_grad_bytes,
+                           block.weight_grad_unsharded_bytes + block.weight_grad_bytes + v.weight_grad_bytes,
                            block.weight_grad_bytes * s.blocks_per_stage))
-            out.append(buf("optimizer", stage.optimizer, True, 2 * block.optimizer_bytes, stage.optimizer))
+            out.append(buf("optimizer", stage.optimizer, True, 2 * block.optimizer_bytes + v.optimizer_bytes,
+                           stage.optimizer - v.optimizer_bytes))
         else:
             out.append(buf("weight_grad", stage.weight_grad, False, stage.weight_grad, 0))
             out.append(buf("optimizer", stage.optimizer, False, stage.optimizer, 0))

@@ -228,6 +228,16 @@ def with_per_microbatch(components_s: dict[str, Value], total_s: Value, microbat
     return components, total_s + (mb * forward_s + mb * backward_s)
 
 
+def with_per_iteration(components_s: dict[str, Value], total_s: Value, optimizer_s: Value, data_parallel_s: Value
+                       ) -> tuple[dict[str, Value], Value]:
+    """(components, total) of a projected iteration with the vocabulary matrices' once-per-iteration work
+    (:func:`harness.cost.output_layer.per_iteration_s`): ``optimizer`` and ``data_parallel`` grow by their
+    seconds and the total by their sum (added, not summed again)."""
+    components = {**components_s, "optimizer": components_s["optimizer"] + optimizer_s,
+                  "data_parallel": components_s["data_parallel"] + data_parallel_s}
+    return components, total_s + (optimizer_s + data_parallel_s)
+
+
 def with_accumulation(components_s: dict[str, Value], total_s: Value, backward_s: Value, bubble_s: Value
                       ) -> tuple[dict[str, Value], Value]:
     """(components, total) with the unfused gradient accumulation (:func:`harness.cost.accumulation.accumulation_s`)

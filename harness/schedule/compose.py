@@ -133,3 +133,13 @@ def with_output_layer(c: Composition, microbatches: int, forward_s: float, backw
     components["forward"] += microbatches * forward_s
     components["backward"] += microbatches * backward_s
     return Composition(components, compat.iteration_total(components), c.chunks)
+
+
+def with_per_iteration(c: Composition, optimizer_s: float, data_parallel_s: float) -> Composition:
+    """``c`` with the vocabulary matrices' once-per-iteration work (:func:`harness.cost.output_layer.
+    per_iteration_s`): ``optimizer_s`` joins ``optimizer`` and ``data_parallel_s`` joins ``data_parallel``; the
+    total is summed again by the same rule."""
+    components = dict(c.components_s)
+    components["optimizer"] += optimizer_s
+    components["data_parallel"] += data_parallel_s
+    return Composition(components, compat.iteration_total(components), c.chunks)

@@ -14,7 +14,11 @@ in flight, ``m x (1 + (PP-1)/(interleaving x PP))`` with interleaving; the
 working block's activations once, next to ``blocks x m - 1`` stored ones;
 activation gradients of one block; one fp32 unsharded gradient plus ``blocks -
 1`` sharded ones; optimizer state for every block. Inference keeps the weights
-and one block's working activations. Tier-1 total = weights + activations +
+and one block's working activations. The vocabulary matrices of a shape that
+states ``tied_embeddings`` (the plan's ``vocabulary_weights``,
+:mod:`harness.passes.output_layer`) add their weights, their gradients (in
+the element datatype, after optimizer sharding: no Calculon rule applies to
+them) and their optimizer state once. Tier-1 total = weights + activations +
 checkpoints + weight gradients + optimizer + activation gradients. The stored
 activations and the gradients follow Calculon 0.1.0's accounting, named in
 :mod:`harness.calculon_compat`. The figures are those of
@@ -28,8 +32,8 @@ from typing import Iterable
 
 from harness import calculon_compat as compat
 from harness.evidence.profile import EvidenceProfile
-from harness.ir.portable import PortablePlanIR
-from harness.vocabulary import MEMORY_FIGURES
+from harness.ir.portable import NO_CAPACITY, PortablePlanIR
+from harness.vocabulary import MEMORY_FIGURES, PARALLEL_DIMENSIONS
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -88,7 +92,8 @@ def block_memory(plan: PortablePlanIR) -> BlockMemory:
 def stage_memory(plan: PortablePlanIR, block: BlockMemory) -> StageMemory:
     s = plan.schedule
     blocks = s.blocks_per_stage
-    weight = block.weight_bytes * blocks
+    vocabulary = NO_CAPACITY if plan.vocabulary_weights is None else plan.vocabulary_weights.capacity
+    weight = block.weight_bytes * blocks + vocabulary.weight_bytes
     if not s.training:
         act = block.activation_working_bytes
         return StageMemory(weight, act, 0, 0, 0, 0, weight + act)
@@ -102,8 +107,9 @@ def stage_memory(plan: PortablePlanIR, block: BlockMemory) -> StageMemory:
     else:
         act = compat.activation_bytes(block.activation_working_bytes, block.activation_storage_bytes, blocks, factor)
         checkpoint = 0
-    wgrad = compat.weight_grad_bytes(block.weight_grad_unsharded_bytes, block.weight_grad_bytes, blocks)
-    optim = block.optimizer_bytes * blocks
+    wgrad = (compat.weight_grad_bytes(block.weight_grad_unsharded_bytes, block.weight_grad_bytes, blocks)
+             + vocabulary.weight_grad_bytes)
+    optim = block.optimizer_bytes * blocks + vocabulary.optimizer_bytes
     agrad = block.activation_grad_bytes
     total = weight + act + checkpoint + (wgrad + optim) + agrad
     return StageMemory(weight, act, checkpoint, wgrad, agrad, optim, total)
@@ -138,8 +144,14 @@ def concrete_infeasibility(plan: PortablePlanIR, concrete, profile: EvidenceProf
 
 
 def network_infeasibility(plan: PortablePlanIR, profile: EvidenceProfile) -> str | None:
-    """Why the parallel groups do not fit the profile's network tiers, or None."""
-    return network_problem(((u.network_tier, u.group_size) for u in plan.network_use), profile)
+    """Why the parallel groups do not fit the profile's network tiers, or None. The folded dimensions (the expert
+    layout: harness.vocabulary.PARALLEL_DIMENSIONS kind ``folded``) re-partition the same processors, so they are
+    checked as a layout of their own, not multiplied with the others."""
+    folded = set(PARALLEL_DIMENSIONS.of_kind("folded"))
+    return (network_problem(((u.network_tier, u.group_size) for u in plan.network_use
+                             if u.dimension not in folded), profile)
+            or network_problem(((u.network_tier, u.group_size) for u in plan.network_use
+                                if u.dimension in folded), profile))
 
 
 def network_problem(groups: Iterable[tuple[int, int]], profile: EvidenceProfile) -> str | None:

@@ -30,6 +30,7 @@ with the overlap rules switched off).
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 
@@ -131,6 +132,31 @@ def offload_memory(plan: PortablePlanIR, block: BlockMemory, stage: StageMemory,
     return tier_total_bytes(buffers, 1), tier_total_bytes(buffers, 2)
 
 
+def vocabulary_s(pricer: Pricer, weights, training: bool, networks: int, data_tiers, pipeline_tiers):
+    """:func:`harness.cost.output_layer.per_iteration_s` of every variant: the same sums, each message priced
+    on the tier its group has in the variant (the gradient group's ``data_tiers``, the embedding group's
+    ``pipeline_tiers``); None when the vocabulary matrices are not counted."""
+    if weights is None or not training:
+        return None
+    optimizer = 0.0
+    for work in weights.optimizer:
+        optimizer += pricer.work(work, optimizer=True).processing_s
+    sync: Any = 0.0
+    if weights.gradient_messages:
+        per_tier = []
+        for t in range(networks):
+            tier_s = 0.0
+            for message in weights.gradient_messages:
+                tier_s += pricer.message_on_tier_s(message, t)
+            per_tier.append(tier_s)
+        sync = np.array(per_tier, dtype=float)[data_tiers]
+    shared = weights.embedding_group
+    if shared is None:
+        return optimizer, sync + 0.0
+    return optimizer, sync + np.array([pricer.message_on_tier_s(shared, t) for t in range(networks)],
+                                      dtype=float)[pipeline_tiers]
+
+
 #: numpy arrays: one element per variant (see :mod:`harness.schedule.calculon_forms`).
 ARRAYS = forms.Arith("numpy arrays", np.maximum, np.minimum, np.where, np.any)
 
@@ -193,6 +219,9 @@ def project(plan: PortablePlanIR, block: BlockMemory, pricer: Pricer, sums: list
     components, total = it.components_s, it.total_s
     if extra is not None:
         components, total = forms.with_per_microbatch(components, total, s.microbatches, *extra)
+    once = vocabulary_s(pricer, plan.vocabulary_weights, s.training, networks, dn, pn)
+    if once is not None:
+        components, total = forms.with_per_iteration(components, total, *once)
     if accumulation is not None:
         components, total = forms.with_accumulation(components, total, *accumulation)
     return total, components

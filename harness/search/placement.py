@@ -64,6 +64,12 @@ class PlacementPricer:
         if plan.data_parallel is not None:
             data = self.group_tiers(plan.data_parallel.spans)
             self._dimension.update({id(m): data for m in plan.data_parallel.messages})
+        weights = plan.vocabulary_weights  # harness.cost.output_layer.per_iteration_s prices its messages
+        if weights is not None:
+            gradient = self.group_tiers(weights.spans)
+            self._dimension.update({id(m): gradient for m in weights.gradient_messages})
+            if weights.embedding_group is not None:
+                self._dimension[id(weights.embedding_group)] = pipeline
         self._tasks: dict[int, TaskCost] = {}
 
     def group_tiers(self, spans: mesh.Group) -> np.ndarray:
@@ -77,7 +83,7 @@ class PlacementPricer:
         return per_tier[tiers]
 
     def message_s(self, message: Message | None) -> np.ndarray | float:
-        """Pipeline and data-parallel messages of the plan, per placement."""
+        """Pipeline and data-parallel messages of the plan (and its vocabulary matrices'), per placement."""
         if message is None:
             return 0.0
         return self._on_tiers(message, self._dimension[id(message)])

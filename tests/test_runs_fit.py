@@ -1,0 +1,158 @@
+"""The megatron-core fit (harness.measurements.runs_fit, runs_crossval, runs_report): hand-computed pieces.
+
+The refits of the shipped revisions and their held-out figures are slow (tests/test_modern_revisions.py); here:
+which parameters a record exercises, where the fitted values sit in the profile and what a GEMM then costs,
+the grouping keys, the release drift's arithmetic, and the held-out rule for a parameter no training row
+informs (a six-record fold, under a second).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from harness.cost.views import COST_VIEWS, Pricer
+from harness.evidence.profile import load_profile
+from harness.ir.portable import Work
+from harness.measurements.corpus import read_corpus
+from harness.measurements.oracle import MeasurementsOracle
+from harness.measurements.runs_crossval import group_key, held_out, release_of
+from harness.measurements.runs_fit import (
+    PARAMETERS,
+    RunsDesign,
+    exercised,
+    fitted_parameters,
+    template,
+    with_values,
+)
+from harness.measurements.runs_report import release_drift
+
+from conftest import ROOT
+
+CORPUS = ROOT / "measurements" / "modern" / "runs-b200.jsonl"
+BY_NAME = {p.name: p for p in PARAMETERS}
+
+
+@pytest.fixture(scope="module")
+def b200_records():
+    return [r for r in read_corpus(CORPUS).records if r.kind == "iteration"]
+
+
+def _first(records, **where):
+    return next(r for r in records if all(getattr(r.execution, k) == v for k, v in where.items()))
+
+
+def test_a_record_exercises_the_float8_efficiency_only_with_an_fp8_recipe(b200_records):
+    bf16 = _first(b200_records, precision=None)
+    fp8 = _first(b200_records, precision="fp8_current")
+    mxfp8 = _first(b200_records, precision="mxfp8")
+    float8 = BY_NAME["matrix_float8_max_efficiency"]
+    assert (exercised(float8, bf16), exercised(float8, fp8), exercised(float8, mxfp8)) == (False, True, True)
+    assert exercised(BY_NAME["matrix_max_efficiency"], bf16)  # attention and bf16 GEMMs: every record
+
+
+def test_nvlink_is_exercised_by_a_group_of_more_than_one_gpu_on_tier_0(b200_records):
+    nvlink = BY_NAME["nvlink_efficiency"]
+    record = _first(b200_records, tensor_parallel=8)  # TP 8, DP 1, PP 1: the TP group is on tier 0
+    assert exercised(nvlink, record)
+    alone = record.model_copy(update={"execution": record.execution.model_copy(update={
+        "tensor_parallel": 1, "data_parallel": 1, "pipeline_parallel": 1, "tp_communication": "ar",
+        "optimizer_sharding": False})})
+    assert not exercised(nvlink, alone)
+    assert [p.name for p in fitted_parameters([alone])] == ["matrix_max_efficiency"]
+
+
+def test_the_fitted_values_sit_where_the_pricer_reads_them():
+    """bf16 GEMM at efficiency 0.5 on B200 (2.25e15 FLOP/s dense): 4.5e12 operations take 4.5e12 / (0.5 x
+    2.25e15) = 4 ms, whatever their size (no fixed cost per GEMM: half_size 0); NVLink efficiency on tier 0."""
+    base = load_profile("b200")
+    assert base.matrix["bfloat16"].peak_flops_per_s == 2.25e15
+    profile = with_values(template(base, "t"), {"matrix_max_efficiency": 0.5, "nvlink_efficiency": 0.3})
+    assert profile.networks[0].efficiency == 0.3 and profile.networks[1].efficiency == base.networks[1].efficiency
+    curve = profile.matrix["bfloat16"].operation_size_efficiency.saturating
+    assert (curve.max_efficiency, curve.half_size) == (0.5, 0.0)
+    assert profile.matrix["float8"] == base.matrix["float8"]  # no float8 value given: the base's curve
+    pricer = Pricer(profile, COST_VIEWS["system_evidence"], "bfloat16")
+    gemm = Work.trusted(operations=4.5e12, bytes_read=1e6, bytes_written=1e6, engine="matrix")
+    assert pricer.work(gemm).processing_s == pytest.approx(4.5e12 / (0.5 * 2.25e15), rel=1e-12)
+    small = Work.trusted(operations=4.5e6, bytes_read=0.0, bytes_written=0.0, engine="matrix")
+    assert pricer.work(small).processing_s == pytest.approx(4.5e6 / (0.5 * 2.25e15), rel=1e-12)
+    assert profile.processing_mode == "roofline"
+
+
+def test_a_model_is_its_shape_without_its_depth_and_a_release_its_software(b200_records):
+    record = _first(b200_records, tensor_parallel=8)
+    deeper = record.model_copy(update={"model": record.model.model_copy(update={"blocks": 80})})
+    assert group_key(deeper, "model") == group_key(record, "model")
+    assert group_key(record, "model").startswith(f"h{record.model.hidden} ff{record.model.feedforward} ")
+    assert group_key(record, "scale") == "8 GPUs"
+    assert release_of(record) == record.note.split("; software: ")[1]
+
+
+def test_release_drift_removes_each_releases_mean_log_error(b200_records):
+    """Release A: predicted 1.1 and 0.9 of measured; release B: 1.2. Per-release scales 1 / exp(mean log
+    ratio): A 1 / sqrt(0.99), B 1 / 1.2; with them A's errors are +-sqrt(1.1/0.9) - 1, B's 0."""
+    a, b = b200_records[0], b200_records[-1]
+    assert release_of(a) != release_of(b)
+    drift = release_drift([a, a, b], np.array([1.1, 0.9, 1.2]), np.ones(3))
+    assert drift["releases"][release_of(a)]["per_release_scale"] == pytest.approx(1 / math.sqrt(0.99))
+    assert drift["releases"][release_of(b)]["per_release_scale"] == pytest.approx(1 / 1.2)
+    assert drift["releases"][release_of(a)]["bias_pct"] == pytest.approx(0.0, abs=1e-12)
+    left = 100 * (math.sqrt(1.1 / 0.9) - 1)
+    assert drift["mape_with_per_release_revisions_pct"] == pytest.approx((left + 100 * (1 - math.sqrt(0.9 / 1.1))) / 3)
+
+
+def test_a_held_out_record_whose_parameter_no_training_record_informs_is_not_predicted(b200_records):
+    """Two SimuMax bf16 rows and the four Megatron-Bridge fp8 rows, by model: holding out the fp8 model leaves
+    no fp8 training row, so its four rows get no figure (never the optimizer's start); holding out the bf16
+    model fits every parameter on the fp8 rows and predicts both."""
+    bf16 = [r for r in b200_records if r.execution.precision is None][:2]
+    fp8 = [r for r in b200_records if r.execution.precision is not None]
+    assert len(fp8) == 4
+    design = RunsDesign(bf16 + fp8, template(load_profile("b200"), "t"))
+    result = held_out(design, MeasurementsOracle(design.records), "model", PARAMETERS, 8)
+    assert list(np.isfinite(result.predicted_s)) == [True, True, False, False, False, False]
+    (why,) = result.not_enough_data.values()
+    assert why == "4 of 4 held-out records exercise matrix_float8_max_efficiency, which no training record does"
+
+
+@pytest.mark.parametrize("argv, needles", [
+    (["--parameters", "bogus"], ("--parameters", "unknown parameter 'bogus'")),
+    (["--fixed", "nvlink_efficiency"], ("--fixed", "--fixed and --fixed-from go together")),
+    (["--fixed-from", "b200", "--fixed", "nvlink_efficiency"], ("--fixed-from", "b200 has no fitted")),
+])
+def test_a_bad_megatron_core_fit_option_is_one_line_and_writes_nothing(tmp_path, capsys, argv, needles):
+    from conftest import one_error_line, run_cli
+
+    out = tmp_path / "b200_test.yaml"
+    status, _, err = run_cli(capsys, "evidence", "fit", "--structure", "megatron-core", "--base", "b200",
+                             "--measurements", CORPUS, "--output", out, *argv)
+    one_error_line(status, err, *needles)
+    assert not out.exists()
+
+
+def test_megatron_core_options_need_that_structure(tmp_path, capsys):
+    from conftest import one_error_line, run_cli
+
+    status, _, err = run_cli(capsys, "evidence", "fit", "--base", "b200", "--measurements", CORPUS,
+                             "--output", tmp_path / "x.yaml", "--parameters", "matrix_max_efficiency")
+    one_error_line(status, err, "--parameters", "needs --structure megatron-core")
+
+
+def test_the_modern_report_refuses_a_revision_it_does_not_know_and_a_changed_corpus(tmp_path, capsys):
+    from conftest import one_error_line, run_cli
+
+    status, _, err = run_cli(capsys, "evidence", "modern-report", "--profiles", "a100_measured", "--corpora",
+                             CORPUS.parent, "--output", tmp_path / "r.json")
+    one_error_line(status, err, "--profiles", "not a megatron-core revision")
+    changed = tmp_path / "corpora"
+    changed.mkdir()
+    text = CORPUS.read_text()
+    (changed / CORPUS.name).write_text(text.replace('"measured_iteration_s":0.843', '"measured_iteration_s":0.844'))
+    assert (changed / CORPUS.name).read_text() != text
+    status, _, err = run_cli(capsys, "evidence", "modern-report", "--profiles", "b200_measured", "--corpora",
+                             changed, "--output", tmp_path / "r.json")
+    one_error_line(status, err, "not the corpus b200_measured was fitted on")
+    assert not (tmp_path / "r.json").exists()
