@@ -21,10 +21,13 @@ from conftest import ROOT, one_error_line, run_cli
 FLOPS = ROOT / "vendor" / "flops"
 RECORDS = sorted(FLOPS.glob("*.json"))
 CONFIGS = {hashlib.sha256(p.read_bytes()).hexdigest(): p for p in sorted((FLOPS / "configs").glob("*.json"))}
-#: Mixture-of-experts records (routed by construction): the plan has no experts yet, so they are compared with
-#: hand counts only (test_each_record_is_the_hand_count_of_its_vendored_config, test_expert_records_by_hand).
+#: Mixture-of-experts records (routed by construction): compared with hand counts
+#: (test_each_record_is_the_hand_count_of_its_vendored_config, test_expert_records_by_hand) and with the plan.
 EXPERT_RECORDS = {"deepseek_v3_moe_b1_s64", "mixtral_moe_b1_s64", "qwen3_moe_b1_s64", "qwen2_moe_shared_b1_s64"}
-PLANNED = [p for p in RECORDS if p.stem not in EXPERT_RECORDS]
+PLANNED = RECORDS
+#: Matrix work a record counts that the plan does not price, by record, with why: Qwen2-MoE's shared-expert gate
+#: (a hidden -> 1 linear on every token: 6 x 64 tokens x 128 hidden), which the import notes as unpriced.
+UNPRICED = {"qwen2_moe_shared_b1_s64": 6 * 64 * 128}
 
 
 def shape(config: dict) -> dict:
@@ -174,7 +177,7 @@ def test_recording_again_reproduces_the_vendored_record(tmp_path):
 # --- the oracle against the plan -----------------------------------------------------------------------------
 
 #: Plan primitives with matrix work, by the record's class.
-MATRIX_CLASS = {"linear": "linear", "batch_matmul": "attention"}
+MATRIX_CLASS = {"linear": "linear", "batch_matmul": "attention", "router": "linear", "grouped_linear": "linear"}
 EXECUTION = """tensor_parallel: 1
 pipeline_parallel: 1
 data_parallel: 1
@@ -187,8 +190,8 @@ network_tiers: {{tensor: 0, pipeline: 1, data: 1}}
 
 
 def record_input(record, tmp_path):
-    """The case input of a record's layer: Llama, Mistral and Qwen configs through ``harness import hf``'s
-    translation; GPT-2 and GPT-NeoX (no importer) read by hand as the native GeLU block: their matrix shapes are
+    """The case input of a record's layer: Llama, Mistral, Qwen and DeepSeek-V3 configs through ``harness import
+    hf``'s translation; GPT-2 and GPT-NeoX (no importer) read by hand as the native GeLU block: their matrix shapes are
     those of hidden, feedforward, heads and head size (learned or partial rotary positions and GPT-NeoX's
     parallel residual are not matrix work)."""
     from harness.cases import EstimateInput
@@ -198,14 +201,6 @@ def record_input(record, tmp_path):
 
     execution = EXECUTION.format(b=record.microbatch)
     config = record.config
-    if config["model_type"] == "deepseek_v3":  # read by hand: latent attention, a dense SwiGLU MLP
-        latent = {k: config[k] for k in ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim",
-                                         "v_head_dim")}
-        model = TransformerShape(hidden=config["hidden_size"], feedforward=config["intermediate_size"],
-                                 sequence_length=record.sequence_length, attention_heads=config["num_attention_heads"],
-                                 head_size=config["qk_nope_head_dim"] + config["qk_rope_head_dim"], blocks=1,
-                                 mlp="swiglu", norm="rmsnorm", position="rope", mla=latent)
-        return EstimateInput(model=model, execution=ExecutionLayout(**yaml.safe_load(execution)), system="h100_sxm_80g")
     if config["model_type"] in ("gpt2", "gpt_neox"):
         s = shape(config)
         model = TransformerShape(hidden=s["hidden"], feedforward=s["ffn"], sequence_length=record.sequence_length,
@@ -236,7 +231,7 @@ def test_each_record_equals_the_plans_matrix_work_exactly(path, tmp_path):
     record = load_flop_record(path)
     data = record_input(record, tmp_path)
     assert data.model.blocks == 1
-    expected = {"linear": record.linear_flops, "attention": record.attention_flops}
+    expected = {"linear": record.linear_flops - UNPRICED.get(record.id, 0), "attention": record.attention_flops}
     assert plan_matrix_flops(data) == expected  # the matrix work the plan prices
     from harness.estimate import estimate
 

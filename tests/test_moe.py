@@ -152,7 +152,259 @@ def test_a_valid_moe_case_passes_the_layout_rules():
     assert problems_of(case()) == []
 
 
-def test_a_moe_case_is_refused_naming_model_moe_until_it_is_priced():
-    with pytest.raises(UnsupportedFeatureError) as error:
-        validate_input("qwen.yaml", case())
-    assert error.value.field == "model.moe" and "\n" not in str(error.value)
+def plan_of(data: EstimateInput):
+    from harness.pipeline import lower
+    return lower(data).plan
+
+
+def task(plan, name):
+    return next(t for t in plan.tasks if t.name == name)
+
+
+# --- the MoE block (harness.passes.patterns.MixtureOfExpertsMLP), hand-computed ---------------------------------
+
+def test_the_dispatch_all_to_all_sends_p_minus_1_over_p_of_the_token_copies():
+    from harness.cost.views import COST_VIEWS, Pricer
+    from harness.evidence.profile import load_profile
+    from harness.ir.experts import all_to_all_bytes_sent_per_rank
+
+    plan = plan_of(case())
+    dispatch = task(plan, "mlp.dispatch").messages.forward_base
+    # T = microbatch 1 x sequence 4096 (TP 1, CP 1) tokens, each copied to top_k 8 experts, hidden 2048, 2 bytes
+    assert dispatch.collective == "all_to_all" and dispatch.message_bytes == 4096 * 8 * 2048 * 2
+    assert (dispatch.participants, dispatch.network_tier) == (16, 1)  # the EP group, on network_tiers.expert
+    assert task(plan, "mlp.combine").messages.backward_base == dispatch  # the gradients the other way: same bytes
+    sent = all_to_all_bytes_sent_per_rank(dispatch.message_bytes, 16)
+    assert sent == 134217728 * 15 / 16 == 125829120
+    profile = load_profile("h100_sxm_80g")
+    tier = profile.networks[1]
+    assert "all_to_all" not in tier.collectives  # the documented fallback: all_gather's volume model
+    pricer = Pricer(profile, COST_VIEWS["peak_only"], "bfloat16")
+    assert pricer.message_s(dispatch) == pytest.approx(tier.latency_s + sent / tier.bandwidth_bytes_per_s, rel=1e-12)
+    # a profile that states an all_to_all volume model is priced with it (twice the bytes here)
+    from harness.evidence.profile import VolumeModel
+    doubled = profile.model_copy(update={"networks": [
+        n.model_copy(update={"collectives": {**n.collectives, "all_to_all": VolumeModel(
+            volume_multiplier=2.0, participant_offset=-1.0)}}) for n in profile.networks]})
+    assert Pricer(doubled, COST_VIEWS["peak_only"], "bfloat16").message_s(dispatch) == pytest.approx(
+        tier.latency_s + 2 * sent / tier.bandwidth_bytes_per_s, rel=1e-12)
+
+
+def test_the_grouped_gemms_run_each_local_expert_on_the_busiest_experts_tokens():
+    plan_shape = lambda data, name: next(t.shape for t in lower_tasks(data) if t.name == name)  # noqa: E731
+    # EP 16: 128 / 16 = 8 local experts; the 4096 x 16 tokens of the EP group pick 8 of 128 experts each:
+    # 4096 x 16 x 8 / 128 = 4096 tokens per expert (balanced)
+    fc1 = plan_shape(case(), "mlp.experts_fc1")
+    assert (fc1.groups, fc1.m, fc1.n, fc1.k) == (8, 4096, 2048, 2 * 768)  # SwiGLU: gate and up, 2 x expert_ffn
+    fc2 = plan_shape(case(), "mlp.experts_fc2")
+    assert (fc2.groups, fc2.m, fc2.n, fc2.k) == (8, 4096, 768, 2048)
+    # the busiest expert at 1.5 x the mean: 6144 tokens; capped by a capacity factor of 1.25: 5120
+    moe = dict(QWEN3_30B_A3B["moe"])
+    assert plan_shape(case(dict(moe={**moe, "load_imbalance": 1.5})), "mlp.experts_fc1").m == 6144
+    assert plan_shape(case(dict(moe={**moe, "load_imbalance": 1.5, "capacity_factor": 1.25})),
+                      "mlp.experts_fc1").m == 5120
+    # EP 8 x ETP 2 over DP 16: 16 local experts, each on 4096 x 8 x 2 x 8 / 128 = 4096 tokens, width 768 / 2
+    folded = case(execution=dict(expert_parallel=8, expert_tensor_parallel=2, network_tiers=dict(
+        tensor=0, pipeline=1, data=1, expert=0, expert_tensor=0)))
+    fc1 = plan_shape(folded, "mlp.experts_fc1")
+    assert (fc1.groups, fc1.m, fc1.k) == (16, 4096, 2 * 384)
+    gather = plan_shape(folded, "mlp.expert_gather")  # the dispatched 4096 x 8 copies, gathered over ETP 2
+    assert (gather.elements, gather.participants, gather.base_forward) == (4096 * 8 * 2 * 2048, 2, "all_gather")
+
+
+def lower_tasks(data):
+    from harness.pipeline import lower
+    return lower(data).distributed.tasks
+
+
+def test_a_grouped_gemm_is_priced_at_one_experts_gemm_size():
+    from harness.cost.views import COST_VIEWS, Pricer
+    from harness.evidence.profile import load_profile
+
+    fc1 = task(plan_of(case()), "mlp.experts_fc1")
+    one = 2 * 4096 * 2048 * 1536  # one expert's GEMM, 2 m n k
+    assert fc1.forward.operations == 8 * one and fc1.forward.gemm_operations == one
+    profile = load_profile("h100_sxm_80g")
+    pricer = Pricer(profile, COST_VIEWS["system_evidence"], "bfloat16")
+    engine = profile.matrix["bfloat16"]
+    efficiency = engine.operation_size_efficiency.efficiency(one, "test", "matrix")
+    assert pricer.work(fc1.forward).compute_s == pytest.approx(8 * one / (engine.peak_flops_per_s * efficiency),
+                                                               rel=1e-12)
+
+
+def test_router_work_is_a_hidden_by_experts_gemm_and_a_top_k_on_every_token():
+    plan = plan_of(case())
+    router, top = task(plan, "mlp.router"), task(plan, "mlp.top_k")
+    assert router.forward.operations == 2 * 4096 * 2048 * 128 and router.forward.engine == "matrix"
+    assert router.capacity.weight_bytes == 2048 * 128 * 2  # dense weights, hidden x experts
+    # softmax (5 per score) + top_k 8 compares, over 4096 x 128 scores
+    assert top.forward.operations == 4096 * 128 * (5 + 8) and top.forward.engine == "vector"
+    # fp8 recipes quantize the expert GEMMs but never the router
+    fp8 = plan_of(case(execution=dict(precision="fp8_current")))
+    assert task(fp8, "mlp.router").forward.datatype is None
+    assert task(fp8, "mlp.experts_fc1").forward.datatype == "float8"
+    assert task(fp8, "mlp.experts_fc1.quantize").forward.operations > 0
+
+
+def test_expert_weights_are_sharded_by_ep_and_reduced_over_expert_data_parallel():
+    from harness.ir.experts import expert_parameters_per_rank
+
+    # DP 16, EP 8: 16 local experts; expert-DP = TP x CP x DP / (EP x ETP) = 16 / 8 = 2
+    data = case(execution=dict(expert_parallel=8))
+    plan = plan_of(data)
+    experts = [t for t in plan.tasks if t.primitive == "grouped_linear" and t.phase == "forward"]
+    parameters = expert_parameters_per_rank(2048, 768, 128, 8, 1)
+    assert parameters == 3 * 2048 * 768 * 16 == 75497472
+    assert sum(t.capacity.weight_bytes for t in experts) == parameters * 2
+    # the distributed optimizer shards the expert state over expert-DP (2), the dense state over DP (16):
+    # fp32 master + two fp32 moments = 12 bytes per parameter
+    assert sum(t.capacity.optimizer_bytes for t in experts) == parameters * 12 / 2
+    router = task(plan, "mlp.router")
+    assert router.capacity.optimizer_bytes == 2048 * 128 * 12 / 16
+    dense_bytes = sum(t.capacity.weight_bytes for t in plan.tasks if t.phase == "forward") - parameters * 2
+    dp = plan.data_parallel
+    assert dp.gradient_bytes == dense_bytes and {m.participants for m in dp.messages} == {16}
+    assert dp.expert.gradient_bytes == parameters * 2
+    assert [(m.collective, m.participants, m.message_bytes) for m in dp.expert.messages] == [
+        ("reduce_scatter", 2, parameters * 2), ("all_gather", 2, parameters * 2)]
+    # EP 16 over DP 16: expert-DP 1, no expert gradient sync at all
+    assert plan_of(case()).data_parallel.expert is None
+
+
+def test_shared_experts_run_on_every_token_over_tp():
+    # DeepSeek-V2-like section: 2 shared experts of 1536 (their MLP 3072 wide), TP 2 with sequence parallelism
+    moe = dict(experts=160, top_k=6, expert_ffn=1536, shared_experts=2, shared_expert_ffn=1536)
+    data = case(dict(moe=moe, hidden=2048, attention_heads=32, kv_heads=4), dict(
+        tensor_parallel=2, data_parallel=8, global_batch=256, expert_parallel=8, tp_communication="rs_ag"))
+    tasks = {t.name: t.shape for t in lower_tasks(data) if t.phase == "forward"}
+    # the whole microbatch (4096 tokens, gathered by the shared experts' f), width 3072 / TP 2, gated
+    assert (tasks["mlp.shared_fc1"].m, tasks["mlp.shared_fc1"].k) == (4096, 2 * 1536)
+    assert tasks["mlp.shared_tp_f"].base_forward == "all_gather"
+    # the routed tokens stay sequence-sharded: 4096 / 2 = 2048 per rank, x top 6 copies
+    assert tasks["mlp.dispatch"].elements == 2048 * 6 * 2048
+    assert tasks["mlp.router"].m == 2048
+    assert "mlp.tp_f" not in tasks and "mlp.tp_g" not in tasks  # the MoE layer has no f / g of its own
+
+
+def test_the_allgather_dispatcher_gathers_every_token_over_the_expert_group():
+    tasks = {t.name: t.shape for t in lower_tasks(case(execution=dict(moe_dispatcher="allgather")))
+             if t.phase == "forward"}
+    gather = tasks["mlp.dispatch_gather"]
+    # every rank's 4096 tokens x hidden over EP 16 x ETP 1
+    assert (gather.elements, gather.participants, gather.base_forward, gather.base_backward) == (
+        4096 * 2048 * 16, 16, "all_gather", "reduce_scatter")
+    assert "mlp.dispatch" not in tasks and tasks["mlp.combine_scatter"].base_forward == "reduce_scatter"
+
+
+@pytest.mark.parametrize("system, tier", [("h100_sxm_80g", 1), ("gb200_nvl72", 0)])
+def test_a_qwen3_30b_a3b_like_case_estimates(system, tier):
+    from harness.estimate import estimate
+
+    data = case(execution=dict(network_tiers=dict(tensor=0, pipeline=tier, data=tier, expert=tier)), system=system)
+    est = estimate(data)
+    for view in est.views.values():
+        assert view.total_s > 0 and view.components_s.tensor_parallel > 0  # the all-to-alls are there
+        assert view.memory_bytes.weight > 0
+
+
+def test_dense_and_moe_blocks_are_refused_where_only_one_kind_of_block_is_lowered():
+    from harness.errors import PassError
+    from harness.pipeline import lower
+
+    mixed = case(dict(moe=dict(experts=128, top_k=8, expert_ffn=768, dense_layers=3)))
+    validate_input("deepseek.yaml", mixed)  # the estimate prices it (estimate_mixed)
+    with pytest.raises(PassError, match="model.moe.dense_layers"):
+        lower(mixed)  # one plan holds one kind of block: lower, trace, explain refuse it
+    with pytest.raises(UnsupportedFeatureError) as error:  # the ConcretePlanIR holds one kind of block
+        validate_input("deepseek.yaml", case(dict(moe=dict(experts=128, top_k=8, expert_ffn=768, dense_layers=3)),
+                                             dict(dp_overlap=True)))
+    assert error.value.field == "model.moe.dense_layers" and "\n" not in str(error.value)
+
+
+def test_a_moe_plan_has_a_compiled_canonical_writer():
+    from harness.ir import canonical
+
+    for ir in (plan_of(case(execution=dict(expert_parallel=8))),):
+        assert canonical.write(ir, (("schema_name", '"x"'), ("schema_version", "0"))) is not None
+
+
+# --- dense and MoE blocks in one model (harness.ir.blocks, harness.estimate.estimate_mixed) ----------------------
+
+def test_each_stage_holds_the_blocks_megatron_assigns_it():
+    from harness.ir.blocks import stage_blocks
+
+    # 16 blocks, PP 4, 2 chunks per stage: 8 virtual stages of 2 blocks; stage j holds virtual stages j and j + 4
+    data = case(dict(blocks=16, moe=dict(experts=128, top_k=8, expert_ffn=768, dense_layers=3)),
+                dict(pipeline_parallel=4, pipeline_interleaving=2, data_parallel=4, global_batch=64,
+                     expert_parallel=4))
+    # stage 0: blocks 0, 1 (dense), 8, 9; stage 1: 2 (dense), 3, 10, 11; stages 2, 3: MoE only
+    assert stage_blocks(data.model, data.execution) == [(2, 2), (3, 1), (4, 0), (4, 0)]
+    every_other = case(dict(blocks=8, moe=dict(experts=128, top_k=8, expert_ffn=768, layer_frequency=2)),
+                       dict(pipeline_parallel=2, data_parallel=8, global_batch=64, expert_parallel=8))
+    # MoE blocks 0, 2, 4, 6: two per stage of four
+    assert stage_blocks(every_other.model, every_other.execution) == [(2, 2), (2, 2)]
+
+
+SMALL = dict(hidden=1024, feedforward=16384, sequence_length=1024, attention_heads=8, head_size=128, blocks=8,
+             kv_heads=8, mlp="swiglu", norm="rmsnorm", position="rope", attention_dropout=0.0)
+SMALL_LAYOUT = dict(tensor_parallel=1, pipeline_parallel=2, data_parallel=8, global_batch=64, microbatch=1,
+                    datatype="bfloat16", attention_kernel="flash",
+                    network_tiers=dict(tensor=0, pipeline=1, data=0))
+
+
+def test_the_iteration_follows_the_slowest_stage_s_blocks():
+    from harness.estimate import estimate
+
+    moe = dict(experts=64, top_k=2, expert_ffn=512, dense_layers=3)
+    experts = dict(expert_parallel=8, network_tiers=dict(tensor=0, pipeline=1, data=0, expert=0))
+
+    def run(model, execution):
+        return estimate(EstimateInput.model_validate({"model": {**SMALL, **model},
+                                                      "execution": {**SMALL_LAYOUT, **execution},
+                                                      "system": "h100_sxm_80g"}))
+    mixed = run(dict(moe=moe), experts)
+    all_moe = run(dict(moe={**moe, "dense_layers": None}), experts)
+    all_dense = run({}, {})
+    # 8 blocks over PP 2: stage 0 holds blocks 0-2 dense and 3 MoE, stage 1 four MoE blocks. The dense MLP
+    # (16384 wide) is far slower than the experts (2 of 64, 512 wide), so stage 0 is the slowest: per block,
+    # (3 x dense + 1 x MoE) / 4 of each uniform model's per-block time, and so of its forward and backward.
+    for name in ("peak_only", "system_evidence"):
+        got, m, d = (x.views[name].components_s for x in (mixed, all_moe, all_dense))
+        assert d.forward > m.forward
+        for component in ("forward", "backward"):
+            assert getattr(got, component) == pytest.approx((3 * getattr(d, component) + getattr(m, component)) / 4,
+                                                            rel=1e-12)
+    assert any(k.startswith("dense_") for k in mixed.digests)  # both plans named
+
+
+def test_a_deepseek_v3_like_model_estimates_with_dense_and_moe_blocks_on_different_stages():
+    from harness.estimate import estimate
+    from harness.ir.blocks import stage_blocks
+
+    # DeepSeek-V3 (Hugging Face deepseek-ai/DeepSeek-V3 config.json), truncated to 16 blocks: hidden 7168,
+    # 128 heads of MLA (q_lora 1536, kv_lora 512, rope 64, nope 128, value 128), dense MLP 18432 in the first 3
+    # blocks, then 256 routed experts (top 8, width 2048, sigmoid router) and 1 shared expert
+    model = dict(hidden=7168, feedforward=18432, sequence_length=4096, attention_heads=128, head_size=192,
+                 blocks=16, vocabulary=129280, mlp="swiglu", norm="rmsnorm", position="rope", attention_dropout=0.0,
+                 mla=dict(q_lora_rank=1536, kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128,
+                          v_head_dim=128),
+                 moe=dict(experts=256, top_k=8, expert_ffn=2048, shared_experts=1, dense_layers=3, router="sigmoid"))
+    layouts = {
+        # 64 H100: TP 2 (sequence parallel) x DP 8 x PP 4, EP 16 over two nodes
+        "h100_sxm_80g": dict(tensor_parallel=2, pipeline_parallel=4, data_parallel=8, global_batch=64, microbatch=1,
+                             expert_parallel=16, tp_communication="rs_ag",
+                             network_tiers=dict(tensor=0, pipeline=1, data=1, expert=1)),
+        # 144 GB200: TP 2 x DP 36 fill an NVL72 rack, PP 2 across two racks, EP 8
+        "gb200_nvl72": dict(tensor_parallel=2, pipeline_parallel=2, data_parallel=36, global_batch=72, microbatch=1,
+                            expert_parallel=8, tp_communication="rs_ag",
+                            network_tiers=dict(tensor=0, pipeline=1, data=0, expert=0)),
+    }
+    for system, layout in layouts.items():
+        data = EstimateInput.model_validate({"model": model, "execution": {
+            "datatype": "bfloat16", "attention_kernel": "flash", "optimizer_sharding": True, **layout},
+            "system": system})
+        stages = stage_blocks(data.model, data.execution)
+        assert stages[0][1] == 3 and all(dense == 0 for _, dense in stages[1:])  # the dense blocks: stage 0 only
+        est = estimate(data)
+        for view in est.views.values():
+            assert view.total_s > 0 and view.components_s.tensor_parallel > 0 and view.memory_bytes.weight > 0
