@@ -116,47 +116,59 @@ class Memo(Generic[K, V]):
 
 class IdentityMemo(Generic[V]):
     """A bounded (LRU), thread-safe memo keyed by the identity of one object, or of a pair (frozen IRs,
-    pricers: costly to hash by value). The objects are held with the value, so their ids cannot be reused
-    while remembered, and a hit is checked by identity (the rules of :class:`Memo`)."""
+    pricers: costly to hash by value). The objects are held while remembered, so their ids cannot be reused,
+    and a hit is checked by identity (the rules of :class:`Memo`). Values and held objects are kept in two
+    maps of atoms (no tuple per entry: fewer objects for the garbage collector to track and walk)."""
 
-    __slots__ = ("name", "limit", "_entries", "_lock")
+    __slots__ = ("name", "limit", "_values", "_held")
 
     def __init__(self, name: str, limit: int) -> None:
         if limit < 1:
             raise ValueError(f"memo {name!r}: limit {limit} must be at least 1")
         self.name, self.limit = name, limit
-        self._entries: collections.OrderedDict[Any, tuple[Any, Any, V]] = collections.OrderedDict()
-        self._lock = threading.Lock()
+        self._values: collections.OrderedDict[Any, V] = collections.OrderedDict()  # key -> value, LRU order
+        self._held: dict[Any, Any] = {}  # key -> the object (or the pair) whose identity the key is
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._values)
 
     def get(self, first: Any, second: Any = None) -> V | None:
         """The value remembered for ``first`` (and ``second``), or None."""
-        key = id(first) if second is None else (id(first), id(second))
-        entries = self._entries
-        hit = entries.get(key)
-        if hit is None or hit[0] is not first or hit[1] is not second:
-            return None
+        if second is None:
+            key = id(first)
+            if self._held.get(key) is not first:
+                return None
+        else:
+            key = (id(first), id(second))
+            held = self._held.get(key)
+            if held is None or held[0] is not first or held[1] is not second:
+                return None
+        values = self._values
+        value = values.get(key)
         try:
-            entries.move_to_end(key)
+            values.move_to_end(key)
         except KeyError:  # evicted by another thread meanwhile
-            pass
-        return hit[2]
+            return None
+        return value
 
     def put(self, value: V, first: Any, second: Any = None) -> V:
         """Remember ``value`` for ``first`` (and ``second``); ``value``."""
         key = id(first) if second is None else (id(first), id(second))
-        entries = self._entries
-        entries.pop(key, None)  # a stored key moves to the end
-        entries[key] = (first, second, value)
-        if len(entries) > self.limit:
-            _evict_oldest(entries)
+        values = self._values
+        values.pop(key, None)  # a stored key moves to the end
+        self._held[key] = first if second is None else (first, second)
+        values[key] = value
+        if len(values) > self.limit:
+            try:
+                oldest, _ = values.popitem(last=False)
+            except KeyError:  # emptied by another thread meanwhile
+                return value
+            self._held.pop(oldest, None)
         return value
 
     def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
+        self._values.clear()
+        self._held.clear()
 
 
 class Session:

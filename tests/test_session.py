@@ -129,6 +129,11 @@ def test_identity_memo_hits_only_the_same_objects():
     memo.put("price of a", a)
     memo.put("pair", a, b)
     assert (memo.get(a), memo.get(b), memo.get(a, b), memo.get(b, a)) == ("price of a", None, "pair", None)
+    small = IdentityMemo("s", 2)
+    objects = [object() for _ in range(3)]
+    for i, o in enumerate(objects):
+        small.put(i, o)
+    assert [small.get(o) for o in objects] == [None, 1, 2] and len(small._held) == 2  # the evicted is let go
 
 
 def test_memos_are_bounded_and_consistent_under_threads():
