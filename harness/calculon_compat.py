@@ -117,7 +117,7 @@ def iteration_total(components: Mapping[str, float]) -> float:
       reason="Calculon scales the activation-gradient and the weight-gradient block times by blocks x microbatches "
              "separately and adds the products (mult*ag + mult*wg); that is not bit-equal to mult*(ag + wg).",
       alternative="mult x (activation-gradient + weight-gradient block time)",
-      used_in=("harness.schedule.compose", "harness.schedule.calculon_forms"))
+      used_in=("harness.schedule.calculon_forms",))
 def backward_s(mult: int, activation_grad_s: float, weight_grad_s: float) -> float:
     """The backward component from the per-block gradient times."""
     if applies(backward_s):
@@ -130,7 +130,7 @@ def backward_s(mult: int, activation_grad_s: float, weight_grad_s: float) -> flo
              "and microbatches and adds the two totals; that is not bit-equal to totalling each block's forward + "
              "backward TP time once.",
       alternative="microbatches x chunks x (base blocks x (forward + backward) + edge blocks x (forward + backward))",
-      used_in=("harness.schedule.compose", "harness.schedule.calculon_forms"))
+      used_in=("harness.schedule.calculon_forms",))
 def tensor_parallel_s(per_chunk: int, base_blocks: int, edge_blocks: int, forward_base_s: float,
                       forward_edge_s: float, backward_base_s: float, backward_edge_s: float) -> float:
     """The exposed TP component; ``per_chunk`` = microbatches x chunks."""
@@ -145,7 +145,7 @@ def tensor_parallel_s(per_chunk: int, base_blocks: int, edge_blocks: int, forwar
       reason="Calculon multiplies microbatches x transfers x p2p time for each direction and adds the two products; "
              "that is not bit-equal to microbatches x (forward transfers + backward transfers).",
       alternative="microbatches x (forward transfers x forward p2p + backward transfers x backward p2p)",
-      used_in=("harness.schedule.compose", "harness.schedule.calculon_forms"))
+      used_in=("harness.schedule.calculon_forms",))
 def pipeline_parallel_s(microbatches: int, forward_transfers: int, forward_s: float, backward_transfers: int,
                         backward_s: float) -> float:
     """The exposed pipeline p2p component."""
@@ -158,7 +158,7 @@ def pipeline_parallel_s(microbatches: int, forward_transfers: int, forward_s: fl
       reason="Calculon writes the bubble as (PP-1) x chunk + (extra chunks x chunk - reduction); grouping the chunk "
              "counts first is not bit-equal when interleaving adds chunks or uneven stages subtract blocks.",
       alternative="(PP - 1 + extra chunks) x chunk - reduction",
-      used_in=("harness.schedule.compose", "harness.schedule.calculon_forms"))
+      used_in=("harness.schedule.calculon_forms",))
 def pipeline_bubble_s(full_chunks: int, extra_chunks: int, chunk_s: float, reduction_s: float) -> float:
     """The pipeline bubble from its chunk counts."""
     if applies(pipeline_bubble_s):
@@ -172,7 +172,7 @@ def pipeline_bubble_s(full_chunks: int, extra_chunks: int, chunk_s: float, reduc
              "chunk times that feed the bubble.",
       alternative="activation gradient, weight gradient, recompute, recommunication, TP (then p2p): "
                   "the order of the passes",
-      used_in=("harness.schedule.compose", "harness.schedule.calculon_forms"))
+      used_in=("harness.schedule.calculon_forms",))
 def block_backward_s(recompute_s: float, recommunication_s: float, activation_grad_s: float, weight_grad_s: float,
                      tensor_parallel_s: float) -> float:
     """One block's backward critical path without p2p."""
