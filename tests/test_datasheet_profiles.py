@@ -1,4 +1,4 @@
-"""The data-sheet profiles (h100_sxm_80g, b200, gb200_nvl72) and the Calculon conversions beside them.
+"""The data-sheet profiles (a100_sxm_80g, h100_sxm_80g, b200, gb200_nvl72) and the Calculon conversions beside them.
 
 Every per-GPU number of a data-sheet profile is recomputed here from the figure NVIDIA publishes (a sparse
 Tensor Core rate for a whole HGX board or NVL72 rack, a bidirectional link bandwidth, ...) with the rule
@@ -25,6 +25,7 @@ GiB = 1024**3
 #: published FP32 FLOP/s for them, GPU memory GB, memory bandwidth B/s for them, NVLink B/s per GPU (both
 #: directions), NVLink domain, scale-out Gb/s per GPU, host memory GB per GPU, host link B/s per GPU (both directions))
 PUBLISHED = {
+    "a100_sxm_80g": (1, {"float16": 624 * T, "bfloat16": 624 * T}, 19.5 * T, 80, 2039e9, 600e9, 8, 200, 2048 / 8, 64e9),
     "h100_sxm_80g": (1, {"float8": 3958 * T, "float16": 1979 * T, "bfloat16": 1979 * T}, 67 * T,
                      80, 3.35e12, 900e9, 8, 400, 2048 / 8, 128e9),
     "b200": (8, {"float4": 144 * P, "float8": 72 * P, "float16": 36 * P, "bfloat16": 36 * P}, 600 * T,
