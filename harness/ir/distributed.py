@@ -228,7 +228,17 @@ class FlashAttentionShape(Frozen):
         "Width of one value (and output) head, elements, when it differs from head_size (multi-head latent "
         "attention: Q and K qk_nope + qk_rope wide, V v_head_dim); None: head_size."))
 
-    ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"value_head_size"})  # kernels without it keep digests
+    context_parallel: int | None = Field(None, gt=1, description=(
+        "Context parallelism: the sample's sequence split in 2 x CP chunks, this rank holding two (Megatron-Core's "
+        "causal load balancing) and attending to every rank's K/V over CP ring steps; its queries are sequence / "
+        "CP. None: the whole sequence on this rank."))
+
+    ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"value_head_size", "context_parallel"})  # digests kept
+
+    @property
+    def queries(self) -> int:
+        """Query positions of one sample on this rank (sequence / CP)."""
+        return self.sequence // (self.context_parallel or 1)
 
     @property
     def value_width(self) -> int:

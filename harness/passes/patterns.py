@@ -313,9 +313,16 @@ class ResidualSubBlock:
 class ScoreKernel(Pattern):
     """The attention proper, from Q, K and V to the attention output (before the output projection)."""
 
+    #: The tasks of the kernel a context-parallel ring step hides behind (one chunk's scores per step).
+    tasks: tuple[str, ...] = ()
+
     @abstractmethod
     def emit(self, b: Block, out: BlockBuilder, qk: tuple[str, ...], v: str) -> str:
         """Append the kernel's tasks after the Q/K producers ``qk`` and the V producer ``v``; return the last."""
+
+
+#: The materialized kernel's tasks a context-parallel ring step hides behind (one chunk's scores per step).
+SCORE_TASKS = ("attn.qk_matmul", "attn.softmax", "attn.probs_dropout", "attn.pv_matmul")
 
 
 class MaterializedScores(ScoreKernel):
@@ -327,6 +334,8 @@ class MaterializedScores(ScoreKernel):
     ``DotProductAttention``). ``model.attention_dropout: 0`` has no dropout primitive. Under ``attn_only`` (or
     full) recomputation the region QK^T -> softmax -> dropout is recomputed.
     """
+
+    tasks = SCORE_TASKS
 
     name = "materialized"
 
@@ -356,6 +365,7 @@ class FlashScores(ScoreKernel):
     :func:`harness.passes.rules.flash_attention`."""
 
     name = "flash"
+    tasks = ("attn.flash",)
 
     def matches(self, shape: TransformerShape, execution: ExecutionLayout) -> bool:
         return execution.attention_kernel == "flash"
@@ -366,14 +376,13 @@ class FlashScores(ScoreKernel):
         value = b.value_head_size if b.value_head_size != s.head_size else None
         flash = FlashAttentionShape.trusted(batch=b.execution.microbatch, heads=b.heads, kv_heads=b.kv_heads,
                                             sequence=s.sequence_length, head_size=s.head_size, window=window,
-                                            dropout=s.attention_dropout != 0, value_head_size=value)
+                                            dropout=s.attention_dropout != 0, value_head_size=value,
+                                            context_parallel=b.context if b.context > 1 else None)
         return out.add("attn.flash", flash, tuple(dict.fromkeys((*qk, v))), recompute=b.full)
 
 
 #: Attention kernels (selected by ``execution.attention_kernel``).
 SCORE_KERNELS: tuple[ScoreKernel, ...] = (MaterializedScores(), FlashScores())
-#: The attention tasks a context-parallel ring step hides behind (one chunk's scores per step).
-SCORE_TASKS = ("attn.qk_matmul", "attn.softmax", "attn.probs_dropout", "attn.pv_matmul")
 
 
 class SelfAttention(CorePattern):
@@ -452,12 +461,12 @@ class SelfAttention(CorePattern):
         if s.position == "rope":
             rope = PointwiseShape.trusted(kind="rope", elements=b.tokens * (b.query_width + b.kv_width))
             qk = (out.add("attn.rope", rope, qk, recompute=full),)
+        kernel = select(SCORE_KERNELS, s, b.execution, "attention kernel")
         if b.context > 1:  # the K/V ring of context parallelism, before the scores it feeds
             exchange = RingExchangeShape.trusted(elements=2 * b.tokens * b.kv_width, steps=b.context - 1,
-                                                 participants=b.context, hides_behind=SCORE_TASKS)
+                                                 participants=b.context, hides_behind=kernel.tasks)
             v = out.add("attn.context_exchange", exchange, tuple(dict.fromkeys((*qk[1:], v))))
             qk = (qk[0], v)
-        kernel = select(SCORE_KERNELS, s, b.execution, "attention kernel")
         return kernel.emit(b, out, qk, v)
 
 
@@ -551,13 +560,13 @@ class LatentAttentionCore(CorePattern):
         rope = out.add("attn.rope", PointwiseShape.trusted(kind="rope", elements=tokens * mla.qk_rope_head_dim *
                                                            (heads + 1)), (q, rope_in or kv_down), recompute=full)
         qk: tuple[str, ...] = (rope, kv)
+        kernel = select(SCORE_KERNELS, s, e, "attention kernel")
         if b.context > 1:  # the K/V ring of context parallelism: every head's K (qk wide) and V (v_head_dim wide)
             exchange = RingExchangeShape.trusted(elements=tokens * heads * (mla.qk_head_dim + mla.v_head_dim),
                                                  steps=b.context - 1, participants=b.context,
-                                                 hides_behind=SCORE_TASKS)
+                                                 hides_behind=kernel.tasks)
             kv = out.add("attn.context_exchange", exchange, qk)
             qk = (rope, kv)
-        kernel = select(SCORE_KERNELS, s, e, "attention kernel")
         prev = kernel.emit(b, out, qk, kv)
         return out.add("attn.out_proj", LinearShape.trusted(m=tokens, n=heads * mla.v_head_dim, k=s.hidden), (prev,),
                        recompute=full)
