@@ -145,7 +145,7 @@ def linear(s: LinearShape, b: int, shards: int) -> PrimitiveFacts:
             forward=forward, activation_grad=activation_grad, weight_grad=weight_grad,
             optimizer=_optimizer(w, 2 * w, b, shards),
             capacity=_capacity(b, shards, weights=w, activation=kept, output=y, activation_grad=y * b,
-                               moments=2 * w))
+                               moments=2 * w).trusted_replace(quantized_weight_bytes=precision.weight_copy_bytes(s)))
     return PrimitiveFacts(
         forward=_work(ops, (x + w) * b, y * b, "matrix"),
         activation_grad=_work(ops, (matrix + y) * b, x * b, "matrix"),
