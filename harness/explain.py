@@ -94,7 +94,7 @@ def contributors(plan: PortablePlanIR, pricer: Pricer) -> tuple[Contributor, ...
             out.append(Contributor(f"pipeline.{label}", msg.collective, "pipeline",
                                    dataclasses.replace(ZERO_BLOCK, **{field: pricer.boundary_s(msg, plan)}), None,
                                    (msg,)))
-    for msg in plan.data_parallel.messages if plan.data_parallel else ():
+    for msg in plan.data_parallel.all_messages if plan.data_parallel else ():
         out.append(Contributor(f"data_parallel.{msg.collective}", msg.collective, "data_parallel",
                                dataclasses.replace(ZERO_BLOCK, dp_s=pricer.message_s(msg)), None, (msg,)))
     return tuple(out)

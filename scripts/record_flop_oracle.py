@@ -31,6 +31,14 @@ RECORDS = {
     "qwen3_qk_norm_b2_s64": ("qwen3_qk_norm", 2, 64, "QK-norm (Qwen3), head_dim = hidden / heads"),
     "gpt2_gelu_b1_s64": ("gpt2_gelu", 1, 64, "GeLU MLP, LayerNorm, learned positions, biases (GPT-2)"),
     "gpt_neox_gelu_b1_s64": ("gpt_neox_gelu", 1, 64, "GeLU MLP, partial RoPE, parallel residual (GPT-NeoX)"),
+    "deepseek_v3_mla_b1_s64": ("deepseek_v3_mla", 1, 64, "multi-head latent attention, a dense SwiGLU MLP (a "
+                                                         "DeepSeek-V3 leading dense layer)"),
+    "deepseek_v3_moe_b1_s64": ("deepseek_v3_moe", 1, 64, "DeepSeek-V3-like MoE layer: MLA, 256 experts top 8, one "
+                                                         "shared expert (routing by construction)"),
+    "mixtral_moe_b1_s64": ("mixtral_moe", 1, 64, "Mixtral-8x7B-like: 8 experts top 2, grouped-query attention"),
+    "qwen3_moe_b1_s64": ("qwen3_moe", 1, 64, "Qwen3-30B-A3B-like: 128 experts top 8, QK-norm, head_dim 64"),
+    "qwen2_moe_shared_b1_s64": ("qwen2_moe_shared", 1, 64, "shared-expert model (Qwen2-MoE): 64 experts top 8, "
+                                                           "a shared expert with its sigmoid gate, QKV bias"),
 }
 
 

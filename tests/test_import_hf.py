@@ -153,11 +153,11 @@ def test_import_writes_the_case_or_names_the_first_missing_field(capsys, tmp_pat
 
 
 @pytest.mark.parametrize("config, field, needle", [
-    ({"model_type": "mixtral", "architectures": ["MixtralForCausalLM"], "num_local_experts": 8,
-      "num_experts_per_tok": 2}, "model_type", "num_local_experts 8"),
-    ({"model_type": "qwen3_moe", "num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768},
-     "model_type", "moe_intermediate_size 768"),
-    ({"model_type": "deepseek_v3", "n_routed_experts": 256, "kv_lora_rank": 512}, "model_type", "kv_lora_rank 512"),
+    ({**{k: v for k, v in LLAMA3_8B.items() if k != "architectures"}, "model_type": "mixtral",
+      "num_local_experts": 8, "num_experts_per_tok": 2, "new_router": 1}, "new_router", "unknown field"),
+    ({**QWEN3_8B, "model_type": "qwen3_moe", "architectures": ["Qwen3MoeForCausalLM"], "num_experts": 128,
+      "num_experts_per_tok": 8, "moe_intermediate_size": 768, "decoder_sparse_step": 0}, "decoder_sparse_step",
+     "must be a positive integer"),
     ({"model_type": "gpt2"}, "model_type", "'gpt2' is not an architecture"),
     ({**LLAMA3_8B, "new_thing": 1}, "new_thing", "unknown field"),
     ({**LLAMA3_8B, "hidden_size": "4096"}, "hidden_size", "must be int"),
@@ -198,3 +198,137 @@ def test_the_llama3_8b_example_imports_and_estimates_on_each_modern_profile(caps
     for view in entry["views"].values():
         assert view["workload"]["matrix_flops_per_block"] == {"linear": 10720238370816.0,
                                                               "attention": 3298534883328.0}
+
+
+# --- mixtures of experts and latent attention (issue 21 item 5) ---------------------------------------------
+# Configs modelled on the public config.json files of Mixtral-8x7B-v0.1, Qwen1.5-MoE-A2.7B (qwen2_moe),
+# Qwen3-30B-A3B and DeepSeek-V3 (num_nextn_predict_layers set to 0 where noted: the case format has no
+# multi-token-prediction field yet); every expected value read off the config by hand.
+
+MIXTRAL_8X7B = {"architectures": ["MixtralForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 1,
+                "eos_token_id": 2, "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02,
+                "intermediate_size": 14336, "max_position_embeddings": 32768, "model_type": "mixtral",
+                "num_attention_heads": 32, "num_experts_per_tok": 2, "num_hidden_layers": 32,
+                "num_key_value_heads": 8, "num_local_experts": 8, "output_router_logits": False, "rms_norm_eps": 1e-05,
+                "rope_theta": 1000000.0, "router_aux_loss_coef": 0.02, "sliding_window": None,
+                "tie_word_embeddings": False, "torch_dtype": "bfloat16", "transformers_version": "4.36.0.dev0",
+                "use_cache": True, "vocab_size": 32000}
+QWEN15_MOE = {"architectures": ["Qwen2MoeForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 151643,
+              "eos_token_id": 151643, "hidden_act": "silu", "hidden_size": 2048, "initializer_range": 0.02,
+              "intermediate_size": 5632, "max_position_embeddings": 8192, "max_window_layers": 21,
+              "model_type": "qwen2_moe", "num_attention_heads": 16, "num_hidden_layers": 24, "num_key_value_heads": 16,
+              "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "sliding_window": 32768, "tie_word_embeddings": False,
+              "torch_dtype": "bfloat16", "transformers_version": "4.39.0.dev0", "use_cache": True,
+              "use_sliding_window": False, "vocab_size": 151936, "decoder_sparse_step": 1, "moe_intermediate_size": 1408,
+              "shared_expert_intermediate_size": 5632, "num_experts_per_tok": 4, "num_experts": 60,
+              "norm_topk_prob": False, "output_router_logits": False, "router_aux_loss_coef": 0.001}
+QWEN3_30B_A3B = {"architectures": ["Qwen3MoeForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+                 "bos_token_id": 151643, "decoder_sparse_step": 1, "eos_token_id": 151645, "head_dim": 128,
+                 "hidden_act": "silu", "hidden_size": 2048, "initializer_range": 0.02, "intermediate_size": 6144,
+                 "max_position_embeddings": 40960, "max_window_layers": 48, "mlp_only_layers": [],
+                 "model_type": "qwen3_moe", "moe_intermediate_size": 768, "norm_topk_prob": True,
+                 "num_attention_heads": 32, "num_experts": 128, "num_experts_per_tok": 8, "num_hidden_layers": 48,
+                 "num_key_value_heads": 4, "output_router_logits": False, "rms_norm_eps": 1e-06, "rope_scaling": None,
+                 "rope_theta": 1000000.0, "router_aux_loss_coef": 0.001, "sliding_window": None,
+                 "tie_word_embeddings": False, "torch_dtype": "bfloat16", "transformers_version": "4.51.0",
+                 "use_cache": True, "use_sliding_window": False, "vocab_size": 151936}
+DEEPSEEK_V3 = {"architectures": ["DeepseekV3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+               "auto_map": {"AutoConfig": "configuration_deepseek.DeepseekV3Config"}, "aux_loss_alpha": 0.001,
+               "bos_token_id": 0, "eos_token_id": 1, "ep_size": 1, "first_k_dense_replace": 3, "hidden_act": "silu",
+               "hidden_size": 7168, "initializer_range": 0.02, "intermediate_size": 18432, "kv_lora_rank": 512,
+               "max_position_embeddings": 163840, "model_type": "deepseek_v3", "moe_intermediate_size": 2048,
+               "moe_layer_freq": 1, "n_group": 8, "n_routed_experts": 256, "n_shared_experts": 1,
+               "norm_topk_prob": True, "num_attention_heads": 128, "num_experts_per_tok": 8, "num_hidden_layers": 61,
+               "num_key_value_heads": 128, "num_nextn_predict_layers": 1, "pretraining_tp": 1, "q_lora_rank": 1536,
+               "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+               "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+                                       "weight_block_size": [128, 128]},
+               "rms_norm_eps": 1e-06, "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0,
+                                                       "mscale_all_dim": 1.0,
+                                                       "original_max_position_embeddings": 4096, "type": "yarn"},
+               "rope_theta": 10000, "routed_scaling_factor": 2.5, "scoring_func": "sigmoid", "seq_aux": True,
+               "tie_word_embeddings": False, "topk_group": 4, "topk_method": "noaux_tc", "torch_dtype": "bfloat16",
+               "transformers_version": "4.33.1", "use_cache": True, "v_head_dim": 128, "vocab_size": 129280}
+NO_MTP = {**DEEPSEEK_V3, "num_nextn_predict_layers": 0}
+
+MOE_EXPECTED = {
+    # every block MoE; the experts have the model's intermediate_size; softmax router (absent)
+    "mixtral-8x7b": (MIXTRAL_8X7B, {
+        **COMMON, "model.hidden": 4096, "model.feedforward": 14336, "model.blocks": 32, "model.attention_heads": 32,
+        "model.kv_heads": 8, "model.head_size": 128, "model.vocabulary": 32000, "model.attention_dropout": 0.0,
+        "model.moe": {"experts": 8, "top_k": 2, "expert_ffn": 14336}}),
+    # 60 experts of 1408, top 4; one shared expert of 5632 (its gate noted); QKV bias (Qwen2); head 2048 / 16
+    "qwen1.5-moe": (QWEN15_MOE, {
+        **COMMON, "model.hidden": 2048, "model.feedforward": 5632, "model.blocks": 24, "model.attention_heads": 16,
+        "model.head_size": 128, "model.vocabulary": 151936, "model.attention_dropout": 0.0, "model.qkv_bias": True,
+        "model.moe": {"experts": 60, "top_k": 4, "expert_ffn": 1408, "shared_experts": 1, "shared_expert_ffn": 5632}}),
+    # 128 experts of 768, top 8; QK-norm (Qwen3); head_dim 128 given
+    "qwen3-30b-a3b": (QWEN3_30B_A3B, {
+        **COMMON, "model.hidden": 2048, "model.feedforward": 6144, "model.blocks": 48, "model.attention_heads": 32,
+        "model.kv_heads": 4, "model.head_size": 128, "model.vocabulary": 151936, "model.attention_dropout": 0.0,
+        "model.qk_norm": True, "model.moe": {"experts": 128, "top_k": 8, "expert_ffn": 768}}),
+    # MLA (head_size 128 + 64); 3 leading dense blocks of 18432; 256 experts of 2048, top 8, one shared, sigmoid
+    "deepseek-v3": (NO_MTP, {
+        **COMMON, "model.hidden": 7168, "model.feedforward": 18432, "model.blocks": 61, "model.attention_heads": 128,
+        "model.head_size": 192, "model.vocabulary": 129280, "model.attention_dropout": 0.0,
+        "model.mla": {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+                      "v_head_dim": 128},
+        "model.moe": {"experts": 256, "top_k": 8, "expert_ffn": 2048, "shared_experts": 1, "dense_layers": 3,
+                      "router": "sigmoid"}}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MOE_EXPECTED))
+def test_each_mixture_of_experts_translates_to_the_hand_read_fields(name):
+    from harness.interop.hf_config import model_section
+    from harness.ir.model import TransformerShape
+
+    config, expected = MOE_EXPECTED[name]
+    draft = translate_config(config, "c.json", 4096)
+    assert fields(config, 4096) == expected and draft.refusals == []
+    model, _ = model_section(draft, "c.json")  # the case fields exist: the section validates
+    shape = TransformerShape(**model)
+    assert shape.moe is not None and shape.moe.experts == expected["model.moe"]["experts"]
+
+
+def test_every_routing_field_that_adds_no_work_is_named_in_one_note_line():
+    notes = translate_config(NO_MTP, "c.json", 4096).notes
+    for field in ("aux_loss_alpha", "ep_size", "n_group", "norm_topk_prob", "routed_scaling_factor", "seq_aux",
+                  "topk_group", "topk_method"):
+        assert sum(note.startswith(f"{field}: ") for note in notes) == 1, field
+    assert any(n.startswith("rope_scaling: 'yarn'") for n in notes)
+    assert "quantization_config" in notes[-1] and "auto_map" in notes[-1]  # the ignored fields' one line
+    shared = translate_config(QWEN15_MOE, "c.json", 4096).notes
+    assert any(n.startswith("shared_expert_intermediate_size: ") and "gate" in n for n in shared)
+
+
+def test_a_deepseek_config_whose_blocks_are_all_dense_has_latent_attention_and_no_moe():
+    config = {**NO_MTP, "num_hidden_layers": 3}  # first_k_dense_replace 3: every block dense
+    found = fields(config, 4096)
+    assert "model.moe" not in found and found["model.mla"]["kv_lora_rank"] == 512
+    assert any(n.startswith("first_k_dense_replace: 3 >= num_hidden_layers 3") for n in
+               translate_config(config, "c.json", 4096).notes)
+    # DeepSeek-V2-Lite: no query compression (q_lora_rank null): the case's mla has none
+    assert "q_lora_rank" not in fields({**config, "q_lora_rank": None}, 4096)["model.mla"]
+
+
+@pytest.mark.parametrize("config, field, needle", [
+    ({**QWEN3_30B_A3B, "decoder_sparse_step": 2}, "decoder_sparse_step", "(i + 1) % 2 == 0"),
+    ({**QWEN3_30B_A3B, "mlp_only_layers": [0, 5]}, "mlp_only_layers", "dense MLPs on chosen blocks"),
+    ({**NO_MTP, "scoring_func": "softplus"}, "scoring_func", "'softplus'"),
+    ({**NO_MTP, "attention_bias": True}, "attention_bias", "true"),
+])
+def test_expert_values_no_case_field_holds_are_refused(config, field, needle):
+    refusals = dict(translate_config(config, "c.json", 4096).refusals)
+    assert field in refusals and needle in refusals[field]
+
+
+def test_multi_token_prediction_needs_its_case_field():
+    from harness.interop.hf_config import model_section
+
+    draft = translate_config(DEEPSEEK_V3, "c.json", 4096)
+    if case_has_field("model.mtp_layers"):
+        assert model_section(draft, "c.json")[0]["mtp_layers"] == 1
+    else:
+        with pytest.raises(Exception, match="c.json: num_nextn_predict_layers: 1: needs case field model.mtp_layers"):
+            model_section(draft, "c.json")

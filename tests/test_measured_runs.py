@@ -243,6 +243,18 @@ def test_auto_system_names_the_missing_profile(plain_stack, tmp_path):
     assert "'gb300_nvl72'" in results[0].reason
 
 
+def test_auto_measured_prices_each_row_on_its_gpus_fitted_revision(plain_stack):
+    """h100_sxm_80g -> h100_measured (MEASURED_PROFILES), b200 -> b200_measured (<gpu>_measured), a GPU without
+    one: unsupported naming the profile it looked for."""
+    h100, b200 = run_of(gpt_row()), run_of(gpt_row(id="b", system__gpu="b200"))
+    auto, named = estimate_runs([h100, b200], "auto-measured", "r"), estimate_runs([h100], "h100_measured", "r")
+    assert auto[0].totals_s == named[0].totals_s and auto[0].status == "ok"
+    assert auto[1].totals_s == estimate_runs([b200], "b200_measured", "r")[0].totals_s
+    assert auto[0].totals_s != estimate_runs([h100], "auto", "r")[0].totals_s
+    missing = estimate_runs([run_of(gpt_row(system__gpu="gb300"))], "auto-measured", "r")[0]
+    assert missing.fields == ("system.gpu",) and "'gb300_measured'" in missing.reason
+
+
 def test_a_larger_nvlink_domain_than_the_profile_is_refused(plain_stack):
     results = estimate_runs([run_of(gpt_row(system__gpus_per_nvlink_domain=72))], "h100_80g_nvl8", "runs.json")
     assert results[0].fields == ("system.gpus_per_nvlink_domain",) and "holds 8" in results[0].reason
@@ -358,3 +370,36 @@ def test_a_layout_the_checks_do_not_model_yet_is_unsupported_not_invalid(monkeyp
     e = run_case(run_of(cp_row), "h100_80g_nvl8").input.execution
     # CP spans TP x CP = 16 ranks: tier 1 of an 8-GPU domain
     assert (e.context_parallel, e.network_tiers.context, e.network_tiers.tensor) == (2, 1, 0)
+
+
+def mla_row(**changes) -> dict:
+    """The GPT row with DeepSeek-V3's latent attention in Megatron-Core's names (the shared SimuMax rows' form):
+    qk_head_dim 128 (no position), qk_pos_emb_head_dim 64 (rotary), head_dim 128 (kv_channels), kv_heads null."""
+    mla = {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_head_dim": 128, "qk_pos_emb_head_dim": 64, "v_head_dim": 128}
+    return gpt_row(**{"model__mla": mla, "model__kv_heads": None, "model__attention": "mla",
+                      "model__position_embedding": "rope (MLA decoupled rope dim 64)", "model__norm": "rmsnorm",
+                      "model__mlp": "swiglu",
+                      "parallel__tp_comm_overlap": False,
+                      **changes})
+
+
+def test_a_latent_attention_row_is_model_mla_with_the_query_key_head_width(plain_stack):
+    case = run_case(run_of(mla_row()), "h100_80g_nvl8")
+    assert case.unsupported == () and case.invalid is None, case
+    mla = case.input.model.mla
+    assert (mla.q_lora_rank, mla.kv_lora_rank, mla.qk_nope_head_dim, mla.qk_rope_head_dim, mla.v_head_dim) == (
+        1536, 512, 128, 64, 128)
+    assert case.input.model.head_size == 128 + 64  # the query/key head width, not the row's kv_channels
+    # no query compression (DeepSeek-V2-Lite): null or 0 in the row, absent in the case
+    for rank in (None, 0):
+        changed = mla_row(model__mla={"q_lora_rank": rank, "kv_lora_rank": 512, "qk_head_dim": 128,
+                                      "qk_pos_emb_head_dim": 64, "v_head_dim": 128})
+        assert run_case(run_of(changed), "h100_80g_nvl8").input.model.mla.q_lora_rank is None
+
+
+def test_a_head_dim_that_is_neither_latent_width_is_refused_by_name(plain_stack):
+    case = run_case(run_of(mla_row(model__head_dim=96)), "h100_80g_nvl8")
+    assert case.input is None and "neither mla.qk_head_dim 128" in dict(case.unsupported)["model.head_dim"]
+    # the decoupled rope of another width than the row's latent attention's
+    wrong = run_case(run_of(mla_row(model__position_embedding="rope (MLA decoupled rope dim 32)")), "h100_80g_nvl8")
+    assert "without model.mla of that qk_pos_emb_head_dim" in dict(wrong.unsupported)["model.position_embedding"]

@@ -50,10 +50,14 @@ def test_every_primitive_says_how_it_communicates():
     assert set(RULES) == set(SHAPE_OF)
     assert exchange("tp_collective") == "collective" and exchange("overlapped_linear") == "tiled"
     assert exchange("context_exchange") == "ring" and SHAPE_OF["context_exchange"].GROUP == ("context",)
-    others = set(RULES) - {"tp_collective", "overlapped_linear", "context_exchange"}
+    experts = {"expert_all_to_all": ("expert",), "expert_tp_collective": ("expert_tensor",),
+               "expert_gather": ("expert", "expert_tensor")}  # the MoE dispatcher's collectives
+    others = set(RULES) - {"tp_collective", "overlapped_linear", "context_exchange", *experts}
     assert {exchange(k) for k in others} == {"none"}
     for kind in ("tp_collective", "overlapped_linear"):
         assert SHAPE_OF[kind].GROUP == ("tensor",)
+    for kind, group in experts.items():
+        assert exchange(kind) == "collective" and SHAPE_OF[kind].GROUP == group
 
 
 def test_the_concretize_pass_has_one_tier_option_per_dimension():

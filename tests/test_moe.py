@@ -152,7 +152,169 @@ def test_a_valid_moe_case_passes_the_layout_rules():
     assert problems_of(case()) == []
 
 
-def test_a_moe_case_is_refused_naming_model_moe_until_it_is_priced():
+def plan_of(data: EstimateInput):
+    from harness.pipeline import lower
+    return lower(data).plan
+
+
+def task(plan, name):
+    return next(t for t in plan.tasks if t.name == name)
+
+
+# --- the MoE block (harness.passes.patterns.MixtureOfExpertsMLP), hand-computed ---------------------------------
+
+def test_the_dispatch_all_to_all_sends_p_minus_1_over_p_of_the_token_copies():
+    from harness.cost.views import COST_VIEWS, Pricer
+    from harness.evidence.profile import load_profile
+    from harness.ir.experts import all_to_all_bytes_sent_per_rank
+
+    plan = plan_of(case())
+    dispatch = task(plan, "mlp.dispatch").messages.forward_base
+    # T = microbatch 1 x sequence 4096 (TP 1, CP 1) tokens, each copied to top_k 8 experts, hidden 2048, 2 bytes
+    assert dispatch.collective == "all_to_all" and dispatch.message_bytes == 4096 * 8 * 2048 * 2
+    assert (dispatch.participants, dispatch.network_tier) == (16, 1)  # the EP group, on network_tiers.expert
+    assert task(plan, "mlp.combine").messages.backward_base == dispatch  # the gradients the other way: same bytes
+    sent = all_to_all_bytes_sent_per_rank(dispatch.message_bytes, 16)
+    assert sent == 134217728 * 15 / 16 == 125829120
+    profile = load_profile("h100_sxm_80g")
+    tier = profile.networks[1]
+    assert "all_to_all" not in tier.collectives  # the documented fallback: all_gather's volume model
+    pricer = Pricer(profile, COST_VIEWS["peak_only"], "bfloat16")
+    assert pricer.message_s(dispatch) == pytest.approx(tier.latency_s + sent / tier.bandwidth_bytes_per_s, rel=1e-12)
+    # a profile that states an all_to_all volume model is priced with it (twice the bytes here)
+    from harness.evidence.profile import VolumeModel
+    doubled = profile.model_copy(update={"networks": [
+        n.model_copy(update={"collectives": {**n.collectives, "all_to_all": VolumeModel(
+            volume_multiplier=2.0, participant_offset=-1.0)}}) for n in profile.networks]})
+    assert Pricer(doubled, COST_VIEWS["peak_only"], "bfloat16").message_s(dispatch) == pytest.approx(
+        tier.latency_s + 2 * sent / tier.bandwidth_bytes_per_s, rel=1e-12)
+
+
+def test_the_grouped_gemms_run_each_local_expert_on_the_busiest_experts_tokens():
+    plan_shape = lambda data, name: next(t.shape for t in lower_tasks(data) if t.name == name)  # noqa: E731
+    # EP 16: 128 / 16 = 8 local experts; the 4096 x 16 tokens of the EP group pick 8 of 128 experts each:
+    # 4096 x 16 x 8 / 128 = 4096 tokens per expert (balanced)
+    fc1 = plan_shape(case(), "mlp.experts_fc1")
+    assert (fc1.groups, fc1.m, fc1.n, fc1.k) == (8, 4096, 2048, 2 * 768)  # SwiGLU: gate and up, 2 x expert_ffn
+    fc2 = plan_shape(case(), "mlp.experts_fc2")
+    assert (fc2.groups, fc2.m, fc2.n, fc2.k) == (8, 4096, 768, 2048)
+    # the busiest expert at 1.5 x the mean: 6144 tokens; capped by a capacity factor of 1.25: 5120
+    moe = dict(QWEN3_30B_A3B["moe"])
+    assert plan_shape(case(dict(moe={**moe, "load_imbalance": 1.5})), "mlp.experts_fc1").m == 6144
+    assert plan_shape(case(dict(moe={**moe, "load_imbalance": 1.5, "capacity_factor": 1.25})),
+                      "mlp.experts_fc1").m == 5120
+    # EP 8 x ETP 2 over DP 16: 16 local experts, each on 4096 x 8 x 2 x 8 / 128 = 4096 tokens, width 768 / 2
+    folded = case(execution=dict(expert_parallel=8, expert_tensor_parallel=2, network_tiers=dict(
+        tensor=0, pipeline=1, data=1, expert=0, expert_tensor=0)))
+    fc1 = plan_shape(folded, "mlp.experts_fc1")
+    assert (fc1.groups, fc1.m, fc1.k) == (16, 4096, 2 * 384)
+    gather = plan_shape(folded, "mlp.expert_gather")  # the dispatched 4096 x 8 copies, gathered over ETP 2
+    assert (gather.elements, gather.participants, gather.base_forward) == (4096 * 8 * 2 * 2048, 2, "all_gather")
+
+
+def lower_tasks(data):
+    from harness.pipeline import lower
+    return lower(data).distributed.tasks
+
+
+def test_a_grouped_gemm_is_priced_at_one_experts_gemm_size():
+    from harness.cost.views import COST_VIEWS, Pricer
+    from harness.evidence.profile import load_profile
+
+    fc1 = task(plan_of(case()), "mlp.experts_fc1")
+    one = 2 * 4096 * 2048 * 1536  # one expert's GEMM, 2 m n k
+    assert fc1.forward.operations == 8 * one and fc1.forward.gemm_operations == one
+    profile = load_profile("h100_sxm_80g")
+    pricer = Pricer(profile, COST_VIEWS["system_evidence"], "bfloat16")
+    engine = profile.matrix["bfloat16"]
+    efficiency = engine.operation_size_efficiency.efficiency(one, "test", "matrix")
+    assert pricer.work(fc1.forward).compute_s == pytest.approx(8 * one / (engine.peak_flops_per_s * efficiency),
+                                                               rel=1e-12)
+
+
+def test_router_work_is_a_hidden_by_experts_gemm_and_a_top_k_on_every_token():
+    plan = plan_of(case())
+    router, top = task(plan, "mlp.router"), task(plan, "mlp.top_k")
+    assert router.forward.operations == 2 * 4096 * 2048 * 128 and router.forward.engine == "matrix"
+    assert router.capacity.weight_bytes == 2048 * 128 * 2  # dense weights, hidden x experts
+    # softmax (5 per score) + top_k 8 compares, over 4096 x 128 scores
+    assert top.forward.operations == 4096 * 128 * (5 + 8) and top.forward.engine == "vector"
+    # fp8 recipes quantize the expert GEMMs but never the router
+    fp8 = plan_of(case(execution=dict(precision="fp8_current")))
+    assert task(fp8, "mlp.router").forward.datatype is None
+    assert task(fp8, "mlp.experts_fc1").forward.datatype == "float8"
+    assert task(fp8, "mlp.experts_fc1.quantize").forward.operations > 0
+
+
+def test_expert_weights_are_sharded_by_ep_and_reduced_over_expert_data_parallel():
+    from harness.ir.experts import expert_parameters_per_rank
+
+    # DP 16, EP 8: 16 local experts; expert-DP = TP x CP x DP / (EP x ETP) = 16 / 8 = 2
+    data = case(execution=dict(expert_parallel=8))
+    plan = plan_of(data)
+    experts = [t for t in plan.tasks if t.primitive == "grouped_linear" and t.phase == "forward"]
+    parameters = expert_parameters_per_rank(2048, 768, 128, 8, 1)
+    assert parameters == 3 * 2048 * 768 * 16 == 75497472
+    assert sum(t.capacity.weight_bytes for t in experts) == parameters * 2
+    # the distributed optimizer shards the expert state over expert-DP (2), the dense state over DP (16):
+    # fp32 master + two fp32 moments = 12 bytes per parameter
+    assert sum(t.capacity.optimizer_bytes for t in experts) == parameters * 12 / 2
+    router = task(plan, "mlp.router")
+    assert router.capacity.optimizer_bytes == 2048 * 128 * 12 / 16
+    dense_bytes = sum(t.capacity.weight_bytes for t in plan.tasks if t.phase == "forward") - parameters * 2
+    dp = plan.data_parallel
+    assert dp.gradient_bytes == dense_bytes and {m.participants for m in dp.messages} == {16}
+    assert dp.expert.gradient_bytes == parameters * 2
+    assert [(m.collective, m.participants, m.message_bytes) for m in dp.expert.messages] == [
+        ("reduce_scatter", 2, parameters * 2), ("all_gather", 2, parameters * 2)]
+    # EP 16 over DP 16: expert-DP 1, no expert gradient sync at all
+    assert plan_of(case()).data_parallel.expert is None
+
+
+def test_shared_experts_run_on_every_token_over_tp():
+    # DeepSeek-V2-like section: 2 shared experts of 1536 (their MLP 3072 wide), TP 2 with sequence parallelism
+    moe = dict(experts=160, top_k=6, expert_ffn=1536, shared_experts=2, shared_expert_ffn=1536)
+    data = case(dict(moe=moe, hidden=2048, attention_heads=32, kv_heads=4), dict(
+        tensor_parallel=2, data_parallel=8, global_batch=256, expert_parallel=8, tp_communication="rs_ag"))
+    tasks = {t.name: t.shape for t in lower_tasks(data) if t.phase == "forward"}
+    # the whole microbatch (4096 tokens, gathered by the shared experts' f), width 3072 / TP 2, gated
+    assert (tasks["mlp.shared_fc1"].m, tasks["mlp.shared_fc1"].k) == (4096, 2 * 1536)
+    assert tasks["mlp.shared_tp_f"].base_forward == "all_gather"
+    # the routed tokens stay sequence-sharded: 4096 / 2 = 2048 per rank, x top 6 copies
+    assert tasks["mlp.dispatch"].elements == 2048 * 6 * 2048
+    assert tasks["mlp.router"].m == 2048
+    assert "mlp.tp_f" not in tasks and "mlp.tp_g" not in tasks  # the MoE layer has no f / g of its own
+
+
+def test_the_allgather_dispatcher_gathers_every_token_over_the_expert_group():
+    tasks = {t.name: t.shape for t in lower_tasks(case(execution=dict(moe_dispatcher="allgather")))
+             if t.phase == "forward"}
+    gather = tasks["mlp.dispatch_gather"]
+    # every rank's 4096 tokens x hidden over EP 16 x ETP 1
+    assert (gather.elements, gather.participants, gather.base_forward, gather.base_backward) == (
+        4096 * 2048 * 16, 16, "all_gather", "reduce_scatter")
+    assert "mlp.dispatch" not in tasks and tasks["mlp.combine_scatter"].base_forward == "reduce_scatter"
+
+
+@pytest.mark.parametrize("system, tier", [("h100_sxm_80g", 1), ("gb200_nvl72", 0)])
+def test_a_qwen3_30b_a3b_like_case_estimates(system, tier):
+    from harness.estimate import estimate
+
+    data = case(execution=dict(network_tiers=dict(tensor=0, pipeline=tier, data=tier, expert=tier)), system=system)
+    est = estimate(data)
+    for view in est.views.values():
+        assert view.total_s > 0 and view.components_s.tensor_parallel > 0  # the all-to-alls are there
+        assert view.memory_bytes.weight > 0
+
+
+def test_dense_blocks_among_moe_blocks_are_refused_naming_the_field():
     with pytest.raises(UnsupportedFeatureError) as error:
-        validate_input("qwen.yaml", case())
-    assert error.value.field == "model.moe" and "\n" not in str(error.value)
+        validate_input("deepseek.yaml", case(dict(moe=dict(experts=128, top_k=8, expert_ffn=768, dense_layers=3))))
+    assert error.value.field == "model.moe.dense_layers" and "\n" not in str(error.value)
+
+
+def test_a_moe_plan_has_a_compiled_canonical_writer():
+    from harness.ir import canonical
+
+    for ir in (plan_of(case(execution=dict(expert_parallel=8))),):
+        assert canonical.write(ir, (("schema_name", '"x"'), ("schema_version", "0"))) is not None

@@ -116,3 +116,43 @@ def test_a_held_out_record_whose_parameter_no_training_record_informs_is_not_pre
     assert list(np.isfinite(result.predicted_s)) == [True, True, False, False, False, False]
     (why,) = result.not_enough_data.values()
     assert why == "4 of 4 held-out records exercise matrix_float8_max_efficiency, which no training record does"
+
+
+@pytest.mark.parametrize("argv, needles", [
+    (["--parameters", "bogus"], ("--parameters", "unknown parameter 'bogus'")),
+    (["--fixed", "nvlink_efficiency"], ("--fixed", "--fixed and --fixed-from go together")),
+    (["--fixed-from", "b200", "--fixed", "nvlink_efficiency"], ("--fixed-from", "b200 has no fitted")),
+])
+def test_a_bad_megatron_core_fit_option_is_one_line_and_writes_nothing(tmp_path, capsys, argv, needles):
+    from conftest import one_error_line, run_cli
+
+    out = tmp_path / "b200_test.yaml"
+    status, _, err = run_cli(capsys, "evidence", "fit", "--structure", "megatron-core", "--base", "b200",
+                             "--measurements", CORPUS, "--output", out, *argv)
+    one_error_line(status, err, *needles)
+    assert not out.exists()
+
+
+def test_megatron_core_options_need_that_structure(tmp_path, capsys):
+    from conftest import one_error_line, run_cli
+
+    status, _, err = run_cli(capsys, "evidence", "fit", "--base", "b200", "--measurements", CORPUS,
+                             "--output", tmp_path / "x.yaml", "--parameters", "matrix_max_efficiency")
+    one_error_line(status, err, "--parameters", "needs --structure megatron-core")
+
+
+def test_the_modern_report_refuses_a_revision_it_does_not_know_and_a_changed_corpus(tmp_path, capsys):
+    from conftest import one_error_line, run_cli
+
+    status, _, err = run_cli(capsys, "evidence", "modern-report", "--profiles", "a100_measured", "--corpora",
+                             CORPUS.parent, "--output", tmp_path / "r.json")
+    one_error_line(status, err, "--profiles", "not a megatron-core revision")
+    changed = tmp_path / "corpora"
+    changed.mkdir()
+    text = CORPUS.read_text()
+    (changed / CORPUS.name).write_text(text.replace('"measured_iteration_s":0.843', '"measured_iteration_s":0.844'))
+    assert (changed / CORPUS.name).read_text() != text
+    status, _, err = run_cli(capsys, "evidence", "modern-report", "--profiles", "b200_measured", "--corpora",
+                             changed, "--output", tmp_path / "r.json")
+    one_error_line(status, err, "not the corpus b200_measured was fitted on")
+    assert not (tmp_path / "r.json").exists()

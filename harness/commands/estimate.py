@@ -70,7 +70,7 @@ def register(sub) -> None:
     p.add_argument("--system", metavar="PROFILE|auto",
                    help="the evidence profile to price on: for cases, instead of each case's own `system` "
                         "(`harness list profiles` lists them); with --runs, every row's, or auto (each row's "
-                        "system.gpu)")
+                        "system.gpu's data-sheet profile) or auto-measured (its fitted revision)")
     p.add_argument("--output", type=Path, metavar="OUT.json", help="write the JSON list here instead of stdout")
     p.set_defaults(func=run)
 
@@ -217,14 +217,14 @@ def run_runs(args) -> int:
     """``--runs``: the rows as cases, estimated (:mod:`harness.measurements.runs_estimate`); the JSON list to
     ``--output`` (or stdout) and the summary to stdout (or stderr when the list goes to stdout)."""
     from harness.evidence.profile import check_profile_name
-    from harness.measurements.runs_estimate import AUTO, DEFAULT_VIEW, estimate_runs, summary
+    from harness.measurements.runs_estimate import AUTOMATIC, DEFAULT_VIEW, estimate_runs, summary
     from harness.measurements.runs_schema import read_runs
 
     if args.cases or args.calculon_batch is not None:
         raise InputError("--runs", "CASE.yaml", "give --runs alone, not with case files or --calculon-batch")
     if args.system is None:
-        raise InputError("<command line>", "--system", "--runs needs --system PROFILE or --system auto")
-    if args.system != AUTO:
+        raise InputError("<command line>", "--system", "--runs needs --system PROFILE, auto or auto-measured")
+    if args.system not in AUTOMATIC:
         check_profile_name(args.system, "<command line>", "--system")
     if args.output is not None:
         check_output(args.output, inputs=[args.runs, *data_files()])

@@ -47,7 +47,7 @@ from pathlib import Path
 
 from harness.errors import HarnessError, InputError
 
-OPS = ("all_reduce", "reduce_scatter", "all_gather")
+OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all")  # the collectives nccl-tests tables are read for
 
 
 def register(sub) -> None:

@@ -8,7 +8,15 @@ A view reads only the PortablePlanIR and an evidence profile. It prices:
 - a task: compute + memory (``no_overlap``) or their max (``roofline``);
 - a message: ``adjusted = bytes x multiplier``, ``adjusted += adjusted /
   participants x offset``, ``time = latency + adjusted / (bandwidth x
-  efficiency)``.
+  efficiency)``; a collective the tier has no volume model for (an optional
+  one of ``harness.vocabulary.COLLECTIVES``) uses :data:`VOLUME_FALLBACK`'s:
+  ``all_to_all`` (a MoE dispatch or combine, ``bytes`` its send buffer) the
+  tier's ``all_gather`` model, which moves the same ``(P-1)/P`` of the buffer
+  from each rank (``harness.ir.experts.all_to_all_bytes_sent_per_rank``), at
+  the tier's efficiency (or its measured ``all_to_all`` curve, family
+  ``collective_curves``, where the profile has one);
+- a grouped GEMM (a work with ``gemm_operations``, the local experts'): its
+  operations at the efficiency of one of its GEMMs' size, not of the total.
 
 A view names the *curve families* whose evidence it applies
 (``harness.vocabulary.CURVE_FAMILIES``: ``matrix``, ``vector`` operation-size
@@ -56,6 +64,10 @@ from harness.evidence.families import curve_for
 from harness.evidence.profile import MEASURED_FAMILY_NAMES, ComputeEngine, EvidenceProfile, defines_family
 from harness.ir.portable import Message, PlanTask, PortablePlanIR, Work
 from harness.vocabulary import CURVE_FAMILIES, PEAK_ONLY, SYSTEM_EVIDENCE, VIEWS
+
+
+#: A collective a profile's tier may lack -> the one whose volume model prices it (module rules).
+VOLUME_FALLBACK = {"all_to_all": "all_gather"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,9 +164,10 @@ class BlockPricer(Protocol):
     def message_s(self, message: Message | None) -> Seconds:
         """Network time of one message (None, the identity, costs 0)."""
 
-    def compute_s(self, operations: float, engine: str, datatype: str | None = None) -> float:
+    def compute_s(self, operations: float, engine: str, datatype: str | None = None,
+                  gemm_operations: float | None = None) -> float:
         """Time of ``operations`` on ``engine`` (``matrix`` or ``vector``) in ``datatype`` (None: the
-        pricer's)."""
+        pricer's), at the efficiency of ``gemm_operations`` (one GEMM of a grouped GEMM; None: of the total)."""
 
     def memory_s(self, size_bytes: float) -> float:
         """Time to move ``size_bytes`` through memory tier 1."""
@@ -267,8 +280,10 @@ class Pricer:
         return (spec.peak_flops_per_s, spec.operation_size_efficiency if engine in self.view.curves else None,
                 (self._where, f"{engine}.{datatype}.operation_size_efficiency"))
 
-    def compute_s(self, operations: float, engine: str, datatype: str | None = None) -> float:
-        """Time of ``operations`` on ``engine`` in ``datatype`` (None: the pricer's datatype)."""
+    def compute_s(self, operations: float, engine: str, datatype: str | None = None,
+                  gemm_operations: float | None = None) -> float:
+        """Time of ``operations`` on ``engine`` in ``datatype`` (None: the pricer's datatype), at the operation-size
+        efficiency of ``gemm_operations`` (one GEMM of a grouped GEMM; None: of ``operations``)."""
         if operations == 0:
             return 0.0
         if datatype is None or datatype == self.datatype:
@@ -280,7 +295,7 @@ class Pricer:
                 resolved = self._typed_engines[(engine, datatype)] = self._resolved(
                     engine, self._engine(engines, engine, datatype), datatype)
             peak, curve, what = resolved
-        eff = 1.0 if curve is None else curve.efficiency(operations, *what)
+        eff = 1.0 if curve is None else curve.efficiency(gemm_operations or operations, *what)
         return operations / (peak * eff)  # seconds(), inline: the hot path of a first pass
 
     def memory_s(self, size_bytes: float) -> float:
@@ -313,7 +328,8 @@ class Pricer:
         operations, read, written = work.operations, work.bytes_read, work.bytes_written
         if operations == 0 and read == 0 and written == 0:
             return ZERO
-        compute = self.compute_s(operations, "vector" if optimizer else work.engine, work.datatype)
+        compute = self.compute_s(operations, "vector" if optimizer else work.engine, work.datatype,
+                                 work.gemm_operations)
         memory = self.memory_s(read + written)
         processing = max(compute, memory) if self.roofline else compute + memory  # processing_s(), inline
         issue = self._issue_s[work.engine]
@@ -355,7 +371,7 @@ class Pricer:
         if self._hierarchical and message.participants > net.size_processors and \
                 message.network_tier + 1 < len(self.profile.networks):
             return self._hierarchical_s(message, net.size_processors)
-        model = net.collectives[message.collective]
+        model = net.collectives.get(message.collective) or net.collectives[VOLUME_FALLBACK[message.collective]]
         adjusted = message.message_bytes * model.volume_multiplier
         adjusted += adjusted / message.participants * model.participant_offset
         curves = net.measured_collectives if self._measured_collectives else None

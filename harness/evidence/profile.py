@@ -206,6 +206,13 @@ class VolumeModel(StrictEvidence):
                                                   "participant count >= 2 gives negative bytes.")
 
 
+#: Volume models of the optional collectives a tier need not state: an all-to-all sends (P - 1) / P of each
+#: rank's buffer (the slice it keeps does not travel; harness.ir.experts.all_to_all_bytes_sent_per_rank), so
+#: ``bytes x 1 x (1 - 1 / P)``, the form of the profiles' reduce-scatter.
+DEFAULT_VOLUME_MODELS: dict[str, VolumeModel] = {
+    "all_to_all": VolumeModel(volume_multiplier=1.0, participant_offset=-1.0)}
+
+
 class NetworkTier(StrictEvidence):
     """One network tier."""
 
@@ -222,6 +229,12 @@ class NetworkTier(StrictEvidence):
     measured_collectives: dict[CollectiveOp, Annotated[tuple[CollectiveCurve, ...], Strict(False)]] | None = Field(
         None, description="Measured efficiency by message size per collective and participant count "
                           "(family collective_curves); replaces 'efficiency' for those collectives.")
+
+    def volume_model(self, collective: str) -> VolumeModel:
+        """The tier's volume model of ``collective``, or for an optional collective it does not state
+        (:data:`harness.vocabulary.COLLECTIVES`) the one of :data:`DEFAULT_VOLUME_MODELS`."""
+        model = self.collectives.get(collective)
+        return model if model is not None else DEFAULT_VOLUME_MODELS[collective]
 
     @field_validator("collectives")
     @classmethod

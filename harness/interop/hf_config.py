@@ -1,9 +1,11 @@
-"""A Hugging Face ``config.json`` (Llama, Mistral, Qwen2, Qwen3) as the case's model section: one table.
+"""A Hugging Face ``config.json`` (Llama, Mistral, Qwen2, Qwen3; the mixtures of experts Mixtral, Qwen2-MoE,
+Qwen3-MoE, DeepSeek-V3) as the case's model section: one table.
 
 :data:`CONFIG_FIELDS` names every field the importer knows, with its type and rule; a field it does not
-know is refused by name (never dropped), and so is a ``model_type`` outside :data:`ARCHITECTURES`. The
-mixture-of-experts types of :data:`MIXTURES` (Mixtral, Qwen3-MoE, DeepSeek-V3) are recognised and
-refused naming their expert fields, until the case format holds ``model.moe``.
+know is refused by name (never dropped), and so is a ``model_type`` outside :data:`ARCHITECTURES`. A
+mixture of experts writes ``model.moe`` (routed experts, top-k, expert width, shared experts, leading dense
+blocks, MoE-block frequency, router), DeepSeek-V3 also ``model.mla`` (multi-head latent attention, with
+``head_size`` its query/key head width); each needs its case field (:func:`harness.cases.case_has_field`).
 
 Rules (each field is one of):
 
@@ -22,7 +24,11 @@ Rules (each field is one of):
   (the precision is the execution section's), library versions: listed once in a note;
 - **refused**: a value no case field holds (``mlp_bias`` or Llama/Qwen3 ``attention_bias`` true: the
   output projection's bias; Qwen ``use_sliding_window`` true: windows on some layers only; a sliding
-  window under context parallelism).
+  window under context parallelism; Qwen-MoE ``decoder_sparse_step`` > 1 or ``mlp_only_layers``: MoE on
+  other blocks than ``moe.layer_frequency`` puts it; multi-token prediction layers without their case field).
+
+Mixture-of-experts fields that steer the routing but add no priced work (the router's top-k rule, its
+normalisation and scaling, group-limited routing, the auxiliary losses, jitter) are noted, one line each.
 """
 
 from __future__ import annotations
@@ -44,6 +50,8 @@ class Architecture:
     #: tie_word_embeddings when the config leaves it out: the family's transformers default (LlamaConfig,
     #: MistralConfig, Qwen2Config, Qwen3Config: False)
     tied_by_default: bool = False
+    #: the routed experts' fields (their presence makes a block a MoE block): (experts, top-k, expert width)
+    experts: tuple[str, str, str] | None = None
 
 
 COMMON_IMPLIED = (("model.norm", "rmsnorm"), ("model.position", "rope"))
@@ -52,22 +60,41 @@ ARCHITECTURES = {
     "mistral": Architecture("MistralForCausalLM", COMMON_IMPLIED),
     "qwen2": Architecture("Qwen2ForCausalLM", (*COMMON_IMPLIED, ("model.qkv_bias", True)), windowed_by_flag=True),
     "qwen3": Architecture("Qwen3ForCausalLM", (*COMMON_IMPLIED, ("model.qk_norm", True)), windowed_by_flag=True),
+    # mixtures of experts (Mixtral's experts have the model's intermediate_size; the others their own width)
+    "mixtral": Architecture("MixtralForCausalLM", COMMON_IMPLIED,
+                            experts=("num_local_experts", "num_experts_per_tok", "intermediate_size")),
+    "qwen2_moe": Architecture("Qwen2MoeForCausalLM", (*COMMON_IMPLIED, ("model.qkv_bias", True)),
+                              windowed_by_flag=True,
+                              experts=("num_experts", "num_experts_per_tok", "moe_intermediate_size")),
+    "qwen3_moe": Architecture("Qwen3MoeForCausalLM", (*COMMON_IMPLIED, ("model.qk_norm", True)), windowed_by_flag=True,
+                              experts=("num_experts", "num_experts_per_tok", "moe_intermediate_size")),
+    "deepseek_v3": Architecture("DeepseekV3ForCausalLM", COMMON_IMPLIED,
+                                experts=("n_routed_experts", "num_experts_per_tok", "moe_intermediate_size")),
 }
-#: Mixture-of-experts model types: recognised, refused naming their expert fields.
-MIXTURES = {
-    "mixtral": ("MixtralForCausalLM", ("num_local_experts", "num_experts_per_tok")),
-    "qwen3_moe": ("Qwen3MoeForCausalLM", ("num_experts", "num_experts_per_tok", "moe_intermediate_size",
-                                          "decoder_sparse_step", "mlp_only_layers")),
-    "deepseek_v3": ("DeepseekV3ForCausalLM", ("n_routed_experts", "n_shared_experts", "num_experts_per_tok",
-                                              "moe_intermediate_size", "first_k_dense_replace", "kv_lora_rank",
-                                              "q_lora_rank")),
+#: DeepSeek-V3's multi-head latent attention fields, each a ``model.mla`` field of the same name.
+LATENT_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
+#: Mixture-of-experts fields that steer the routing and add no work the harness prices: one note line each.
+ROUTING_NOTES = {
+    "norm_topk_prob": "normalises the top-k router probabilities (a few operations per token)",
+    "routed_scaling_factor": "scales the routed experts' output (one multiply per element)",
+    "n_group": "group-limited routing (the top-k within the best groups): the same experts' work",
+    "topk_group": "group-limited routing (the top-k within the best groups): the same experts' work",
+    "topk_method": "the top-k rule of the router: the same experts' work",
+    "router_aux_loss_coef": "the load-balancing loss weight (a few operations per token)",
+    "aux_loss_alpha": "the load-balancing loss weight (a few operations per token)",
+    "seq_aux": "a sequence-wise load-balancing loss (a few operations per token)",
+    "output_router_logits": "returns the router logits for the auxiliary loss: no priced work",
+    "router_jitter_noise": "multiplicative noise on the router input (one pointwise operation per element)",
+    "ep_size": "the checkpoint's expert-parallel size: the layout is the execution section's",
+    "moe_layer_freq": None,  # read into moe.layer_frequency
 }
 #: Gated-MLP activations -> case ``model.mlp`` (the four families' MLPs are gated: three matrices).
 GATED = {"silu": "swiglu", "gelu": "geglu", "gelu_pytorch_tanh": "geglu", "gelu_new": "geglu"}
 #: Fields that affect nothing the harness prices.
 IGNORED = frozenset({"bos_token_id", "eos_token_id", "pad_token_id", "initializer_range", "use_cache",
                      "torch_dtype", "dtype", "transformers_version", "rms_norm_eps", "rope_theta", "pretraining_tp",
-                     "_name_or_path", "max_window_layers", "tokenizer_class"})
+                     "_name_or_path", "max_window_layers", "tokenizer_class", "auto_map", "quantization_config",
+                     "rope_interleave"})
 
 
 class Draft:
@@ -83,6 +110,11 @@ class Draft:
 
     def set(self, case_path: str, value: Any, field: str) -> None:
         self.fields[case_path] = (value, field)
+
+    def merge(self, case_path: str, key: str, value: Any, field: str) -> None:
+        """One key of a section-valued case field (``model.moe``, ``model.mla``); the first config field names it."""
+        section, first = self.fields.get(case_path, ({}, field))
+        self.fields[case_path] = ({**section, key: value}, first)
 
     def note(self, field: str, text: str) -> None:
         self.notes.append(f"{field}: {text}")
@@ -184,6 +216,87 @@ def _layer_types(draft: Draft, field: str, value: list) -> None:
         draft.refuse(field, "layers other than full_attention: per-layer attention is not priced")
 
 
+def _moe(key: str) -> Rule:
+    """A ``model.moe`` field (the case field is the whole section: one dict)."""
+    def rule(draft: Draft, field: str, value: Any) -> None:
+        draft.merge("model.moe", key, value, field)
+    return rule
+
+
+def _latent(draft: Draft, field: str, value: int | None) -> None:
+    if value is not None:  # q_lora_rank null: no query compression (DeepSeek-V2-Lite)
+        draft.merge("model.mla", field, value, field)
+
+
+def _routing_note(draft: Draft, field: str, value: Any) -> None:
+    draft.note(field, f"{value!r}: {ROUTING_NOTES[field]}: accepted, not priced")
+
+
+def _experts(draft: Draft, field: str, value: int) -> None:
+    names = ARCHITECTURES[draft.config["model_type"]].experts
+    if names is not None and field == names[0]:
+        draft.merge("model.moe", "experts", value, field)
+    elif names is not None and field == names[2]:
+        draft.merge("model.moe", "expert_ffn", value, field)
+    else:
+        draft.note(field, f"{value}: used by no block of a {draft.config['model_type']!r} model")
+
+
+def _intermediate(draft: Draft, field: str, value: int) -> None:
+    draft.set("model.feedforward", value, field)
+    names = ARCHITECTURES[draft.config["model_type"]].experts
+    if names is not None and names[2] == field:  # Mixtral: the experts have the model's MLP width
+        draft.merge("model.moe", "expert_ffn", value, field)
+
+
+def _sparse_step(draft: Draft, field: str, value: int) -> None:
+    if value != 1:  # transformers: block i is MoE when (i + 1) % step == 0; Megatron-Core: when i % freq == 0
+        draft.refuse(field, f"{value}: MoE on the blocks i with (i + 1) % {value} == 0, which moe.layer_frequency "
+                            "(blocks i with i % frequency == 0) does not hold")
+
+
+def _mlp_only_layers(draft: Draft, field: str, value: list) -> None:
+    if value:
+        draft.refuse(field, f"{value!r}: dense MLPs on chosen blocks, which moe.dense_layers (the leading blocks) "
+                            "does not hold")
+
+
+def _layer_freq(draft: Draft, field: str, value: int) -> None:
+    if value != 1:
+        draft.merge("model.moe", "layer_frequency", value, field)
+
+
+def _dense_layers(draft: Draft, field: str, value: int) -> None:
+    if value:
+        draft.merge("model.moe", "dense_layers", value, field)
+
+
+def _shared_experts(draft: Draft, field: str, value: int) -> None:
+    if value:
+        draft.merge("model.moe", "shared_experts", value, field)
+
+
+def _shared_expert_ffn(draft: Draft, field: str, value: int) -> None:
+    """Qwen2-MoE: one shared expert of its own width, behind a sigmoid gate (a hidden x 1 GEMM per token)."""
+    if value:
+        draft.merge("model.moe", "shared_experts", 1, field)
+        draft.merge("model.moe", "shared_expert_ffn", value, field)
+        draft.note(field, "the shared expert's sigmoid gate (a hidden x 1 GEMM per token and a sigmoid) is not "
+                          "priced")
+
+
+def _scoring(draft: Draft, field: str, value: str) -> None:
+    if value not in ("softmax", "sigmoid"):
+        draft.refuse(field, f"{value!r}: the router scores the case format holds are softmax and sigmoid")
+    elif value == "sigmoid":
+        draft.merge("model.moe", "router", "sigmoid", field)
+
+
+def _mtp(draft: Draft, field: str, value: int) -> None:
+    if value:
+        draft.set("model.mtp_layers", value, field)
+
+
 def _architectures(draft: Draft, field: str, value: list) -> None:
     expected = ARCHITECTURES[draft.config["model_type"]].architecture
     if value != [expected]:
@@ -200,7 +313,7 @@ CONFIG_FIELDS: dict[str, tuple[tuple[type, ...], bool, Rule]] = {
     "model_type": (STR, False, _nothing),
     "architectures": (LIST, False, _architectures),
     "hidden_size": (INT, False, to("model.hidden")),
-    "intermediate_size": (INT, False, to("model.feedforward")),
+    "intermediate_size": (INT, False, _intermediate),
     "num_hidden_layers": (INT, False, to("model.blocks")),
     "num_attention_heads": (INT, False, to("model.attention_heads")),
     "num_key_value_heads": (INT, True, _kv_heads),
@@ -216,8 +329,28 @@ CONFIG_FIELDS: dict[str, tuple[tuple[type, ...], bool, Rule]] = {
     "sliding_window": (INT, True, _sliding_window),
     "use_sliding_window": (BOOL, False, _use_sliding_window),
     "layer_types": (LIST, False, _layer_types),
+    # mixtures of experts
+    "num_local_experts": (INT, False, _experts),
+    "num_experts": (INT, False, _experts),
+    "n_routed_experts": (INT, False, _experts),
+    "moe_intermediate_size": (INT, False, _experts),
+    "num_experts_per_tok": (INT, False, _moe("top_k")),
+    "n_shared_experts": (INT, True, _shared_experts),
+    "shared_expert_intermediate_size": (INT, True, _shared_expert_ffn),
+    "first_k_dense_replace": (INT, False, _dense_layers),
+    "moe_layer_freq": (INT, False, _layer_freq),
+    "decoder_sparse_step": (INT, False, _sparse_step),
+    "mlp_only_layers": (LIST, False, _mlp_only_layers),
+    "scoring_func": (STR, False, _scoring),
+    "num_nextn_predict_layers": (INT, False, _mtp),
+    **{name: (ANY, True, _routing_note) for name in sorted(ROUTING_NOTES) if ROUTING_NOTES[name]},
+    # multi-head latent attention (DeepSeek-V3)
+    **{name: (INT, name == "q_lora_rank", _latent) for name in LATENT_FIELDS},
     **{name: (ANY, True, _ignored) for name in sorted(IGNORED)},
 }
+#: Integer fields that may be 0 (a count of optional parts).
+COUNTS = frozenset({"first_k_dense_replace", "num_nextn_predict_layers", "n_shared_experts",
+                    "shared_expert_intermediate_size"})
 REQUIRED = ("model_type", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
             "vocab_size", "hidden_act")
 
@@ -231,8 +364,9 @@ def _check_type(source: str, field: str, value: Any) -> None:
     ok = isinstance(value, types) and not (isinstance(value, bool) and bool not in types and object not in types)
     if not ok:
         raise InputError(source, field, f"must be {' or '.join(t.__name__ for t in types)}, got {value!r}")
-    if types == INT and not 0 < value <= 2**31:
-        raise InputError(source, field, f"must be a positive integer, got {value}")
+    if types == INT and not (0 if field in COUNTS else 1) <= value <= 2**31:
+        raise InputError(source, field, f"must be a {'non-negative' if field in COUNTS else 'positive'} integer, "
+                                        f"got {value}")
     if field == "attention_dropout" and not 0 <= value < 1:
         raise InputError(source, field, f"must be a probability in [0, 1), got {value}")
 
@@ -243,15 +377,9 @@ def translate_config(config: Any, source: str, sequence_length: int, context_par
     if not isinstance(config, dict):
         raise InputError(source, "<file>", "must be a JSON object (a Hugging Face config.json)")
     model_type = config.get("model_type")
-    if model_type in MIXTURES:
-        architecture, fields = MIXTURES[model_type]
-        present = ", ".join(f"{f} {config[f]!r}" for f in fields if f in config) or "its expert fields"
-        raise InputError(source, "model_type", f"{model_type!r} ({architecture}) is a mixture of experts ({present}): "
-                                               "not priced until the case format holds model.moe")
     if model_type not in ARCHITECTURES:
         raise InputError(source, "model_type", f"{model_type!r} is not an architecture the importer knows "
-                                               f"({', '.join(ARCHITECTURES)}; mixtures of experts: "
-                                               f"{', '.join(MIXTURES)})")
+                                               f"({', '.join(ARCHITECTURES)})")
     for field in REQUIRED:
         if field not in config:
             raise InputError(source, field, "required field is missing")
@@ -267,12 +395,21 @@ def translate_config(config: Any, source: str, sequence_length: int, context_par
         draft.set("model.tied_embeddings", ARCHITECTURES[model_type].tied_by_default, "model_type")
     for field, value in config.items():
         CONFIG_FIELDS[field][2](draft, field, value)
-    if "head_dim" not in config or config["head_dim"] is None:
+    if model_type == "deepseek_v3":  # latent attention: head_size is the query/key head width
+        if isinstance(config.get("qk_nope_head_dim"), int) and isinstance(config.get("qk_rope_head_dim"), int):
+            draft.set("model.head_size", config["qk_nope_head_dim"] + config["qk_rope_head_dim"], "qk_nope_head_dim")
+    elif "head_dim" not in config or config["head_dim"] is None:
         hidden, heads = config["hidden_size"], config["num_attention_heads"]
         if hidden % heads:
             draft.refuse("num_attention_heads", f"{heads} does not divide hidden_size {hidden} (and no head_dim)")
         else:
             draft.set("model.head_size", hidden // heads, "hidden_size")
+    moe = draft.fields.get("model.moe")
+    if moe is not None and moe[0].get("dense_layers", 0) >= config["num_hidden_layers"]:
+        del draft.fields["model.moe"]  # every block dense (DeepSeek's first_k_dense_replace): no MoE section
+        draft.note("first_k_dense_replace", f"{moe[0]['dense_layers']} >= num_hidden_layers "
+                                            f"{config['num_hidden_layers']}: every block dense, the expert fields "
+                                            "describe no block")
     ignored = sorted(field for field in config if field in IGNORED)
     if ignored:
         draft.notes.append(f"affect nothing priced: {', '.join(ignored)}")

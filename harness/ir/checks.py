@@ -22,10 +22,7 @@ def unsupported_features(shape: TransformerShape, execution: ExecutionLayout) ->
     registered sub-graph pattern lowers (:func:`harness.passes.patterns.unpriceable`: a core slot, the norm
     or the attention kernel matched by no pattern, or refused by the one selected, e.g. a QKV bias under TP
     overlap). TP/DP overlap and offload are priced through the ConcretePlanIR."""
-    problems = unpriceable(shape, execution)
-    if shape.moe is not None:
-        problems.append(("model.moe", "mixture of experts is not priced yet (no MoE core pattern)"))
-    return problems
+    return unpriceable(shape, execution)
 
 
 def blocks_per_stage(blocks: int, pipeline_parallel: int) -> int:

@@ -20,7 +20,7 @@ from typing import Annotated, ClassVar, Literal, Union, get_args
 from pydantic import Field
 
 from harness.ir.base import Artifact, Frozen
-from harness.ir.mesh import CONTEXT, TENSOR, Group
+from harness.ir.mesh import CONTEXT, EXPERT, EXPERT_TENSOR, TENSOR, Group
 from harness.ir.model import ExecutionLayout, Precision, TransformerShape
 from harness.vocabulary import COLLECTIVES
 
@@ -280,13 +280,127 @@ class RingExchangeShape(Frozen):
     hides_behind: tuple[str, ...] = Field(description="Tasks whose passes run while a step's message travels.")
 
 
+class RouterShape(Frozen):
+    """A MoE block's router GEMM ``scores[m, k] = X[m, n] x W[n, k]`` (k: the routed experts) on every local token.
+    Its weights are dense ones (replicated over the expert dimensions, reduced with the dense gradients); it is
+    never quantized (Transformer Engine runs the router outside the fp8 region)."""
+
+    INTERNED: ClassVar[bool] = True
+    EXCHANGE: ClassVar[Exchange] = "none"
+
+    kind: Literal["router"] = "router"
+    m: int = Field(gt=0, description="Local tokens routed.")
+    n: int = Field(gt=0, description="Model width (hidden), elements.")
+    k: int = Field(gt=0, description="Routed experts (scores per token).")
+
+
+class TopKShape(Frozen):
+    """The router's score function over ``tokens x experts`` scores and the top-k selection of each token's
+    experts (harness.passes.rules.top_k)."""
+
+    INTERNED: ClassVar[bool] = True
+    EXCHANGE: ClassVar[Exchange] = "none"
+
+    kind: Literal["top_k"] = "top_k"
+    tokens: int = Field(gt=0, description="Local tokens routed.")
+    experts: int = Field(gt=0, description="Routed experts (scores per token).")
+    top_k: int = Field(gt=0, description="Experts each token is sent to.")
+    score: Literal["softmax", "sigmoid"] = Field(description="Score function (model.moe.router).")
+
+
+class TokenPermuteShape(Frozen):
+    """The token (un)permutation around a MoE dispatch: ``permute`` copies each of ``tokens`` local tokens to its
+    ``copies`` (top_k) expert slots, grouped by expert; ``unpermute`` sums each token's expert outputs weighted by
+    its router probabilities. ``hidden`` elements per token."""
+
+    INTERNED: ClassVar[bool] = True
+    EXCHANGE: ClassVar[Exchange] = "none"
+
+    kind: Literal["permute", "unpermute"]
+    tokens: int = Field(gt=0, description="Local tokens (before dispatch / after combine).")
+    copies: int = Field(gt=0, description="Expert slots per token (top_k).")
+    hidden: int = Field(gt=0, description="Elements per token (model width).")
+
+
+class GroupedLinearShape(Frozen):
+    """The local experts' grouped GEMM: ``groups`` experts, each ``Y[m,k] = X[m,n] x W[n,k]`` on ``m`` tokens (the
+    busiest expert's count, which prices the slowest rank). Its weights are expert weights: sharded over the
+    expert dimensions, their gradients reduced over the expert-data-parallel group (harness.passes.plan_work)."""
+
+    INTERNED: ClassVar[bool] = True
+    EXCHANGE: ClassVar[Exchange] = "none"
+    EXPERT_WEIGHTS: ClassVar[bool] = True  #: its weights belong to the expert layout, not the dense one
+
+    kind: Literal["grouped_linear"] = "grouped_linear"
+    groups: int = Field(gt=0, description="Local experts (experts / EP).")
+    m: int = Field(gt=0, description="Tokens of each expert's GEMM (the busiest expert's).")
+    n: int = Field(gt=0, description="Contraction width (input features, local).")
+    k: int = Field(gt=0, description="Output features (local).")
+    precision: Precision | None = Field(None, description=(
+        "A quantizing recipe (harness.passes.precision): each GEMM on quantized operands; None: the plan's "
+        "datatype."))
+
+    ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"precision"})
+
+
+class _ExpertCollective(Frozen):
+    """A collective of the MoE token dispatcher (fields as :class:`CollectiveShape`'s, without a role)."""
+
+    INTERNED: ClassVar[bool] = True
+    EXCHANGE: ClassVar[Exchange] = "collective"
+
+    elements: int = Field(gt=0, description="Elements of the message's buffer (the logical message, see kind).")
+    participants: int = Field(gt=1, description="Processors in the group.")
+    base_forward: CollectiveOp | None = Field(description="Forward collective in a base block.")
+    base_backward: CollectiveOp | None = Field(description="Backward collective in a base block.")
+    edge_forward: CollectiveOp | None = Field(description="Forward collective in a chunk's edge block.")
+    edge_backward: CollectiveOp | None = Field(description="Backward collective in a chunk's edge block.")
+
+
+class ExpertAllToAllShape(_ExpertCollective):
+    """The dispatch (tokens to their experts' ranks) or combine (expert outputs back) all-to-all over the
+    expert-parallel group: ``elements`` is this rank's send buffer (its tokens x top_k x hidden), of which
+    (P-1)/P leaves it (harness.ir.experts.all_to_all_bytes_sent_per_rank); the backward pass sends the
+    gradients the other way (the same volume)."""
+
+    GROUP: ClassVar[Group] = EXPERT  #: the group its messages span
+
+    kind: Literal["expert_all_to_all"] = "expert_all_to_all"
+
+
+class ExpertTensorCollectiveShape(_ExpertCollective):
+    """The expert-tensor-parallel all-gather (of the dispatched tokens, before the experts; reduce-scatter in the
+    backward pass) or reduce-scatter (of the expert outputs; all-gather backward) over the ETP group;
+    ``elements`` is the gathered buffer (the collective's full activation, as :class:`CollectiveShape`'s)."""
+
+    GROUP: ClassVar[Group] = EXPERT_TENSOR  #: the group its messages span
+
+    kind: Literal["expert_tp_collective"] = "expert_tp_collective"
+
+
+class ExpertGatherShape(_ExpertCollective):
+    """The all-gather dispatcher's collectives over the expert x expert-tensor group: every token gathered to every
+    rank before the experts (reduce-scatter of the gradients backward), the expert outputs reduce-scattered back
+    (all-gather backward); ``elements`` is the gathered buffer (every rank's tokens x hidden)."""
+
+    GROUP: ClassVar[Group] = ("expert", "expert_tensor")  #: the group its messages span
+
+    kind: Literal["expert_gather"] = "expert_gather"
+
+
 SHAPES = (LinearShape, BatchMatmulShape, NormShape, PointwiseShape, ResidualShape, ForkShape, CollectiveShape,
           OverlappedLinearShape, CrossEntropyShape, EmbeddingShape, FlashAttentionShape, RingExchangeShape,
-          QuantizeShape)
+          QuantizeShape, RouterShape, TopKShape, TokenPermuteShape, GroupedLinearShape, ExpertAllToAllShape,
+          ExpertTensorCollectiveShape, ExpertGatherShape)
 TaskShape = Annotated[Union[SHAPES], Field(discriminator="kind")]
 
 #: primitive kind -> its shape class (every value of every shape's ``kind`` Literal).
 SHAPE_OF: dict[str, type] = {kind: cls for cls in SHAPES for kind in get_args(cls.model_fields["kind"].annotation)}
+
+
+def expert_weights(primitive: str) -> bool:
+    """Whether the weights of primitive ``primitive`` are expert weights (its shape's ``EXPERT_WEIGHTS``)."""
+    return getattr(SHAPE_OF[primitive], "EXPERT_WEIGHTS", False)
 
 
 def exchange(primitive: str) -> Exchange:

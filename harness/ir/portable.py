@@ -33,7 +33,8 @@ class Work(Frozen):
     """
 
     CANONICAL_MEMO: ClassVar[bool] = True
-    ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"datatype"})  # plans of one datatype keep their digests
+    #: plans of one datatype and no grouped GEMM keep their digests
+    ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"datatype", "gemm_operations"})
 
     operations: float = Field(ge=0, description="Arithmetic operations (FLOPs) of the pass.")
     bytes_read: float = Field(ge=0, description="Bytes read from memory tier 1.")
@@ -41,6 +42,9 @@ class Work(Frozen):
     engine: Engine = Field(description="Processing engine the operations need (matrix or vector).")
     datatype: ComputeDatatype | None = Field(None, description="Datatype the operations run in (selects the engine's peak "
                                                         "and curve); absent: the plan's datatype.")
+    gemm_operations: float | None = Field(None, gt=0, description=(
+        "A grouped GEMM (the local experts'): operations of one of its equal GEMMs, the size at which the "
+        "operation-size efficiency is read (not the pass's total); absent: the pass's operations."))
 
     @property
     def bytes_accessed(self) -> float:
@@ -159,21 +163,44 @@ class PipelineTraffic(Frozen):
     backward_transfers_per_microbatch: int = Field(ge=0, description="Backward p2p transfers per microbatch per stage.")
 
 
+class ExpertGradientTraffic(Frozen):
+    """Mixture of experts: the expert weights' gradient synchronization per block over the expert-data-parallel
+    group (TP x CP x DP / (EP x ETP) ranks, strided over the ranks of :attr:`group`)."""
+
+    gradient_bytes: float = Field(ge=0, description="Expert weight gradients of one block on one rank, bytes.")
+    messages: tuple[Message, ...] = Field(description="all_reduce, or reduce_scatter + all_gather with optimizer "
+                                                      "sharding, of the expert-data-parallel group.")
+    group: Group = Field(description="The dimensions whose ranks the expert-data-parallel group spans (its messages "
+                                     "cross the slowest of their links).")
+
+    @property
+    def spans(self) -> Group:
+        return self.group
+
+
 class DataParallelTraffic(Frozen):
     """Gradient synchronization per block (training with DP > 1) over the group of ranks holding the same
     weights (:attr:`spans`)."""
 
-    ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"group"})  # the data group's traffic keeps its digests
+    ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"group", "expert"})  # dense traffic keeps its digests
 
     gradient_bytes: float = Field(ge=0, description="Logical gradient message of one block.")
     messages: tuple[Message, ...] = Field(description="all_reduce, or reduce_scatter + all_gather with optimizer sharding.")
     group: Group | None = Field(None, description="The parallel group the gradients are reduced over "
                                                   "(harness.ir.mesh); absent: the data group.")
+    expert: ExpertGradientTraffic | None = Field(None, description=(
+        "Mixture of experts: the expert weights' gradient sync over the expert-data-parallel group; the fields "
+        "above are then the dense weights'. Absent: every weight is dense."))
 
     @property
     def spans(self) -> Group:
         """The group the gradients are reduced over (absent: the data group)."""
         return DATA if self.group is None else self.group
+
+    @property
+    def all_messages(self) -> tuple[Message, ...]:
+        """The dense messages, then the expert weights' (the whole sync of one block)."""
+        return self.messages + (self.expert.messages if self.expert is not None else ())
 
 
 class VocabularyWeights(Frozen):

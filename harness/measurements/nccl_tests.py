@@ -24,6 +24,14 @@ Rules (the table decides what it measured, or the import refuses):
   form has no redop column: its reduce-scatter and all-gather tables need
   ``--collective``. A ``--collective`` that disagrees with the columns is
   refused;
+- an all-to-all table (``alltoall_perf``) has an all-gather's columns: its
+  size is what each rank sends (``P`` slices of ``count`` elements, one per
+  rank), redop ``none``, ``busbw = algbw x (n - 1) / n``. It is read as
+  all_to_all when its header says so (``# Collective test starting:
+  alltoall_perf``, which nccl-tests prints since 2.13; the header's test must
+  then agree with the columns and with ``--collective``, and a test other than
+  the four read here is refused) or when ``--collective all_to_all`` says so;
+  without either, such a table is an all-gather's, as before;
 - the participant count is read from the table itself: from the count
   column (reduce_scatter, all_gather), else from nccl-tests' ``busbw = algbw
   x factor`` with ``algbw = size / time`` and, for all_reduce, ``factor = 2
@@ -68,7 +76,12 @@ from harness.inputs import finite_number, iter_lines
 from harness.measurements.corpus import CollectiveSweepRecord
 
 FACTORS = {"all_reduce": lambda n: 2 * (n - 1) / n, "reduce_scatter": lambda n: (n - 1) / n,
-           "all_gather": lambda n: (n - 1) / n}
+           "all_gather": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n}
+#: The nccl-tests binaries whose tables are read, by the collective they measure (the header's ``# Collective
+#: test starting: NAME``).
+TESTS = {"all_reduce_perf": "all_reduce", "reduce_scatter_perf": "reduce_scatter", "all_gather_perf": "all_gather",
+         "alltoall_perf": "all_to_all"}
+TEST_LINE = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
 CSV_HEADER = re.compile(r"^size\(B\),count,type,time\(ns\),busbw\(GB/s\),time\(ns\),busbw\(GB/s\)\s*$")
 POINTS_PER_OCTAVE = 4
 #: Bytes per element of nccl-tests' datatype names (``-d``): a table's ``size / (count x bytes)`` says whether
@@ -122,10 +135,15 @@ def sweep_ids(paths: list[Path]) -> list[str]:
 
 
 def _table_collective(source: str, found: set[tuple[str, int]], redops: set[str], csv_form: bool,
-                      collective: str | None) -> tuple[str, int | None]:
+                      collective: str | None, named: str | None = None) -> tuple[str, int | None]:
     """The collective the table's columns say it measured, and the participant count its ``size / (count x
     element bytes)`` gives (``None`` for an all-reduce, whose count is one full message): see the module
-    rules. ``collective`` (the command line's) must agree; it only decides what the table cannot."""
+    rules. ``collective`` (the command line's) and ``named`` (the header's test) must agree; they only decide
+    what the columns cannot (an all-to-all has an all-gather's columns)."""
+    if named is not None and collective is not None and named != collective:
+        raise InputError(source, "--collective", f"{collective} given, the table's header says {named} "
+                                                 f"(# Collective test starting: ...)")
+    collective = collective or named
     ratios = {ratio for _, ratio in found}
     if len(ratios) != 1:
         raise InputError(source, "count", f"size / (count x element bytes) is not the same on every line "
@@ -140,12 +158,16 @@ def _table_collective(source: str, found: set[tuple[str, int]], redops: set[str]
     elif redops and reduction:
         table = "reduce_scatter"
     elif redops or not csv_form:  # redop "none", or the old all_gather form without redop/root columns
-        table = "all_gather"
-    elif collective in ("reduce_scatter", "all_gather"):  # vTrain's CSV form: no redop column
+        table = "all_to_all" if collective == "all_to_all" else "all_gather"  # the same columns
+    elif collective in ("reduce_scatter", "all_gather", "all_to_all"):  # vTrain's CSV form: no redop column
         table = collective
     else:
-        raise InputError(source, "count", f"each count is 1/{ratio} of the size: a reduce_scatter or an all_gather "
-                                          f"table (the CSV form has no redop column): give --collective")
+        raise InputError(source, "count", f"each count is 1/{ratio} of the size: a reduce_scatter, all_gather or "
+                                          f"all_to_all table (the CSV form has no redop column): give --collective")
+    if named is not None and named != table:
+        raise InputError(source, "Collective test", f"the header says {named}, the table's columns say {table} "
+                                                    f"(count x element bytes = size / {ratio}, redop "
+                                                    f"{', '.join(sorted(redops)) or 'absent'})")
     if collective is not None and collective != table:
         raise InputError(source, "--collective", f"{collective} given, the table's columns say {table} "
                                                  f"(count x element bytes = size / {ratio}, redop "
@@ -167,6 +189,7 @@ def parse_nccl_tests(path: Path | str, collective: str | None, network_tier: int
     ratios: set[tuple[str, int]] = set()
     redops: set[str] = set()
     ranks: set[int] = set()
+    named: str | None = None
     csv_form = None
     for item in iter_lines(path):
         if item.error is not None:
@@ -178,6 +201,12 @@ def parse_nccl_tests(path: Path | str, collective: str | None, network_tier: int
             rank = RANK_LINE.match(text)
             if rank:
                 ranks.add(int(rank.group(1)))
+            test = TEST_LINE.match(text)
+            if test:
+                if test.group(1) not in TESTS:
+                    raise InputError(source, "Collective test", f"{test.group(1)}: not a table read here (the "
+                                                                f"tests of {', '.join(TESTS)})", line=item.number)
+                named = TESTS[test.group(1)]
             continue
         if csv_form is None and CSV_HEADER.match(text):
             csv_form = True
@@ -243,7 +272,7 @@ def parse_nccl_tests(path: Path | str, collective: str | None, network_tier: int
         times.append(best)
     if not sizes:
         raise InputError(source, "<file>", "no nccl-tests data line")
-    table, counted = _table_collective(source, ratios, redops, bool(csv_form), collective)
+    table, counted = _table_collective(source, ratios, redops, bool(csv_form), collective, named)
     found = _participant_count(source, table, counted, sizes, best_cells, lines, precise, ranks, participants)
     return CollectiveSweepRecord(kind="collective_sweep", id=record_id or Path(source).name, collective=table,
                                  participants=found, network_tier=network_tier, sizes_bytes=tuple(sizes),
@@ -299,7 +328,7 @@ def sweep_curve(sweep: CollectiveSweepRecord, tier: NetworkTier, source: str) ->
     reproduce is an InputError naming ``source`` and the sweep: more participants than the tier connects, a
     time not above its latency, or an efficiency (after the monotone fit) above 1 or below
     :data:`~harness.evidence.families.MIN_EFFICIENCY` (a table of another tier or another base profile)."""
-    model = tier.collectives[sweep.collective]
+    model = tier.volume_model(sweep.collective)  # an all-to-all the tier does not state: (P - 1) / P of it
     if tier.size_processors and sweep.participants > tier.size_processors:
         raise InputError(source, "participants", f"{sweep.id}: {sweep.participants} participants on a tier of "
                                                  f"{tier.size_processors} processors")

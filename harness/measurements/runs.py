@@ -39,6 +39,7 @@ layout, profile name) and nothing else.
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any, Callable
 
 from pydantic import BaseModel, ValidationError
@@ -129,6 +130,9 @@ RECIPES = {
 #: operations per element of Q and K, which a memory-bound kernel hides under a roofline profile: the rotation
 #: reads and writes 4 bytes per element in bf16).
 FUSED_PARTIAL_ROPE = frozenset({"rope (50% of head dim)"})
+#: Row ``model.position_embedding`` of a latent-attention row: the rotary parts of its queries and shared key,
+#: ``qk_pos_emb_head_dim`` wide (``model.mla.qk_rope_head_dim``), which the latent-attention core rotates.
+MLA_ROPE = re.compile(r"rope \(MLA decoupled rope dim (\d+)\)")
 
 
 def recipe_file(run: MeasuredRun) -> str | None:
@@ -240,6 +244,13 @@ def _position(draft: Draft, row_field: str, value: str) -> None:
     """:data:`POSITIONS`; a partial rotary embedding (:data:`FUSED_PARTIAL_ROPE`) is ``rope`` when the recipe runs
     TE's fused kernel (whole Q and K read and written), else refused naming the field."""
     recipe = RECIPES.get(recipe_file(draft.run) or "")
+    decoupled = MLA_ROPE.fullmatch(value)
+    if decoupled:  # latent attention's rotary parts: the model.mla core prices them (its attn.rope)
+        mla = draft.run.model.mla
+        if mla is None or int(decoupled.group(1)) != mla.qk_pos_emb_head_dim:
+            draft.refuse(row_field, f"{value!r} without model.mla of that qk_pos_emb_head_dim")
+            return
+        value = "rope"
     if value in FUSED_PARTIAL_ROPE and recipe is not None and recipe.fused_rope:
         value = "rope"
     elif value in FUSED_PARTIAL_ROPE:
@@ -346,6 +357,30 @@ def _expert_tensor_parallel(draft: Draft, row_field: str, value: int | None) -> 
     feature("execution.expert_tensor_parallel", None)(draft, row_field, value)
 
 
+def _mla(draft: Draft, row_field: str, value: Any) -> None:
+    """The row's latent attention (Megatron-Core's names: ``qk_head_dim`` the part without position encoding,
+    ``qk_pos_emb_head_dim`` the rotary part) as ``model.mla``; ``model.head_size`` becomes its query/key head
+    width, their sum (the row's ``head_dim`` is Megatron-Core's ``kv_channels``, the no-position part or the
+    sum; any other value is refused naming it)."""
+    if value is None:
+        return
+    if not case_has_field("model.mla"):
+        draft.refuse(row_field, "set needs case field model.mla, which the harness does not have yet")
+        return
+    width = value.qk_head_dim + value.qk_pos_emb_head_dim
+    if draft.run.model.head_dim not in (value.qk_head_dim, width):
+        draft.refuse("model.head_dim", f"{draft.run.model.head_dim} is neither mla.qk_head_dim {value.qk_head_dim} "
+                                       f"nor the query/key head width {width}")
+        return
+    mla = {"kv_lora_rank": value.kv_lora_rank, "qk_nope_head_dim": value.qk_head_dim,
+           "qk_rope_head_dim": value.qk_pos_emb_head_dim, "v_head_dim": value.v_head_dim}
+    if value.q_lora_rank:  # null or 0: no query compression
+        mla["q_lora_rank"] = value.q_lora_rank
+    draft.set("model.mla", mla, row_field)
+    draft.set("model.head_size", width, row_field)
+    draft.features.add("model.mla")
+
+
 def _model_system(draft: Draft, row_field: str, value: Any) -> None:
     """``system.gpu`` picks the profile (``--system auto``) and ``gpus_per_nvlink_domain`` places the groups
     (:func:`network_tiers`); ``num_gpus`` is checked against the layout by the schema."""
@@ -375,7 +410,7 @@ ROW_FIELDS: dict[str, Rule] = {
     "model.tied_embeddings": _tied_embeddings,
     "model.position_embedding": _position,
     "model.moe": _moe,
-    "model.mla": feature("model.mla", None),
+    "model.mla": _mla,
     "model.mtp_layers": _mtp_layers,
     "model.truncated_from": display,
     "parallel.tp": to("execution.tensor_parallel"),

@@ -12,7 +12,9 @@ Per row (:func:`estimate_runs`), in file order, ``{"id", "status", "reason", "to
 
 The profile: ``--system NAME`` prices every row on NAME; ``--system auto`` prices each row on the profile
 named as its ``system.gpu`` (``h100_sxm_80g``, ``b200``; ``gb200`` -> ``gb200_nvl72``,
-:data:`AUTO_PROFILES`); a GPU without one is ``unsupported``
+:data:`AUTO_PROFILES`), ``--system auto-measured`` on its GPU's fitted revision (``h100_measured``,
+``b200_measured``, ``gb200_measured``: :data:`MEASURED_PROFILES`; figures of the rows they were fitted on are
+in sample); a GPU without one is ``unsupported``
 with field ``system.gpu``. A row whose NVLink domain is larger than the profile's tier 0 is
 ``unsupported`` (field ``system.gpus_per_nvlink_domain``): the placement would not be the run's.
 An evidence profile that cannot price a row's datatype is ``unsupported`` (the profile's error).
@@ -40,6 +42,11 @@ AUTO = "auto"
 #: ``--system auto``: the profile of a row's ``system.gpu`` where its name is not the GPU's (a rack profile is
 #: named after its NVLink domain); any other GPU's profile is named as the GPU.
 AUTO_PROFILES = {"gb200": "gb200_nvl72", "gb300": "gb300_nvl72"}
+AUTO_MEASURED = "auto-measured"
+#: ``--system auto-measured``: the fitted revision of a row's ``system.gpu`` (docs/modern-evidence.md) where its
+#: name is not ``<gpu>_measured``.
+MEASURED_PROFILES = {"h100_sxm_80g": "h100_measured"}
+AUTOMATIC = (AUTO, AUTO_MEASURED)
 DEFAULT_VIEW = "system_evidence"
 STATUSES = ("ok", "infeasible", "unsupported", "invalid")
 
@@ -77,7 +84,9 @@ def _profile(name: str, cache: dict[str, EvidenceProfile | str]) -> EvidenceProf
 
 def estimate_run(run: MeasuredRun, system: str, source: str, profiles: dict, views=DEFAULT_VIEWS) -> RowResult:
     """One row's outcome on the profile ``system`` (a name, or :data:`AUTO`)."""
-    name = AUTO_PROFILES.get(run.system.gpu, run.system.gpu) if system == AUTO else system
+    gpu = run.system.gpu
+    name = {AUTO: AUTO_PROFILES.get(gpu, gpu),
+            AUTO_MEASURED: MEASURED_PROFILES.get(gpu, f"{gpu}_measured")}.get(system, system)
     case = run_case(run, name, source)
     if case.invalid is not None:
         return RowResult(run, "invalid", case.reason, {})

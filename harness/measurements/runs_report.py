@@ -226,6 +226,11 @@ def write_modern_plots(report: dict[str, Any], directory: Path) -> list[Path]:
                 ax.set_yscale("log")
                 e = 100 * (predicted - measured) / measured
                 title += f"\nn={len(e)}, MAPE {np.mean(np.abs(e)):.1f} %, bias {np.mean(e):+.1f} %"
+            else:
+                ax.text(0.5, 0.5, "no record can be predicted\n(not enough data: see the report)",
+                        ha="center", va="center", fontsize=8, transform=ax.transAxes)
+                ax.set_xticks([])
+                ax.set_yticks([])
             ax.set_title(f"{r['profile']['name']}: {title}", fontsize=8)
             ax.set_xlabel("measured s per iteration", fontsize=7)
             ax.set_ylabel("predicted s", fontsize=7)

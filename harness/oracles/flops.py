@@ -33,7 +33,7 @@ import importlib
 import json
 import platform
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
@@ -55,7 +55,16 @@ LAYERS: dict[str, tuple[str, str, str | None]] = {
     "qwen3": ("transformers.models.qwen3.modeling_qwen3", "Qwen3DecoderLayer", "Qwen3RotaryEmbedding"),
     "gpt_neox": ("transformers.models.gpt_neox.modeling_gpt_neox", "GPTNeoXLayer", "GPTNeoXRotaryEmbedding"),
     "gpt2": ("transformers.models.gpt2.modeling_gpt2", "GPT2Block", None),
+    "mixtral": ("transformers.models.mixtral.modeling_mixtral", "MixtralDecoderLayer", "MixtralRotaryEmbedding"),
+    "qwen2_moe": ("transformers.models.qwen2_moe.modeling_qwen2_moe", "Qwen2MoeDecoderLayer",
+                  "Qwen2MoeRotaryEmbedding"),
+    "qwen3_moe": ("transformers.models.qwen3_moe.modeling_qwen3_moe", "Qwen3MoeDecoderLayer",
+                  "Qwen3MoeRotaryEmbedding"),
+    "deepseek_v3": ("transformers.models.deepseek_v3.modeling_deepseek_v3", "DeepseekV3DecoderLayer",
+                    "DeepseekV3RotaryEmbedding"),
 }
+#: How a mixture-of-experts layer's tokens reach its experts in a count (the only routing it records).
+BALANCED_ROUTING = "balanced_by_construction"
 
 
 class FlopProvenance(Frozen):
@@ -68,6 +77,13 @@ class FlopProvenance(Frozen):
     device: Literal["meta"] = Field(description="Tensors carry shapes only.")
     attention_implementation: Literal["eager"] = Field(description="transformers attention implementation.")
     layer_class: str = Field(description="The transformers decoder layer class counted.")
+    routing: Literal["balanced_by_construction"] | None = Field(None, description=(
+        "A mixture-of-experts layer's routing: its block replaced by the construction of "
+        ":func:`balanced_experts` (the router a linear on every token, each expert a SwiGLU MLP on tokens x top_k "
+        "/ experts tokens, the shared experts on every token). Absent: a dense layer, counted as transformers "
+        "runs it."))
+
+    ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"routing"})  # dense records keep their bytes
 
 
 class FlopRecord(Frozen):
@@ -109,9 +125,56 @@ def _read_config(path: Path) -> tuple[dict, str]:
     return config, hashlib.sha256(data).hexdigest()
 
 
-def count_layer(config: dict, microbatch: int, sequence_length: int) -> tuple[dict[str, int], dict[str, int], str]:
-    """``(forward, backward, layer class)``: the FLOPs per ATen operation of one decoder layer built from
-    ``config`` (a config.json mapping) on the meta device, called on ``microbatch x sequence_length`` tokens."""
+def balanced_experts(block, top_k: int, source: str):
+    """A forward for a transformers mixture-of-experts block (``block.gate``, ``block.experts`` with its 3-D
+    ``gate_up_proj`` [experts, 2 F, hidden] and ``down_proj`` [experts, hidden, F]; optionally DeepSeek's
+    ``shared_experts`` or Qwen2-MoE's ``shared_expert`` and ``shared_expert_gate``) that routes by construction.
+
+    transformers' own forward routes data-dependently (one-hot masks, ``nonzero``, ``where``), which a meta
+    tensor cannot answer. This one computes what a balanced routing computes: the router, a linear layer on
+    every token; each token repeated ``top_k`` times and the copies dealt out in equal slices of ``tokens x top_k
+    / experts`` rows, one per expert, through that expert's SwiGLU MLP with its own weights; the outputs weighted
+    by the router's probabilities and summed per token; the shared experts (and Qwen2-MoE's sigmoid gate, a
+    hidden -> 1 linear) on every token. Its matrix work is the balanced layer's, whatever the routing rule
+    (softmax, sigmoid with groups), which is not matrix work."""
+    import torch
+    import torch.nn.functional as functional
+
+    experts = block.experts
+    count = experts.gate_up_proj.shape[0]
+
+    def forward(hidden_states):
+        shape = hidden_states.shape
+        states = hidden_states.reshape(-1, shape[-1])
+        tokens = states.shape[0]
+        if tokens * top_k % count:
+            raise InputError(source, "num_experts_per_tok", f"{tokens} tokens x top_k {top_k} do not split evenly "
+                                                            f"over {count} experts (balanced routing)")
+        rows = tokens * top_k // count
+        logits = functional.linear(states, block.gate.weight)
+        dealt = states.repeat(top_k, 1)
+        outputs = []
+        for expert in range(count):
+            gate, up = functional.linear(dealt[expert * rows:(expert + 1) * rows],
+                                         experts.gate_up_proj[expert]).chunk(2, dim=-1)
+            outputs.append(functional.linear(experts.act_fn(gate) * up, experts.down_proj[expert]))
+        weights = logits.softmax(dim=-1)[:, :top_k].transpose(0, 1).unsqueeze(-1)
+        combined = (torch.cat(outputs).view(top_k, tokens, shape[-1]) * weights).sum(dim=0)
+        if getattr(block, "shared_experts", None) is not None:
+            combined = combined + block.shared_experts(states)
+        if getattr(block, "shared_expert", None) is not None:
+            combined = combined + torch.sigmoid(block.shared_expert_gate(states)) * block.shared_expert(states)
+        return combined.reshape(shape)
+
+    return forward
+
+
+def count_layer(config: dict, microbatch: int, sequence_length: int,
+                source: str = "<config>") -> tuple[dict[str, int], dict[str, int], str, str | None]:
+    """``(forward, backward, layer class, routing)``: the FLOPs per ATen operation of one decoder layer built from
+    ``config`` (a config.json mapping) on the meta device, called on ``microbatch x sequence_length`` tokens; a
+    mixture-of-experts layer routed by construction (:func:`balanced_experts`, routing
+    :data:`BALANCED_ROUTING`), a dense one as transformers runs it (routing None)."""
     import torch  # the optional extra: only here
     import transformers
     from torch.utils.flop_counter import FlopCounterMode
@@ -126,6 +189,10 @@ def count_layer(config: dict, microbatch: int, sequence_length: int) -> tuple[di
         layer = getattr(module, layer_name)(hf_config, layer_idx=0)
         rotary = getattr(module, rotary_name)(hf_config) if rotary_name else None
     layer.train()
+    routing = None
+    if getattr(layer.mlp, "experts", None) is not None:
+        layer.mlp.forward = balanced_experts(layer.mlp, hf_config.num_experts_per_tok, source)
+        routing = BALANCED_ROUTING
     states = torch.empty(microbatch, sequence_length, hidden, device="meta", requires_grad=True)
     keywords: dict = {"attention_mask": None}
     if rotary is not None:
@@ -143,13 +210,13 @@ def count_layer(config: dict, microbatch: int, sequence_length: int) -> tuple[di
         return {str(op): int(flops) for op, flops in sorted(counter.get_flop_counts().get("Global", {}).items(),
                                                             key=lambda item: str(item[0]))}
 
-    return counts(forward_counter), counts(backward_counter), f"{module_name}.{layer_name}"
+    return counts(forward_counter), counts(backward_counter), f"{module_name}.{layer_name}", routing
 
 
 def record_flops(config_path: Path, microbatch: int, sequence_length: int, record_id: str) -> FlopRecord:
     """Count one layer of ``config_path`` and return its record (refusing any operation outside the split)."""
     config, digest = _read_config(config_path)
-    forward, backward, layer_class = count_layer(config, microbatch, sequence_length)
+    forward, backward, layer_class, routing = count_layer(config, microbatch, sequence_length, str(config_path))
     known = set(LINEAR_OPS) | set(ATTENTION_OPS)
     other = sorted((set(forward) | set(backward)) - known)
     if other:
@@ -167,7 +234,8 @@ def record_flops(config_path: Path, microbatch: int, sequence_length: int, recor
         "linear_flops": total(LINEAR_OPS), "attention_flops": total(ATTENTION_OPS),
         "provenance": {"counter": "torch.utils.flop_counter.FlopCounterMode", "torch": torch.__version__,
                        "transformers": transformers.__version__, "python": platform.python_version(),
-                       "device": "meta", "attention_implementation": "eager", "layer_class": layer_class}})
+                       "device": "meta", "attention_implementation": "eager", "layer_class": layer_class,
+                       "routing": routing}})
 
 
 def record_text(record: FlopRecord) -> str:

@@ -310,6 +310,10 @@ class TransformerConcretize(ModulePass[PortablePlanIR, ConcretePlanIR], _TierOpt
             for i, message in enumerate(plan.data_parallel.messages):
                 dp.add(f"data_parallel/{message.collective}", queue_of_group(plan.data_parallel.spans), "collective",
                        "data_parallel", "weight_grad", "data_parallel", message=message)
+            expert = plan.data_parallel.expert  # a MoE block's expert weights, over expert-DP
+            for message in expert.messages if expert is not None else ():
+                dp.add(f"data_parallel/expert_{message.collective}", queue_of_group(expert.spans), "collective",
+                       "data_parallel", "weight_grad", "data_parallel", message=message)
             programs.append(Program.trusted(kind="data_parallel", block="any", commands=tuple(dp.commands)))
         o = options.offload
         if o.weights or o.activations or o.optimizer:

@@ -43,12 +43,20 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
 from harness.errors import PassError
 from harness.ir.distributed import (
     BatchMatmulShape,
+    ExpertAllToAllShape,
+    ExpertGatherShape,
+    ExpertTensorCollectiveShape,
+    GroupedLinearShape,
+    RouterShape,
+    TokenPermuteShape,
+    TopKShape,
     CollectiveOp,
     FlashAttentionShape,
     CollectiveShape,
@@ -62,6 +70,7 @@ from harness.ir.distributed import (
     RingExchangeShape,
     Task,
 )
+from harness.ir.experts import tokens_per_expert
 from harness.ir.model import ExecutionLayout, ModelIR, TransformerShape, key_value_heads
 
 RECOMPUTE = "recompute/"
@@ -223,6 +232,9 @@ class CorePattern(Pattern):
     #: The core emits its own ``f`` collective (on what it sends into the TP region, e.g. latent attention's
     #: compressed Q and K/V); the sub-block then emits none before it.
     enters_region_itself: ClassVar[bool] = False
+    #: The core emits its own ``g`` collective (or none: a MoE block's tokens stay sequence-sharded, its dispatcher
+    #: does the communication); the sub-block then emits none after it.
+    leaves_region_itself: ClassVar[bool] = False
 
     @abstractmethod
     def redo_input(self, b: Block) -> bool:
@@ -295,14 +307,14 @@ class ResidualSubBlock:
         fork = out.add(f"{p}.fork", ForkShape.trusted(elements=act, users=2), (prev,) if prev else (),
                        recompute=full)
         prev = out.add(f"{p}.layer_norm", self.norm.shape(b), (fork,), recompute=full, **REUSED)
-        if b.overlap:
+        if b.overlap and not self.core.leaves_region_itself:
             prev = self.core.emit_overlapped(b, out, prev)
         else:
             f = None if self.core.enters_region_itself else b.collective("f")
             if f:
                 prev = out.add(f"{p}.tp_f", f, (prev,), recommunicate=self.core.redo_input(b))
             prev = self.core.emit(b, out, prev)
-            g = b.collective("g")
+            g = None if self.core.leaves_region_itself else b.collective("g")
             if g:
                 prev = out.add(f"{p}.tp_g", g, (prev,), recommunicate=full, activation_stored=False)
         prev = out.add(f"{p}.dropout", PointwiseShape.trusted(kind="dropout", elements=act), (prev,), recompute=full)
@@ -581,7 +593,7 @@ class TwoLayerMLP(CorePattern):
     prefix = "mlp"
 
     def matches(self, shape: TransformerShape, execution: ExecutionLayout) -> bool:
-        return shape.mlp in (None, "gelu", "squared_relu")
+        return shape.mlp in (None, "gelu", "squared_relu") and shape.moe is None
 
     def redo_input(self, b: Block) -> bool:
         return b.full or b.execution.seq_par_ag_redo
@@ -621,15 +633,173 @@ class GatedMLP(TwoLayerMLP):
     name = "gated_mlp"
 
     def matches(self, shape: TransformerShape, execution: ExecutionLayout) -> bool:
-        return shape.mlp in ("swiglu", "geglu")
+        return shape.mlp in ("swiglu", "geglu") and shape.moe is None
 
     def width(self, b: Block) -> int:
         return 2 * b.shape.feedforward
 
 
+class MixtureOfExpertsMLP(CorePattern):
+    """A MoE block's MLP (``model.moe``; Megatron-Core's ``MoELayer`` with parallel folding), on this rank's
+    ``T`` tokens (microbatch x sequence / CP, / TP under sequence parallelism: the tokens stay sequence-sharded,
+    so the sub-block has no ``f`` / ``g`` collective):
+
+    - ``mlp.moe_fork`` (to the router, the dispatch and the shared experts), ``mlp.router`` (the hidden x experts
+      GEMM on every token), ``mlp.top_k`` (score function and top-k);
+    - ``mlp.permute`` (each token copied to its top_k expert slots), then the dispatch: ``mlp.dispatch`` (an
+      all-to-all over the EP group of the T x top_k x hidden buffer) and, with ETP > 1, ``mlp.expert_gather``
+      (all-gather over ETP), or with ``moe_dispatcher: allgather`` one ``mlp.dispatch_gather`` (every token over
+      the EP x ETP group);
+    - the local experts (experts / EP) as grouped GEMMs ``mlp.experts_fc1``, the activation, ``mlp.experts_fc2``,
+      each expert on the busiest expert's tokens (:func:`harness.ir.experts.tokens_per_expert` of the T x EP x
+      ETP tokens its EP x ETP group routes, x ``load_imbalance`` capped by ``capacity_factor``), width / ETP;
+    - the way back (``mlp.expert_scatter`` reduce-scatter over ETP, ``mlp.combine`` all-to-all, or the all-gather
+      dispatcher's ``mlp.combine_scatter``) and ``mlp.unpermute`` (weighted sum of each token's copies);
+    - shared experts (``shared_experts > 0``) on every token, one MLP of the shared width split over TP with
+      their own all-gather / reduce-scatter under sequence parallelism (Megatron-Core's ``SharedExpertMLP``),
+      added to the routed output (``mlp.shared_add``).
+
+    Recomputed (and its collectives re-sent) only under full recomputation. Every block of the model is a MoE
+    block here: a model with dense blocks too (``dense_layers``, ``layer_frequency``) is refused by
+    :meth:`unpriceable` until the schedule prices stages of different blocks."""
+
+    name = "mixture_of_experts"
+    slot = "mlp"
+    prefix = "mlp"
+    enters_region_itself = True
+    leaves_region_itself = True
+
+    def matches(self, shape: TransformerShape, execution: ExecutionLayout) -> bool:
+        return shape.moe is not None
+
+    def unpriceable(self, shape: TransformerShape, execution: ExecutionLayout) -> list[tuple[str, str]]:
+        moe = shape.moe
+        assert moe is not None
+        problems: list[tuple[str, str]] = []
+        if moe.dense_blocks or moe.frequency != 1:
+            problems.append(("model.moe.dense_layers", "dense blocks among MoE blocks (dense_layers, "
+                                                       "layer_frequency) are not priced yet: every block is MoE"))
+        if execution.tensor_parallel > 1 and not execution.sequence_parallel:
+            problems.append(("execution.tp_communication", "a MoE block with TP > 1 without sequence parallelism "
+                                                           "(rs_ag) is not modelled yet"))
+        if not execution.training:
+            problems.append(("execution.training", "MoE inference is not modelled yet"))
+        if (execution.tensor_parallel * execution.context_degree * execution.data_parallel
+                > execution.expert_degree * execution.expert_tensor_degree) and \
+                execution.data_parallel * execution.context_degree == 1:
+            problems.append(("execution.expert_parallel", "expert data parallelism without data parallelism (TP > "
+                                                          "EP x ETP, DP x CP = 1) is not modelled yet"))
+        return problems
+
+    def redo_input(self, b: Block) -> bool:
+        return b.full
+
+    def emit(self, b: Block, out: BlockBuilder, prev: str) -> str:
+        s, e, full = b.shape, b.execution, b.full
+        moe = s.moe
+        assert moe is not None
+        ep, etp, h = e.expert_degree, e.expert_tensor_degree, s.hidden
+        tokens = b.outside_act // h  # this rank's tokens (sequence-sharded under rs_ag)
+        copies = tokens * moe.top_k
+        shared = moe.shared_width > 0
+        fork = out.add("mlp.moe_fork", ForkShape.trusted(elements=b.outside_act, users=3 if shared else 2), (prev,),
+                       recompute=full, activation_stored=not full)
+        router = out.add("mlp.router", RouterShape.trusted(m=tokens, n=h, k=moe.experts), (fork,), recompute=full,
+                         **REUSED)
+        top = out.add("mlp.top_k", TopKShape.trusted(tokens=tokens, experts=moe.experts, top_k=moe.top_k,
+                                                    score=moe.router or "softmax"), (router,), recompute=full)
+        prev = out.add("mlp.permute", TokenPermuteShape.trusted(kind="permute", tokens=tokens, copies=moe.top_k,
+                                                                hidden=h), (fork, top), recompute=full, **REUSED)
+        gathered = copies * etp  # token copies at this rank's experts (the mean), after the ETP all-gather
+        if e.moe_dispatcher == "allgather":
+            if ep * etp > 1:
+                prev = out.add("mlp.dispatch_gather", self._collective(
+                    ExpertGatherShape, tokens * h * ep * etp, ep * etp, "all_gather", "reduce_scatter"), (prev,),
+                    recommunicate=full)
+        else:
+            if ep > 1:
+                prev = out.add("mlp.dispatch", self._collective(ExpertAllToAllShape, copies * h, ep, "all_to_all",
+                                                                "all_to_all"), (prev,), recommunicate=full)
+            if etp > 1:
+                prev = out.add("mlp.expert_gather", self._collective(
+                    ExpertTensorCollectiveShape, gathered * h, etp, "all_gather", "reduce_scatter"), (prev,),
+                    recommunicate=full)
+        prev = self._experts(b, out, prev, tokens * ep * etp)
+        if e.moe_dispatcher == "allgather":
+            if ep * etp > 1:
+                prev = out.add("mlp.combine_scatter", self._collective(
+                    ExpertGatherShape, tokens * h * ep * etp, ep * etp, "reduce_scatter", "all_gather"), (prev,),
+                    recommunicate=full, activation_stored=False)
+        else:
+            if etp > 1:
+                prev = out.add("mlp.expert_scatter", self._collective(
+                    ExpertTensorCollectiveShape, gathered * h, etp, "reduce_scatter", "all_gather"), (prev,),
+                    recommunicate=full, activation_stored=False)
+            if ep > 1:
+                prev = out.add("mlp.combine", self._collective(ExpertAllToAllShape, copies * h, ep, "all_to_all",
+                                                               "all_to_all"), (prev,), recommunicate=full,
+                               activation_stored=False)
+        routed = out.add("mlp.unpermute", TokenPermuteShape.trusted(kind="unpermute", tokens=tokens,
+                                                                    copies=moe.top_k, hidden=h), (prev, top),
+                         recompute=full)
+        if not shared:
+            return routed
+        return out.add("mlp.shared_add", ResidualShape.trusted(elements_a=b.outside_act, elements_b=b.outside_act),
+                       (routed, self._shared(b, out, fork)), recompute=full, **REUSED)
+
+    @staticmethod
+    def _collective(cls: type, elements: int, participants: int, forward: CollectiveOp, backward: CollectiveOp):
+        return cls.trusted(elements=elements, participants=participants, base_forward=forward,
+                           base_backward=backward, edge_forward=forward, edge_backward=backward)
+
+    @staticmethod
+    def _experts(b: Block, out: BlockBuilder, prev: str, routed_tokens: int) -> str:
+        """The local experts' grouped GEMMs on the busiest expert's tokens, width / ETP."""
+        s, e, full = b.shape, b.execution, b.full
+        moe = s.moe
+        assert moe is not None
+        etp, local = e.expert_tensor_degree, moe.experts // e.expert_degree
+        busiest = tokens_per_expert(routed_tokens, moe.top_k, moe.experts, moe.imbalance)
+        m = max(1, math.ceil(busiest))  # whole tokens: the busiest expert's, rounded up
+        kind = s.mlp or "gelu"
+        width = moe.expert_ffn // etp
+        fc1_width = 2 * width if kind in ("swiglu", "geglu") else width
+        prev = out.add("mlp.experts_fc1", GroupedLinearShape.trusted(groups=local, m=m, n=s.hidden, k=fc1_width),
+                       (prev,), recompute=full)
+        act = PointwiseShape.trusted(kind=kind, elements=local * m * width, fused=e.fused_activation)
+        prev = out.add(f"mlp.experts_{kind}", act, (prev,), recompute=full)
+        return out.add("mlp.experts_fc2", GroupedLinearShape.trusted(groups=local, m=m, n=width, k=s.hidden), (prev,),
+                       recompute=full)
+
+    @staticmethod
+    def _shared(b: Block, out: BlockBuilder, fork: str) -> str:
+        """The shared experts: one dense MLP of the shared width over TP (its own f / g under sequence
+        parallelism)."""
+        s, e, full = b.shape, b.execution, b.full
+        moe = s.moe
+        assert moe is not None
+        tp, kind = e.tensor_parallel, s.mlp or "gelu"
+        width = moe.shared_width // tp
+        fc1_width = 2 * width if kind in ("swiglu", "geglu") else width
+        prev = fork
+        f = b.collective("f")
+        if f:
+            prev = out.add("mlp.shared_tp_f", f, (prev,), recommunicate=full)
+        prev = out.add("mlp.shared_fc1", LinearShape.trusted(m=b.tokens, n=s.hidden, k=fc1_width), (prev,),
+                       recompute=full, activation_stored=not full)
+        act = PointwiseShape.trusted(kind=kind, elements=b.tokens * width, fused=e.fused_activation)
+        prev = out.add(f"mlp.shared_{kind}", act, (prev,), recompute=full)
+        prev = out.add("mlp.shared_fc2", LinearShape.trusted(m=b.tokens, n=width, k=s.hidden), (prev,),
+                       recompute=full)
+        g = b.collective("g")
+        if g:
+            prev = out.add("mlp.shared_tp_g", g, (prev,), recommunicate=full, activation_stored=False)
+        return prev
+
+
 #: Core patterns per block slot (the pass's ``block`` option names the slots, in block order).
 CORES: dict[str, tuple[CorePattern, ...]] = {"attention": (SelfAttention(), LatentAttentionCore()),
-                                             "mlp": (TwoLayerMLP(), GatedMLP())}
+                                             "mlp": (TwoLayerMLP(), GatedMLP(), MixtureOfExpertsMLP())}
 
 
 def unpriceable(shape: TransformerShape, execution: ExecutionLayout,

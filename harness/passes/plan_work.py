@@ -9,7 +9,11 @@ Derives exact workload facts per task from the rules in
   the TP collectives are split (rs_ag, p2p_rs_ag); training sends it back in
   the backward pass;
 - the data-parallel message of a block is its weight bytes: one all-reduce, or
-  a reduce-scatter plus an all-gather with optimizer sharding;
+  a reduce-scatter plus an all-gather with optimizer sharding; a MoE block's
+  expert weights (grouped GEMMs) are reduced (and, with optimizer sharding,
+  their optimizer state sharded) over the expert-data-parallel group instead
+  (TP x CP x DP / (EP x ETP) ranks: ``DataParallelTraffic.expert``), the dense
+  ones over data (x context);
 - the output tasks (a model that states its vocabulary) get their facts by
   :func:`harness.passes.output_layer.plan_tasks`, and the vocabulary matrices
   (a model that states ``tied_embeddings``) theirs by
@@ -26,12 +30,20 @@ import dataclasses
 from harness import calculon_compat as compat
 from harness.ir import mesh
 from harness.ir.checks import blocks_per_stage
-from harness.ir.distributed import CollectiveOp, CollectiveShape, DistributedTaskIR, OverlappedLinearShape, Task
+from harness.ir.distributed import (
+    CollectiveOp,
+    CollectiveShape,
+    DistributedTaskIR,
+    OverlappedLinearShape,
+    Task,
+    expert_weights,
+)
 from harness.ir.model import ExecutionLayout
 from harness.ir.portable import (
     NO_CAPACITY,
     NO_WORK,
     DataParallelTraffic,
+    ExpertGradientTraffic,
     Message,
     NetworkUse,
     PipelineTraffic,
@@ -86,6 +98,16 @@ def clear_memos() -> None:
 gradient_group = mesh.gradient_group
 
 
+#: The ranks an expert-data-parallel group spans (Megatron-Core's folded expert layout: ETP x EP x expert-DP over
+#: the same TP x CP x DP ranks): its messages cross the slowest link of these dimensions.
+EXPERT_GRADIENT_SPANS: mesh.Group = mesh.group("tensor", "data", "context")
+
+
+def expert_data_parallel(e: ExecutionLayout) -> int:
+    """The expert-data-parallel degree: TP x CP x DP / (EP x ETP) (harness.ir.experts: a whole number)."""
+    return e.tensor_parallel * e.context_degree * e.data_parallel // (e.expert_degree * e.expert_tensor_degree)
+
+
 def _ring_messages(s, b: int, tier: int, backward: bool) -> TaskMessages:
     """A ring exchange's messages: one p2p step of the K/V chunk forward, K/V and their gradients backward
     (twice the bytes), each sent ``steps`` times (``TaskMessages.ring_steps``)."""
@@ -112,7 +134,9 @@ class TransformerPlanWork(ModulePass[DistributedTaskIR, PortablePlanIR]):
         e = ir.execution
         b = e.bytes_per_element
         shards = mesh.group_size(e, gradient_group(e)) if e.optimizer_sharding else 1
-        tasks = tuple(self._plan_task(t, b, shards, e, e.training) for t in ir.tasks)
+        expert_shards = expert_data_parallel(e) if e.optimizer_sharding else 1  # the distributed optimizer's
+        tasks = tuple(self._plan_task(t, b, expert_shards if expert_weights(t.shape.kind) else shards, e, e.training)
+                      for t in ir.tasks)
         return PortablePlanIR.trusted(
             datatype=e.datatype,
             bytes_per_element=b,
@@ -224,13 +248,21 @@ class TransformerPlanWork(ModulePass[DistributedTaskIR, PortablePlanIR]):
         participants = mesh.group_size(e, spans)
         if participants == 1 or not e.training:
             return None
-        gradient = sum(t.capacity.weight_bytes for t in tasks)
+        gradient = sum(t.capacity.weight_bytes for t in tasks if not expert_weights(t.primitive))
+        experts = sum(t.capacity.weight_bytes for t in tasks if expert_weights(t.primitive))
         ops = ("reduce_scatter", "all_gather") if e.optimizer_sharding else ("all_reduce",)
+        expert = None
+        if experts and expert_data_parallel(e) > 1:  # the expert weights' gradients, over expert-DP
+            tier = mesh.group_tier(e, EXPERT_GRADIENT_SPANS)
+            expert = ExpertGradientTraffic.trusted(
+                gradient_bytes=experts, group=EXPERT_GRADIENT_SPANS,
+                messages=tuple(Message.trusted(collective=op, message_bytes=experts,
+                                               participants=expert_data_parallel(e), network_tier=tier) for op in ops))
         return DataParallelTraffic.trusted(
             gradient_bytes=gradient,
             messages=tuple(Message.trusted(collective=op, message_bytes=gradient, participants=participants,
                                            network_tier=mesh.group_tier(e, spans)) for op in ops),
-            group=None if spans == mesh.DATA else spans,
+            group=None if spans == mesh.DATA else spans, expert=expert,
         )
 
     @staticmethod

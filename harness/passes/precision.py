@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from harness.ir.distributed import LinearShape, QuantizeShape, Task
+from harness.ir.distributed import GroupedLinearShape, LinearShape, QuantizeShape, Task
 from harness.ir.portable import Work
 
 QUANTIZE_OPERATIONS = 2  # |x| into the running amax, x times the scale (the cast is the store)
@@ -113,9 +113,10 @@ def with_precision(entries: list[tuple[Task, bool, bool]], precision: str | None
     out = []
     for task, recompute, recommunicate in entries:
         s = task.shape
-        if isinstance(s, LinearShape):
-            shape = QuantizeShape.trusted(input_elements=s.m * s.n, weight_elements=s.n * s.k,
-                                          grad_elements=s.m * s.k, recipe=precision)
+        if isinstance(s, (LinearShape, GroupedLinearShape)):
+            groups = s.groups if isinstance(s, GroupedLinearShape) else 1  # a grouped GEMM casts every expert's
+            shape = QuantizeShape.trusted(input_elements=groups * s.m * s.n, weight_elements=groups * s.n * s.k,
+                                          grad_elements=groups * s.m * s.k, recipe=precision)
             quantize = Task.trusted(name=f"{task.name}.quantize", phase="forward", clone_of=None,
                                     depends_on=task.depends_on, shape=shape,
                                     retention=task.retention.trusted_replace(activation_reused=False,

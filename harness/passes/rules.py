@@ -44,6 +44,23 @@ Rules, with ``b`` bytes per element:
   input, the reduce side a partial-output tile and its network buffer); the
   collective's local reduction is priced by the ConcretePlanIR's collective
   commands (:func:`reduction_operations`), not here.
+- router (a MoE block's router GEMM): the linear rule, never quantized.
+- top-k (router scores): per score, the score function's operations (softmax 5 / 8, sigmoid 4 / 3, forward
+  / gradient) plus ``top_k`` compares forward (k passes of a max over the experts); forward reads the scores
+  and writes the top_k probabilities and their int32 indices; the gradient reads the scores and the top_k
+  probability gradients and writes the score gradient; it keeps its scores.
+- permute: a copy of each token to its ``copies`` expert slots (no operations; reads tokens x hidden, writes
+  copies x that); its gradient sums the copies back (copies x tokens x hidden additions). It keeps nothing.
+  unpermute: the weighted sum of each token's copies (2 operations per copy element: multiply, add; reads the
+  copies and the probabilities, writes tokens x hidden); its gradient scatters dY weighted back to the copies
+  (the same operations) and the probability gradients (a dot product per copy: 2 per copy element); it keeps
+  its copies.
+- grouped linear (the local experts' grouped GEMM): ``groups`` times one expert's linear facts (quantized by
+  its recipe like a linear); each pass's ``gemm_operations`` is one expert's GEMM, at whose size the pricer
+  reads the operation-size efficiency (not at the total).
+- expert collectives (all-to-all, expert-tensor all-gather / reduce-scatter, the all-gather dispatcher's
+  collectives): their messages only, except the local reduction of a reduce-scatter (its buffer x (p-1)/p
+  additions, as a TP collective's); they keep nothing.
 - optimizer (Adam): 11 operations per weight-gradient element; touches the
   fp32 master copy (when the datatype is narrower) and two fp32 moments;
   sharded over DP with optimizer sharding. The state is counted once.
@@ -73,6 +90,10 @@ from harness.ir.distributed import (
     PointwiseShape,
     QuantizeShape,
     ResidualShape,
+    RouterShape,
+    TokenPermuteShape,
+    GroupedLinearShape,
+    TopKShape,
 )
 from harness.ir.portable import Capacity, Engine, Work
 
@@ -438,7 +459,8 @@ def matrix_operations(shape) -> tuple[str, float] | None:
     """
     if isinstance(shape, FlashAttentionShape):
         return "attention", 3 * sum(flash_products(shape))
-    family = {"linear": "linear", "overlapped_linear": "linear", "batch_matmul": "attention"}.get(shape.kind)
+    family = {"linear": "linear", "overlapped_linear": "linear", "router": "linear", "grouped_linear": "linear",
+              "batch_matmul": "attention"}.get(shape.kind)
     if family is None:
         return None
     facts = derive(shape, 2, 1)
@@ -456,6 +478,69 @@ def quantize(s: QuantizeShape, b: int, shards: int) -> PrimitiveFacts:
     forward, backward = precision.quantize_facts(s, b)
     return PrimitiveFacts(forward=forward, activation_grad=backward, weight_grad=_NONE, optimizer=_NONE,
                           capacity=_capacity(b, shards))
+
+
+#: Score function operations per score (forward, gradient) of a router's top-k.
+SCORE_OPERATIONS = {"softmax": POINTWISE_OPERATIONS["softmax"], "sigmoid": (4, 3)}
+#: Bytes of one expert index (int32) the top-k writes per selected expert.
+INDEX_BYTES = 4
+
+
+def router(s: RouterShape, b: int, shards: int) -> PrimitiveFacts:
+    """The router GEMM: the linear rule (never quantized)."""
+    return linear(LinearShape.trusted(m=s.m, n=s.n, k=s.k), b, shards)
+
+
+def top_k(s: TopKShape, b: int, shards: int) -> PrimitiveFacts:
+    scores, picked = s.tokens * s.experts, s.tokens * s.top_k
+    forward_ops, grad_ops = SCORE_OPERATIONS[s.score]
+    return PrimitiveFacts(
+        forward=_work(scores * (forward_ops + s.top_k), scores * b, picked * (b + INDEX_BYTES), "vector"),
+        activation_grad=_work(scores * grad_ops, (scores + picked) * b, scores * b, "vector"),
+        weight_grad=_NONE, optimizer=_NONE,
+        capacity=_capacity(b, shards, activation=scores * b, output=picked, activation_grad=picked * b))
+
+
+def token_permute(s: TokenPermuteShape, b: int, shards: int) -> PrimitiveFacts:
+    tokens, copies = s.tokens * s.hidden, s.tokens * s.copies * s.hidden
+    if s.kind == "permute":
+        return PrimitiveFacts(
+            forward=_work(0, tokens * b, copies * b, "vector"),
+            activation_grad=_work(copies, copies * b, tokens * b, "vector"),
+            weight_grad=_NONE, optimizer=_NONE,
+            capacity=_capacity(b, shards, output=copies, activation_grad=copies * b))
+    probabilities = s.tokens * s.copies
+    return PrimitiveFacts(
+        forward=_work(2 * copies, copies * b + probabilities * b, tokens * b, "vector"),
+        activation_grad=_work(4 * copies, (copies + tokens) * b + probabilities * b, copies * b + probabilities * b,
+                              "vector"),
+        weight_grad=_NONE, optimizer=_NONE,
+        capacity=_capacity(b, shards, activation=copies * b, output=tokens, activation_grad=tokens * b))
+
+
+def _scaled(work: Work, groups: int) -> Work:
+    return Work.trusted(operations=work.operations * groups, bytes_read=work.bytes_read * groups,
+                        bytes_written=work.bytes_written * groups, engine=work.engine, datatype=work.datatype,
+                        gemm_operations=work.operations if work.operations else None)
+
+
+def grouped_linear(s: GroupedLinearShape, b: int, shards: int) -> PrimitiveFacts:
+    one = linear(LinearShape.trusted(m=s.m, n=s.n, k=s.k, precision=s.precision), b, shards)
+    c, g = one.capacity, s.groups
+    return PrimitiveFacts(
+        forward=_scaled(one.forward, g), activation_grad=_scaled(one.activation_grad, g),
+        weight_grad=_scaled(one.weight_grad, g), optimizer=_scaled(one.optimizer, g).trusted_replace(
+            gemm_operations=None),
+        capacity=Capacity.trusted(**{f: getattr(c, f) * g for f in Capacity.model_fields}))
+
+
+def expert_collective(s, b: int, shards: int) -> PrimitiveFacts:
+    """An expert dispatcher collective: the local reduction of the pass that reduce-scatters, nothing else."""
+    def local(op) -> Work:
+        ops = reduction_operations(op, s.elements * b, b, s.participants) if op else 0.0
+        return _work(ops, s.elements * b, s.elements * b / s.participants, "vector") if ops else _NONE
+    return PrimitiveFacts(forward=local(s.base_forward), activation_grad=local(s.base_backward), weight_grad=_NONE,
+                          optimizer=_NONE, capacity=_capacity(b, shards))
 
 
 RULES = {
@@ -479,11 +564,20 @@ RULES = {
     "embedding": embedding,
     "context_exchange": context_exchange,
     "quantize": quantize,
+    "router": router,
+    "top_k": top_k,
+    "permute": token_permute,
+    "unpermute": token_permute,
+    "grouped_linear": grouped_linear,
+    "expert_all_to_all": expert_collective,
+    "expert_tp_collective": expert_collective,
+    "expert_gather": expert_collective,
 }
 
 
 #: Primitives with weights: the only ones whose facts depend on the optimizer shards.
-WEIGHTED = frozenset({"linear", "layer_norm", "rms_norm", "overlapped_linear", "embedding"})
+WEIGHTED = frozenset({"linear", "layer_norm", "rms_norm", "overlapped_linear", "embedding", "router",
+                      "grouped_linear"})
 
 _FACTS: dict[tuple, PrimitiveFacts] = {}
 FACTS_LIMIT = 8192

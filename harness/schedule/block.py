@@ -112,7 +112,7 @@ def block_times(plan: PortablePlanIR, costs: tuple[TaskCost, ...], pricer: Price
             activation_grad_s += ring_exposed_s(passes["activation_grad"].network_base_s,
                                                 sum(by_name[n]["activation_grad"].processing_s for n in hidden),
                                                 messages.ring_steps)
-    dp_s = sum(pricer.message_s(m) for m in plan.data_parallel.messages) if plan.data_parallel else 0.0
+    dp_s = sum(pricer.message_s(m) for m in plan.data_parallel.all_messages) if plan.data_parallel else 0.0
     return BlockTimes(forward_s, recompute_s, activation_grad_s, weight_grad_s, optimizer_s, tp_forward_base_s,
                       tp_forward_edge_s, tp_backward_base_s, tp_backward_edge_s, recomm_base_s, recomm_edge_s,
                       pricer.boundary_s(plan.pipeline.forward, plan), pricer.boundary_s(plan.pipeline.backward, plan),

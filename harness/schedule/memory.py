@@ -35,7 +35,7 @@ from typing import Iterable
 from harness import calculon_compat as compat
 from harness.evidence.profile import EvidenceProfile
 from harness.ir.portable import NO_CAPACITY, PortablePlanIR
-from harness.vocabulary import MEMORY_FIGURES
+from harness.vocabulary import MEMORY_FIGURES, PARALLEL_DIMENSIONS
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -151,8 +151,14 @@ def concrete_infeasibility(plan: PortablePlanIR, concrete, profile: EvidenceProf
 
 
 def network_infeasibility(plan: PortablePlanIR, profile: EvidenceProfile) -> str | None:
-    """Why the parallel groups do not fit the profile's network tiers, or None."""
-    return network_problem(((u.network_tier, u.group_size) for u in plan.network_use), profile)
+    """Why the parallel groups do not fit the profile's network tiers, or None. The folded dimensions (the expert
+    layout: harness.vocabulary.PARALLEL_DIMENSIONS kind ``folded``) re-partition the same processors, so they are
+    checked as a layout of their own, not multiplied with the others."""
+    folded = set(PARALLEL_DIMENSIONS.of_kind("folded"))
+    return (network_problem(((u.network_tier, u.group_size) for u in plan.network_use
+                             if u.dimension not in folded), profile)
+            or network_problem(((u.network_tier, u.group_size) for u in plan.network_use
+                                if u.dimension in folded), profile))
 
 
 def network_problem(groups: Iterable[tuple[int, int]], profile: EvidenceProfile) -> str | None:
