@@ -102,7 +102,6 @@ def test_a_ring_step_is_exposed_where_the_scores_do_not_hide_it():
 @pytest.mark.parametrize("changes, field", [
     (dict(context_parallel=3), "execution.context_parallel"),  # 32 positions are not 6 chunks
     (dict(network_tiers={"tensor": 0, "pipeline": 0, "data": 1}), "execution.network_tiers.context"),
-    (dict(cp_comm="a2a"), "execution.cp_comm"),
     (dict(tp_overlap="ring"), "execution.tp_overlap"),
     (dict(context_parallel=None, cp_comm="p2p"), "execution.cp_comm"),
 ])
@@ -191,3 +190,45 @@ def test_flash_with_cp_estimates_and_a_sliding_window_is_refused_by_name():
     e = ExecutionLayout(tensor_parallel=1, pipeline_parallel=1, data_parallel=1, global_batch=1, microbatch=1,
                         network_tiers=TIERS, context_parallel=2, attention_kernel="flash")
     assert layout_problems(s, e)[0][0] == "model.sliding_window"
+
+
+# --- Ulysses: cp_comm a2a (two all-to-alls on the context group per attention) ----------------------------
+
+def test_ulysses_sends_qkv_and_the_output_by_all_to_all_and_attends_over_the_whole_sequence_with_heads_over_cp():
+    """TP 2, CP 2: a rank holds 16 positions of 4 heads of 8 (Q, K, V 32 wide each); the all-to-all gives it all
+    32 positions of 2 heads. QKV: 16 x (32 + 32 + 32) = 1536 elements = 3072 B; the output 16 x 32 = 512 = 1024
+    B; both all_to_all forward and backward on the context tier, 2 participants."""
+    p = plan(cp_comm="a2a")
+    names = [t.name for t in p.tasks if t.phase == "forward"]
+    assert "attn.context_exchange" not in names
+    assert names.index("attn.context_qkv_a2a") < names.index("attn.qk_matmul") < names.index(
+        "attn.context_out_a2a") < names.index("attn.out_proj")
+    for name, size in (("attn.context_qkv_a2a", 3072), ("attn.context_out_a2a", 1024)):
+        m = task(p, name).messages
+        for message in (m.forward_base, m.forward_edge, m.backward_base, m.backward_edge):
+            assert (message.collective, message.message_bytes, message.participants, message.network_tier) == (
+                "all_to_all", size, 2, 0)
+        assert m.spans == ("context",)
+    qk = task(p, "attn.qk_matmul")  # 2 heads x all 32 queries x 32 keys x 8: the ring's 1/CP of the scores too
+    assert qk.forward.operations == 2 * 2 * 32 * 8 * 32 == task(plan(), "attn.qk_matmul").forward.operations
+    assert task(p, "attn.softmax").forward.operations == 5 * 2 * 32 * 32
+    flash = task(plan(cp_comm="a2a", attention_kernel="flash"), "attn.flash")
+    # the whole 32-token sequence, one tile: 2 heads, causal tiles 1 of 1 (no ring, no context_parallel field)
+    assert flash.forward.operations == 2 * (2 * 1 * 2 * 32 * 32 * 8)
+    # the exposed all-to-alls are in the estimate: the plan prices with them
+    profile = load_profile("a100_80g")
+    pricer = pricer_for(profile, COST_VIEWS["peak_only"], "float16")
+    net = profile.networks[0]
+    model = net.collectives.get("all_to_all") or net.collectives["all_gather"]  # the volume model's fallback
+    adjusted = 3072 * model.volume_multiplier
+    adjusted += adjusted / 2 * model.participant_offset
+    assert pricer.message_s(task(p, "attn.context_qkv_a2a").messages.forward_base) == pytest.approx(
+        net.latency_s + adjusted / net.bandwidth_bytes_per_s, rel=1e-12)
+
+
+def test_ulysses_needs_cp_to_divide_the_heads_of_a_rank():
+    execution = dict(tensor_parallel=2, pipeline_parallel=1, data_parallel=1, global_batch=2, microbatch=1,
+                     network_tiers=TIERS, context_parallel=8, cp_comm="a2a")
+    shape = TransformerShape(**{**SHAPE, "sequence_length": 64})
+    problems = layout_problems(shape, ExecutionLayout(**execution))  # 4 heads per TP rank, CP 8
+    assert [f for f, _ in problems] == ["execution.cp_comm"]

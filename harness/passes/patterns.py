@@ -50,6 +50,7 @@ from typing import Any, ClassVar
 from harness.errors import PassError
 from harness.ir.distributed import (
     BatchMatmulShape,
+    ContextAllToAllShape,
     ExpertAllToAllShape,
     ExpertGatherShape,
     ExpertTensorCollectiveShape,
@@ -102,6 +103,11 @@ class Block:
     def context(self) -> int:
         """The context-parallel degree."""
         return self.execution.context_degree
+
+    @property
+    def ring(self) -> bool:
+        """Context parallelism exchanges K/V in a ring (``cp_comm`` p2p, the default), not by all-to-all."""
+        return self.context > 1 and self.execution.cp_comm != "a2a"
 
     @classmethod
     def of(cls, ir: ModelIR) -> "Block":
@@ -389,7 +395,7 @@ class FlashScores(ScoreKernel):
         flash = FlashAttentionShape.trusted(batch=b.execution.microbatch, heads=b.heads, kv_heads=b.kv_heads,
                                             sequence=s.sequence_length, head_size=s.head_size, window=window,
                                             dropout=s.attention_dropout != 0, value_head_size=value,
-                                            context_parallel=b.context if b.context > 1 else None)
+                                            context_parallel=b.context if b.ring else None)
         return out.add("attn.flash", flash, tuple(dict.fromkeys((*qk, v))), recompute=b.full)
 
 
@@ -474,12 +480,34 @@ class SelfAttention(CorePattern):
             rope = PointwiseShape.trusted(kind="rope", elements=b.tokens * (b.query_width + b.kv_width))
             qk = (out.add("attn.rope", rope, qk, recompute=full),)
         kernel = select(SCORE_KERNELS, s, b.execution, "attention kernel")
-        if b.context > 1:  # the K/V ring of context parallelism, before the scores it feeds
+        if b.context > 1 and not b.ring:
+            return SelfAttention._ulysses(b, out, kernel, qk, v)
+        if b.ring:  # the K/V ring of context parallelism, before the scores it feeds
             exchange = RingExchangeShape.trusted(elements=2 * b.tokens * b.kv_width, steps=b.context - 1,
                                                  participants=b.context, hides_behind=kernel.tasks)
             v = out.add("attn.context_exchange", exchange, tuple(dict.fromkeys((*qk[1:], v))))
             qk = (qk[0], v)
         return kernel.emit(b, out, qk, v)
+
+    @staticmethod
+    def _ulysses(b: Block, out: BlockBuilder, kernel: "ScoreKernel", qk: tuple[str, ...], v: str) -> str:
+        """Ulysses (``cp_comm: a2a``): an all-to-all of Q, K and V over the context group (this rank's positions
+        of every local head -> the whole sequence of heads / CP), the kernel over the whole sequence with heads /
+        CP, then an all-to-all of its output back; the backward pass mirrors both (their gradients)."""
+        cp, full = b.context, b.full
+
+        def a2a(elements: int) -> ContextAllToAllShape:
+            return ContextAllToAllShape.trusted(elements=elements, participants=cp, base_forward="all_to_all",
+                                                base_backward="all_to_all", edge_forward="all_to_all",
+                                                edge_backward="all_to_all")
+
+        qkv = out.add("attn.context_qkv_a2a", a2a(b.tokens * (b.query_width + 2 * b.kv_width)),
+                      tuple(dict.fromkeys((*qk, v))), recommunicate=full)
+        heads = dataclasses.replace(b, heads=b.heads // cp, kv_heads=b.kv_heads // cp,
+                                    queries=b.shape.sequence_length)
+        prev = kernel.emit(heads, out, (qkv,), qkv)
+        return out.add("attn.context_out_a2a", a2a(b.tokens * b.heads * b.value_head_size), (prev,),
+                       recommunicate=full)
 
 
 class LatentAttentionCore(CorePattern):
@@ -573,7 +601,7 @@ class LatentAttentionCore(CorePattern):
                                                            (heads + 1)), (q, rope_in or kv_down), recompute=full)
         qk: tuple[str, ...] = (rope, kv)
         kernel = select(SCORE_KERNELS, s, e, "attention kernel")
-        if b.context > 1:  # the K/V ring of context parallelism: every head's K (qk wide) and V (v_head_dim wide)
+        if b.ring:  # the K/V ring of context parallelism: every head's K (qk wide) and V (v_head_dim wide)
             exchange = RingExchangeShape.trusted(elements=tokens * heads * (mla.qk_head_dim + mla.v_head_dim),
                                                  steps=b.context - 1, participants=b.context,
                                                  hides_behind=kernel.tasks)

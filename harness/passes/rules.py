@@ -570,6 +570,7 @@ RULES = {
     "unpermute": token_permute,
     "grouped_linear": grouped_linear,
     "expert_all_to_all": expert_collective,
+    "context_all_to_all": expert_collective,  # no local reduction either
     "expert_tp_collective": expert_collective,
     "expert_gather": expert_collective,
 }
