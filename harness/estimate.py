@@ -23,7 +23,8 @@ from typing import Any, Iterator
 from pydantic import Field, create_model
 
 from harness import calculon_compat as compat
-from harness.cases import EstimateInput
+from harness.cases import EstimateInput, validate_input
+from harness.ir import blocks
 from harness.cost.accumulation import accumulation_s
 from harness.cost.output_layer import per_iteration_s, per_microbatch_s
 from harness.cost.views import COST_VIEWS, CostView, PlanPricer, clear_pricers, pricer_for
@@ -199,8 +200,45 @@ def check_tiers(data: EstimateInput, profile: EvidenceProfile, source: str) -> N
                              "(peak_flops_per_s, operation_size_efficiency: the hardware's figures), see docs/cases.md")
 
 
+@dataclasses.dataclass(frozen=True)
+class MixedBlocks:
+    """A model with dense and MoE blocks (harness.ir.blocks): the dense blocks' plan next to the MoE blocks' one,
+    and the ``(MoE blocks, dense blocks)`` each pipeline stage holds."""
+
+    dense: PortablePlanIR
+    stages: tuple[tuple[int, int], ...]
+
+
+def _mixed(a, b, n_a: int, n_b: int, cls):
+    """Field-wise ``(n_a x a + n_b x b) / (n_a + n_b)``: the per-block average of a stage holding ``n_a`` blocks
+    like ``a`` and ``n_b`` like ``b`` (the composition multiplies it by the stage's blocks again)."""
+    n = n_a + n_b
+    return cls(*((n_a * getattr(a, f.name) + n_b * getattr(b, f.name)) / n for f in dataclasses.fields(cls)))
+
+
+#: The BlockTimes fields of a block's own work (the stage's time): the boundary transfers are the stage's, once.
+_STAGE_WORK = ("forward_s", "recompute_s", "activation_grad_s", "weight_grad_s", "tp_forward_base_s",
+               "tp_backward_base_s", "recomm_base_s", "dp_s")
+
+
+def slowest_stage(moe: BlockTimes, dense: BlockTimes, stages: tuple[tuple[int, int], ...]) -> tuple[int, int]:
+    """The ``(MoE, dense)`` blocks of the stage whose blocks take longest per microbatch (and sync)."""
+    def work(counts: tuple[int, int]) -> float:
+        return sum(counts[0] * getattr(moe, f) + counts[1] * getattr(dense, f) for f in _STAGE_WORK)
+    return max(stages, key=work)
+
+
+def mixed_memory(moe_plan: PortablePlanIR, mixed: MixedBlocks) -> StageMemory:
+    """The memory of the stage with the largest tier-1 total, each stage from the blocks it holds (with the first
+    stage's in-flight microbatches: an upper bound for the later stages of 1F1B)."""
+    moe, dense = block_memory(moe_plan), block_memory(mixed.dense)
+    return max((stage_memory(moe_plan, _mixed(moe, dense, n, d, BlockMemory)) for n, d in mixed.stages),
+               key=lambda m: m.tier1_total)
+
+
 def cost_view(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView, *,
-              model: ModelIR | None = None, pricer: PlanPricer | None = None) -> tuple[BlockTimes, Composition]:
+              model: ModelIR | None = None, pricer: PlanPricer | None = None,
+              mixed: MixedBlocks | None = None) -> tuple[BlockTimes, Composition]:
     """Block critical paths and the composed iteration under one view.
 
     The plan's output tasks (a model that states its vocabulary), or those of
@@ -220,6 +258,10 @@ def cost_view(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView, *,
     pricer = pricer_for(profile, view, plan.datatype) if pricer is None else pricer
     costs = tuple(map(pricer.task, plan.tasks))
     block = block_times(plan, costs, pricer)
+    if mixed is not None:  # ``plan`` is the MoE blocks': the slowest stage's blocks, on average per block
+        dense = block_times(mixed.dense, tuple(map(pricer.task, mixed.dense.tasks)), pricer)
+        n_moe, n_dense = slowest_stage(block, dense, mixed.stages)
+        block = _mixed(block, dense, n_moe, n_dense, BlockTimes)
     p = plan.pipeline
     comp = compose(plan.schedule, block, p.forward_transfers_per_microbatch, p.backward_transfers_per_microbatch)
     extra = per_microbatch_s(pricer, model, plan.schedule.training, plan.output_tasks)
@@ -229,6 +271,11 @@ def cost_view(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView, *,
     if once is not None:
         comp = with_per_iteration(comp, *once)
     accumulation = accumulation_s(pricer, plan.tasks, plan.schedule, plan.bytes_per_element)
+    if accumulation is not None and mixed is not None:  # per block: the slowest stage's average
+        dense_accumulation = accumulation_s(pricer, mixed.dense.tasks, plan.schedule, plan.bytes_per_element)
+        dense_accumulation = dense_accumulation or (0.0, 0.0)
+        accumulation = tuple((n_moe * a + n_dense * d) / (n_moe + n_dense)
+                             for a, d in zip(accumulation, dense_accumulation))
     if accumulation is not None:
         comp = Composition(*calculon_forms.with_accumulation(comp.components_s, comp.total_s, *accumulation),
                            comp.chunks)
@@ -278,12 +325,13 @@ def concrete_iteration(concrete: ConcretePlanIR, pricer, model: ModelIR | None =
 
 def view_estimate(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView, workload: WorkloadMetrics,
                   stage: StageMemory, concrete: ConcretePlanIR | None = None,
-                  model: ModelIR | None = None, matrix_flops: MatrixFlopsPerBlock | None = None) -> ViewEstimate:
+                  model: ModelIR | None = None, matrix_flops: MatrixFlopsPerBlock | None = None,
+                  mixed: MixedBlocks | None = None) -> ViewEstimate:
     """One view; a ConcretePlanIR (TP/DP overlap, offload) is projected with the ``calculon-0.1.0`` projection."""
     requirements = None
     memory = {name: getattr(stage, name) for name in MEMORY_FIGURES}
     if concrete is None:
-        _, comp = cost_view(plan, profile, view, model=model)
+        _, comp = cost_view(plan, profile, view, model=model, mixed=mixed)
         c, total = comp.components_s, comp.total_s
     else:
         projection = concrete_iteration(concrete, pricer_for(profile, view, plan.datatype), model)
@@ -334,4 +382,31 @@ def estimate(data: EstimateInput, views: tuple[CostView, ...] = DEFAULT_VIEWS, *
     """Lower ``data`` and cost it under ``views`` with its evidence profile."""
     profile = load_profile(data.system, evidence_dir, referrer=source)
     check_tiers(data, profile, source)
+    if blocks.is_mixed(data.model):
+        return estimate_mixed(data, profile, views, source)
     return estimate_lowering(lower(data, source), profile, views, source)
+
+
+def estimate_mixed(data: EstimateInput, profile: EvidenceProfile, views: tuple[CostView, ...] = DEFAULT_VIEWS,
+                   source: str = "<input>") -> Estimate:
+    """A model with dense and MoE blocks (:mod:`harness.ir.blocks`): each kind lowered as a uniform model, the
+    iteration composed from the slowest stage's blocks (:func:`cost_view` with :class:`MixedBlocks`), the memory
+    of the fullest stage (:func:`mixed_memory`); the workload figures and digests are the MoE blocks' plan's (the
+    dense plan's digests under ``dense_*``). Portable plans only (harness.ir.blocks.stage_problems)."""
+    validate_input(source, data)
+    (moe_shape, moe_layout), (dense_shape, dense_layout) = blocks.variants(data.model, data.execution)
+    moe = lower(EstimateInput(model=moe_shape, execution=moe_layout, system=data.system), source)
+    dense = lower(EstimateInput(model=dense_shape, execution=dense_layout, system=data.system), source)
+    mixed = MixedBlocks(dense.plan, tuple(blocks.stage_blocks(data.model, data.execution)))
+    plan = moe.plan
+    stage = mixed_memory(plan, mixed)
+    workload = workload_metrics(plan, block_memory(plan))
+    matrix_flops = matrix_flops_per_block(moe.distributed)
+    reason = infeasibility(plan, stage, profile)
+    digests = {**moe.digests(), **{f"dense_{k}": v for k, v in dense.digests().items()}}
+    return require_physical(Estimate(
+        status="infeasible" if reason else "ok", reason=reason, system=profile.name,
+        evidence_revision=profile.revision(), digests=digests,
+        views={v.name: view_estimate(plan, profile, v, workload, stage, None, moe.model, matrix_flops, mixed)
+               for v in views},
+    ), profile, source)

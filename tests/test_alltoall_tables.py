@@ -13,7 +13,7 @@ import json
 import pytest
 
 from harness.errors import InputError
-from harness.evidence.profile import DEFAULT_VOLUME_MODELS, load_profile
+from harness.evidence.profile import VOLUME_FALLBACK, load_profile
 from harness.measurements.nccl_tests import parse_nccl_tests, sweep_curve, with_sweeps
 from harness.vocabulary import COLLECTIVES
 
@@ -56,7 +56,9 @@ def test_without_the_header_line_the_same_columns_are_an_all_gather_unless_told(
 def test_the_all_to_all_curve_reproduces_the_measured_time_by_hand(tmp_path):
     sweep = parse_nccl_tests(table(tmp_path, STARTING + HEADER + LINES), None, 0)
     tier = load_profile("gb200_nvl72").networks[0]
-    assert "all_to_all" not in tier.collectives  # the profile states no volume model: the default applies
+    assert "all_to_all" not in tier.collectives  # the profile states no volume model: its all-gather's applies,
+    gather = tier.collectives["all_gather"]  # which gb200_nvl72 states as bytes x 1 x (1 - 1/P)
+    assert (gather.volume_multiplier, gather.participant_offset) == (1.0, -1.0)
     curve = sweep_curve(sweep, tier, "t")
     # each rank sends all but its own slice: 8589934592 x (1 - 1/4) bytes in (9568.2 us - latency)
     adjusted = 8589934592 * (1 - 1 / 4)
@@ -66,8 +68,9 @@ def test_the_all_to_all_curve_reproduces_the_measured_time_by_hand(tmp_path):
     assert [c.participants for c in profile.networks[0].measured_collectives["all_to_all"]] == [4]
 
 
-def test_every_optional_collective_has_a_default_volume_model():
-    assert set(DEFAULT_VOLUME_MODELS) == set(COLLECTIVES.of_kind("optional"))
+def test_every_optional_collective_falls_back_to_a_required_ones_volume_model():
+    assert set(VOLUME_FALLBACK) == set(COLLECTIVES.of_kind("optional"))
+    assert set(VOLUME_FALLBACK.values()) <= set(COLLECTIVES.of_kind("required"))
 
 
 @pytest.mark.parametrize("text, collective, field, message", [

@@ -21,10 +21,13 @@ from conftest import ROOT, one_error_line, run_cli
 FLOPS = ROOT / "vendor" / "flops"
 RECORDS = sorted(FLOPS.glob("*.json"))
 CONFIGS = {hashlib.sha256(p.read_bytes()).hexdigest(): p for p in sorted((FLOPS / "configs").glob("*.json"))}
-#: Mixture-of-experts records (routed by construction): the plan has no experts yet, so they are compared with
-#: hand counts only (test_each_record_is_the_hand_count_of_its_vendored_config, test_expert_records_by_hand).
+#: Mixture-of-experts records (routed by construction): compared with hand counts
+#: (test_each_record_is_the_hand_count_of_its_vendored_config, test_expert_records_by_hand) and with the plan.
 EXPERT_RECORDS = {"deepseek_v3_moe_b1_s64", "mixtral_moe_b1_s64", "qwen3_moe_b1_s64", "qwen2_moe_shared_b1_s64"}
-PLANNED = [p for p in RECORDS if p.stem not in EXPERT_RECORDS]
+PLANNED = RECORDS
+#: Matrix work a record counts that the plan does not price, by record, with why: Qwen2-MoE's shared-expert gate
+#: (a hidden -> 1 linear on every token: 6 x 64 tokens x 128 hidden), which the import notes as unpriced.
+UNPRICED = {"qwen2_moe_shared_b1_s64": 6 * 64 * 128}
 
 
 def shape(config: dict) -> dict:
@@ -174,7 +177,7 @@ def test_recording_again_reproduces_the_vendored_record(tmp_path):
 # --- the oracle against the plan -----------------------------------------------------------------------------
 
 #: Plan primitives with matrix work, by the record's class.
-MATRIX_CLASS = {"linear": "linear", "batch_matmul": "attention"}
+MATRIX_CLASS = {"linear": "linear", "batch_matmul": "attention", "router": "linear", "grouped_linear": "linear"}
 EXECUTION = """tensor_parallel: 1
 pipeline_parallel: 1
 data_parallel: 1
@@ -228,7 +231,7 @@ def test_each_record_equals_the_plans_matrix_work_exactly(path, tmp_path):
     record = load_flop_record(path)
     data = record_input(record, tmp_path)
     assert data.model.blocks == 1
-    expected = {"linear": record.linear_flops, "attention": record.attention_flops}
+    expected = {"linear": record.linear_flops - UNPRICED.get(record.id, 0), "attention": record.attention_flops}
     assert plan_matrix_flops(data) == expected  # the matrix work the plan prices
     from harness.estimate import estimate
 

@@ -307,9 +307,17 @@ def test_a_qwen3_30b_a3b_like_case_estimates(system, tier):
         assert view.memory_bytes.weight > 0
 
 
-def test_dense_blocks_among_moe_blocks_are_refused_naming_the_field():
-    with pytest.raises(UnsupportedFeatureError) as error:
-        validate_input("deepseek.yaml", case(dict(moe=dict(experts=128, top_k=8, expert_ffn=768, dense_layers=3))))
+def test_dense_and_moe_blocks_are_refused_where_only_one_kind_of_block_is_lowered():
+    from harness.errors import PassError
+    from harness.pipeline import lower
+
+    mixed = case(dict(moe=dict(experts=128, top_k=8, expert_ffn=768, dense_layers=3)))
+    validate_input("deepseek.yaml", mixed)  # the estimate prices it (estimate_mixed)
+    with pytest.raises(PassError, match="model.moe.dense_layers"):
+        lower(mixed)  # one plan holds one kind of block: lower, trace, explain refuse it
+    with pytest.raises(UnsupportedFeatureError) as error:  # the ConcretePlanIR holds one kind of block
+        validate_input("deepseek.yaml", case(dict(moe=dict(experts=128, top_k=8, expert_ffn=768, dense_layers=3)),
+                                             dict(dp_overlap=True)))
     assert error.value.field == "model.moe.dense_layers" and "\n" not in str(error.value)
 
 
@@ -318,3 +326,85 @@ def test_a_moe_plan_has_a_compiled_canonical_writer():
 
     for ir in (plan_of(case(execution=dict(expert_parallel=8))),):
         assert canonical.write(ir, (("schema_name", '"x"'), ("schema_version", "0"))) is not None
+
+
+# --- dense and MoE blocks in one model (harness.ir.blocks, harness.estimate.estimate_mixed) ----------------------
+
+def test_each_stage_holds_the_blocks_megatron_assigns_it():
+    from harness.ir.blocks import stage_blocks
+
+    # 16 blocks, PP 4, 2 chunks per stage: 8 virtual stages of 2 blocks; stage j holds virtual stages j and j + 4
+    data = case(dict(blocks=16, moe=dict(experts=128, top_k=8, expert_ffn=768, dense_layers=3)),
+                dict(pipeline_parallel=4, pipeline_interleaving=2, data_parallel=4, global_batch=64,
+                     expert_parallel=4))
+    # stage 0: blocks 0, 1 (dense), 8, 9; stage 1: 2 (dense), 3, 10, 11; stages 2, 3: MoE only
+    assert stage_blocks(data.model, data.execution) == [(2, 2), (3, 1), (4, 0), (4, 0)]
+    every_other = case(dict(blocks=8, moe=dict(experts=128, top_k=8, expert_ffn=768, layer_frequency=2)),
+                       dict(pipeline_parallel=2, data_parallel=8, global_batch=64, expert_parallel=8))
+    # MoE blocks 0, 2, 4, 6: two per stage of four
+    assert stage_blocks(every_other.model, every_other.execution) == [(2, 2), (2, 2)]
+
+
+SMALL = dict(hidden=1024, feedforward=16384, sequence_length=1024, attention_heads=8, head_size=128, blocks=8,
+             kv_heads=8, mlp="swiglu", norm="rmsnorm", position="rope", attention_dropout=0.0)
+SMALL_LAYOUT = dict(tensor_parallel=1, pipeline_parallel=2, data_parallel=8, global_batch=64, microbatch=1,
+                    datatype="bfloat16", attention_kernel="flash",
+                    network_tiers=dict(tensor=0, pipeline=1, data=0))
+
+
+def test_the_iteration_follows_the_slowest_stage_s_blocks():
+    from harness.estimate import estimate
+
+    moe = dict(experts=64, top_k=2, expert_ffn=512, dense_layers=3)
+    experts = dict(expert_parallel=8, network_tiers=dict(tensor=0, pipeline=1, data=0, expert=0))
+
+    def run(model, execution):
+        return estimate(EstimateInput.model_validate({"model": {**SMALL, **model},
+                                                      "execution": {**SMALL_LAYOUT, **execution},
+                                                      "system": "h100_sxm_80g"}))
+    mixed = run(dict(moe=moe), experts)
+    all_moe = run(dict(moe={**moe, "dense_layers": None}), experts)
+    all_dense = run({}, {})
+    # 8 blocks over PP 2: stage 0 holds blocks 0-2 dense and 3 MoE, stage 1 four MoE blocks. The dense MLP
+    # (16384 wide) is far slower than the experts (2 of 64, 512 wide), so stage 0 is the slowest: per block,
+    # (3 x dense + 1 x MoE) / 4 of each uniform model's per-block time, and so of its forward and backward.
+    for name in ("peak_only", "system_evidence"):
+        got, m, d = (x.views[name].components_s for x in (mixed, all_moe, all_dense))
+        assert d.forward > m.forward
+        for component in ("forward", "backward"):
+            assert getattr(got, component) == pytest.approx((3 * getattr(d, component) + getattr(m, component)) / 4,
+                                                            rel=1e-12)
+    assert any(k.startswith("dense_") for k in mixed.digests)  # both plans named
+
+
+def test_a_deepseek_v3_like_model_estimates_with_dense_and_moe_blocks_on_different_stages():
+    from harness.estimate import estimate
+    from harness.ir.blocks import stage_blocks
+
+    # DeepSeek-V3 (Hugging Face deepseek-ai/DeepSeek-V3 config.json), truncated to 16 blocks: hidden 7168,
+    # 128 heads of MLA (q_lora 1536, kv_lora 512, rope 64, nope 128, value 128), dense MLP 18432 in the first 3
+    # blocks, then 256 routed experts (top 8, width 2048, sigmoid router) and 1 shared expert
+    model = dict(hidden=7168, feedforward=18432, sequence_length=4096, attention_heads=128, head_size=192,
+                 blocks=16, vocabulary=129280, mlp="swiglu", norm="rmsnorm", position="rope", attention_dropout=0.0,
+                 mla=dict(q_lora_rank=1536, kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128,
+                          v_head_dim=128),
+                 moe=dict(experts=256, top_k=8, expert_ffn=2048, shared_experts=1, dense_layers=3, router="sigmoid"))
+    layouts = {
+        # 64 H100: TP 2 (sequence parallel) x DP 8 x PP 4, EP 16 over two nodes
+        "h100_sxm_80g": dict(tensor_parallel=2, pipeline_parallel=4, data_parallel=8, global_batch=64, microbatch=1,
+                             expert_parallel=16, tp_communication="rs_ag",
+                             network_tiers=dict(tensor=0, pipeline=1, data=1, expert=1)),
+        # 144 GB200: TP 2 x DP 36 fill an NVL72 rack, PP 2 across two racks, EP 8
+        "gb200_nvl72": dict(tensor_parallel=2, pipeline_parallel=2, data_parallel=36, global_batch=72, microbatch=1,
+                            expert_parallel=8, tp_communication="rs_ag",
+                            network_tiers=dict(tensor=0, pipeline=1, data=0, expert=0)),
+    }
+    for system, layout in layouts.items():
+        data = EstimateInput.model_validate({"model": model, "execution": {
+            "datatype": "bfloat16", "attention_kernel": "flash", "optimizer_sharding": True, **layout},
+            "system": system})
+        stages = stage_blocks(data.model, data.execution)
+        assert stages[0][1] == 3 and all(dense == 0 for _, dense in stages[1:])  # the dense blocks: stage 0 only
+        est = estimate(data)
+        for view in est.views.values():
+            assert view.total_s > 0 and view.components_s.tensor_parallel > 0 and view.memory_bytes.weight > 0

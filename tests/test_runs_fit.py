@@ -156,3 +156,13 @@ def test_the_modern_report_refuses_a_revision_it_does_not_know_and_a_changed_cor
                              changed, "--output", tmp_path / "r.json")
     one_error_line(status, err, "not the corpus b200_measured was fitted on")
     assert not (tmp_path / "r.json").exists()
+
+
+def test_the_megatron_core_structure_refuses_a_corpus_of_another_datatype(tmp_path, capsys):
+    """Korthikanti et al.'s runs are fp16 Megatron-LM: not this structure's runs (one line, the record named)."""
+    from conftest import one_error_line, run_cli
+
+    corpus = ROOT / "measurements" / "korthikanti22.jsonl"
+    status, _, err = run_cli(capsys, "evidence", "fit", "--structure", "megatron-core", "--base", "b200",
+                             "--measurements", corpus, "--output", tmp_path / "b200_x.yaml")
+    one_error_line(status, err, "execution.datatype", "float16: the megatron-core structure fits runs of bf16")

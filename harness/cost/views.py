@@ -9,7 +9,8 @@ A view reads only the PortablePlanIR and an evidence profile. It prices:
 - a message: ``adjusted = bytes x multiplier``, ``adjusted += adjusted /
   participants x offset``, ``time = latency + adjusted / (bandwidth x
   efficiency)``; a collective the tier has no volume model for (an optional
-  one of ``harness.vocabulary.COLLECTIVES``) uses :data:`VOLUME_FALLBACK`'s:
+  one of ``harness.vocabulary.COLLECTIVES``) uses its fallback's
+  (``NetworkTier.volume_model``, ``harness.evidence.profile.VOLUME_FALLBACK``):
   ``all_to_all`` (a MoE dispatch or combine, ``bytes`` its send buffer) the
   tier's ``all_gather`` model, which moves the same ``(P-1)/P`` of the buffer
   from each rank (``harness.ir.experts.all_to_all_bytes_sent_per_rank``), at
@@ -64,10 +65,6 @@ from harness.evidence.families import curve_for
 from harness.evidence.profile import MEASURED_FAMILY_NAMES, ComputeEngine, EvidenceProfile, defines_family
 from harness.ir.portable import Message, PlanTask, PortablePlanIR, Work
 from harness.vocabulary import CURVE_FAMILIES, PEAK_ONLY, SYSTEM_EVIDENCE, VIEWS
-
-
-#: A collective a profile's tier may lack -> the one whose volume model prices it (module rules).
-VOLUME_FALLBACK = {"all_to_all": "all_gather"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -371,7 +368,7 @@ class Pricer:
         if self._hierarchical and message.participants > net.size_processors and \
                 message.network_tier + 1 < len(self.profile.networks):
             return self._hierarchical_s(message, net.size_processors)
-        model = net.collectives.get(message.collective) or net.collectives[VOLUME_FALLBACK[message.collective]]
+        model = net.volume_model(message.collective)
         adjusted = message.message_bytes * model.volume_multiplier
         adjusted += adjusted / message.participants * model.participant_offset
         curves = net.measured_collectives if self._measured_collectives else None

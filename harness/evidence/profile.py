@@ -206,11 +206,11 @@ class VolumeModel(StrictEvidence):
                                                   "participant count >= 2 gives negative bytes.")
 
 
-#: Volume models of the optional collectives a tier need not state: an all-to-all sends (P - 1) / P of each
-#: rank's buffer (the slice it keeps does not travel; harness.ir.experts.all_to_all_bytes_sent_per_rank), so
-#: ``bytes x 1 x (1 - 1 / P)``, the form of the profiles' reduce-scatter.
-DEFAULT_VOLUME_MODELS: dict[str, VolumeModel] = {
-    "all_to_all": VolumeModel(volume_multiplier=1.0, participant_offset=-1.0)}
+#: An optional collective a tier need not state -> the required one whose volume model it takes: an all-to-all
+#: sends (P - 1) / P of each rank's buffer (the slice it keeps does not travel;
+#: harness.ir.experts.all_to_all_bytes_sent_per_rank), as an all-gather moves (P - 1) / P of its buffer to each
+#: rank (the profiles' ``bytes x 1 x (1 - 1 / P)``).
+VOLUME_FALLBACK: dict[str, str] = {"all_to_all": "all_gather"}
 
 
 class NetworkTier(StrictEvidence):
@@ -232,9 +232,10 @@ class NetworkTier(StrictEvidence):
 
     def volume_model(self, collective: str) -> VolumeModel:
         """The tier's volume model of ``collective``, or for an optional collective it does not state
-        (:data:`harness.vocabulary.COLLECTIVES`) the one of :data:`DEFAULT_VOLUME_MODELS`."""
+        (:data:`harness.vocabulary.COLLECTIVES`) that of its :data:`VOLUME_FALLBACK` (one rule for the pricer and
+        the measured curves)."""
         model = self.collectives.get(collective)
-        return model if model is not None else DEFAULT_VOLUME_MODELS[collective]
+        return model if model is not None else self.collectives[VOLUME_FALLBACK[collective]]
 
     @field_validator("collectives")
     @classmethod

@@ -9,6 +9,7 @@ training with DP > 1, optimizer offload in training.
 
 from __future__ import annotations
 
+from harness.ir.blocks import is_mixed, stage_problems, variants
 from harness.ir.experts import folding_problems
 from harness.ir.model import MAX_DEGREE, ExecutionLayout, TransformerShape, key_value_heads
 from harness.passes.patterns import unpriceable
@@ -22,6 +23,10 @@ def unsupported_features(shape: TransformerShape, execution: ExecutionLayout) ->
     registered sub-graph pattern lowers (:func:`harness.passes.patterns.unpriceable`: a core slot, the norm
     or the attention kernel matched by no pattern, or refused by the one selected, e.g. a QKV bias under TP
     overlap). TP/DP overlap and offload are priced through the ConcretePlanIR."""
+    if is_mixed(shape):  # dense and MoE blocks: each kind lowered as a uniform model of its own
+        (moe_shape, moe_layout), (dense_shape, dense_layout) = variants(shape, execution)
+        return (stage_problems(shape, execution) + unpriceable(moe_shape, moe_layout)
+                + unpriceable(dense_shape, dense_layout))
     return unpriceable(shape, execution)
 
 

@@ -328,7 +328,7 @@ def sweep_curve(sweep: CollectiveSweepRecord, tier: NetworkTier, source: str) ->
     reproduce is an InputError naming ``source`` and the sweep: more participants than the tier connects, a
     time not above its latency, or an efficiency (after the monotone fit) above 1 or below
     :data:`~harness.evidence.families.MIN_EFFICIENCY` (a table of another tier or another base profile)."""
-    model = tier.volume_model(sweep.collective)  # an all-to-all the tier does not state: (P - 1) / P of it
+    model = tier.volume_model(sweep.collective)  # an all-to-all the tier does not state: its all-gather's
     if tier.size_processors and sweep.participants > tier.size_processors:
         raise InputError(source, "participants", f"{sweep.id}: {sweep.participants} participants on a tier of "
                                                  f"{tier.size_processors} processors")

@@ -245,6 +245,14 @@ def fit_runs_revision(corpora: Sequence, records: Sequence[IterationRecord], bas
     """Fit the revision ``name`` on ``base`` to the iteration ``records`` of ``corpora`` (module rules): the
     ``parameters`` named (default: every one a record exercises) less those ``fixed`` at ``fixed_from``'s fitted
     values; a fit that is not a claim its data supports is :class:`~harness.measurements.fit.FitRefused`."""
+    sources = ", ".join(c.path for c in corpora)
+    for record in records:
+        if record.execution.datatype != "bfloat16":
+            raise InputError(sources, f"{record.id}: execution.datatype",
+                             f"{record.execution.datatype}: the {STRUCTURE} structure fits runs of bf16 layouts "
+                             "(Megatron-Core + Transformer Engine, their fp8 recipes included)")
+    if "bfloat16" not in base.matrix:
+        raise InputError("<command line>", "--base", f"{base.name} has no bfloat16 matrix engine to fit")
     taken = fixed_values(fixed_from, fixed) if fixed_from is not None else {}
     skeleton = with_values(template(base, name), taken)
     design = RunsDesign(records, skeleton)

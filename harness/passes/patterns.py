@@ -687,9 +687,9 @@ class MixtureOfExpertsMLP(CorePattern):
       their own all-gather / reduce-scatter under sequence parallelism (Megatron-Core's ``SharedExpertMLP``),
       added to the routed output (``mlp.shared_add``).
 
-    Recomputed (and its collectives re-sent) only under full recomputation. Every block of the model is a MoE
-    block here: a model with dense blocks too (``dense_layers``, ``layer_frequency``) is refused by
-    :meth:`unpriceable` until the schedule prices stages of different blocks."""
+    Recomputed (and its collectives re-sent) only under full recomputation. The plan's block is a MoE block: a
+    model with dense blocks too (``dense_layers``, ``layer_frequency``) is refused by :meth:`unpriceable` as one
+    plan; the estimate lowers its two kinds of block each on its own (:mod:`harness.ir.blocks`)."""
 
     name = "mixture_of_experts"
     slot = "mlp"
@@ -705,8 +705,9 @@ class MixtureOfExpertsMLP(CorePattern):
         assert moe is not None
         problems: list[tuple[str, str]] = []
         if moe.dense_blocks or moe.frequency != 1:
-            problems.append(("model.moe.dense_layers", "dense blocks among MoE blocks (dense_layers, "
-                                                       "layer_frequency) are not priced yet: every block is MoE"))
+            problems.append(("model.moe.dense_layers", "dense and MoE blocks (dense_layers, layer_frequency) "
+                                                       "are not one plan: the estimate lowers each kind on its own "
+                                                       "(harness.ir.blocks)"))
         if execution.tensor_parallel > 1 and not execution.sequence_parallel:
             problems.append(("execution.tp_communication", "a MoE block with TP > 1 without sequence parallelism "
                                                            "(rs_ag) is not modelled yet"))

@@ -1,0 +1,74 @@
+"""Models whose blocks are not all identical: a mixture of experts with dense blocks (issue 21).
+
+A MoE model with ``model.moe.dense_layers`` or ``layer_frequency`` has two kinds of block: MoE blocks (the
+``mlp`` slot is the routed experts) and dense blocks (the dense MLP of ``model.feedforward``). Each kind is
+lowered as a uniform model of its own (:func:`variants`: the MoE variant keeps every field but the two that mix
+the blocks; the dense variant drops ``model.moe`` and the expert layout), and the estimate composes the stages
+from the blocks each one really holds (:mod:`harness.estimate`, ``estimate_mixed``).
+
+Rules:
+
+- block ``i`` (from 0) is a MoE block by :meth:`harness.ir.model.MixtureOfExperts.is_moe_block`;
+- with PP stages and ``v`` model chunks per stage (pipeline interleaving) the blocks form ``PP x v`` virtual
+  stages of ``blocks / (PP x v)`` consecutive blocks each, and virtual stage ``c x PP + j`` is chunk ``c`` of
+  stage ``j`` (Megatron-Core's interleaved layer assignment); a mixed model needs ``PP x v`` to divide the
+  blocks (:func:`stage_problems`);
+- :func:`stage_blocks` counts, per stage, its MoE and its dense blocks.
+"""
+
+from __future__ import annotations
+
+from harness.ir.model import ExecutionLayout, TransformerShape
+
+Problem = tuple[str, str]
+
+#: The layout fields of the expert layout (a dense variant has none of them).
+EXPERT_LAYOUT_FIELDS = ("expert_parallel", "expert_tensor_parallel", "moe_dispatcher")
+
+
+def is_mixed(shape: TransformerShape) -> bool:
+    """Whether the model has MoE and dense blocks (``dense_layers`` or a ``layer_frequency`` other than 1)."""
+    moe = shape.moe
+    return moe is not None and (moe.dense_blocks > 0 or moe.frequency != 1)
+
+
+def variants(shape: TransformerShape, execution: ExecutionLayout
+             ) -> tuple[tuple[TransformerShape, ExecutionLayout], tuple[TransformerShape, ExecutionLayout]]:
+    """``((MoE shape, layout), (dense shape, layout))``: the uniform model of each kind of block."""
+    moe = shape.moe
+    assert moe is not None
+    moe_shape = shape.model_copy(update={"moe": moe.model_copy(update={"dense_layers": None,
+                                                                       "layer_frequency": None})})
+    tiers = execution.network_tiers.model_copy(update={"expert": None, "expert_tensor": None})
+    dense_layout = execution.model_copy(update={**{f: None for f in EXPERT_LAYOUT_FIELDS}, "network_tiers": tiers})
+    return (moe_shape, execution), (shape.model_copy(update={"moe": None}), dense_layout)
+
+
+def stage_problems(shape: TransformerShape, execution: ExecutionLayout) -> list[Problem]:
+    """What a mixed model's stages need (module rules); empty for a uniform model."""
+    if not is_mixed(shape):
+        return []
+    virtual = execution.pipeline_parallel * execution.pipeline_interleaving
+    problems: list[Problem] = []
+    if shape.blocks % virtual:
+        problems.append(("execution.pipeline_parallel", f"PP x interleaving = {virtual} does not divide the "
+                                                        f"{shape.blocks} blocks: stages of unequal blocks with dense "
+                                                        "and MoE blocks are not modelled yet"))
+    e = execution
+    if e.tp_overlap != "none" or e.dp_overlap or e.offload.weights or e.offload.activations or e.offload.optimizer:
+        problems.append(("model.moe.dense_layers", "dense and MoE blocks with TP/DP overlap or offload are not "
+                                                   "modelled yet (the ConcretePlanIR holds one kind of block)"))
+    return problems
+
+
+def stage_blocks(shape: TransformerShape, execution: ExecutionLayout) -> list[tuple[int, int]]:
+    """``(MoE blocks, dense blocks)`` of each pipeline stage, in stage order (module rules)."""
+    moe = shape.moe
+    pp, chunks = execution.pipeline_parallel, execution.pipeline_interleaving
+    per_chunk = shape.blocks // (pp * chunks)
+    out = []
+    for stage in range(pp):
+        held = [i for c in range(chunks) for i in range((c * pp + stage) * per_chunk, (c * pp + stage + 1) * per_chunk)]
+        experts = sum(1 for i in held if moe is not None and moe.is_moe_block(i))
+        out.append((experts, len(held) - experts))
+    return out
