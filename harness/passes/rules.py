@@ -531,7 +531,8 @@ def grouped_linear(s: GroupedLinearShape, b: int, shards: int) -> PrimitiveFacts
         forward=_scaled(one.forward, g), activation_grad=_scaled(one.activation_grad, g),
         weight_grad=_scaled(one.weight_grad, g), optimizer=_scaled(one.optimizer, g).trusted_replace(
             gemm_operations=None),
-        capacity=Capacity.trusted(**{f: getattr(c, f) * g for f in Capacity.model_fields}))
+        capacity=Capacity.trusted(**{f: None if getattr(c, f) is None else getattr(c, f) * g  # absent stays absent
+                                     for f in Capacity.model_fields}))
 
 
 def expert_collective(s, b: int, shards: int) -> PrimitiveFacts:
