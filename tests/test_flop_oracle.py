@@ -163,15 +163,19 @@ def test_without_the_extra_the_flop_oracle_says_how_to_install_it(capsys, tmp_pa
 
 
 @pytest.mark.slow
-def test_recording_again_reproduces_the_vendored_record(tmp_path):
+@pytest.mark.parametrize("name, config, sequence", [
+    ("qwen3_head_dim_b1_s128", "qwen3_head_dim", 128),
+    ("mixtral_moe_b1_s64", "mixtral_moe", 64),  # a mixture of experts, routed by construction
+])
+def test_recording_again_reproduces_the_vendored_record(tmp_path, name, config, sequence):
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
     from harness.oracles.flops import record_flops
 
-    vendored = load_flop_record(FLOPS / "qwen3_head_dim_b1_s128.json")
-    again = record_flops(FLOPS / "configs" / "qwen3_head_dim.json", 1, 128, vendored.id)
-    assert (again.forward, again.backward, again.config_sha256) == (
-        vendored.forward, vendored.backward, vendored.config_sha256)
+    vendored = load_flop_record(FLOPS / f"{name}.json")
+    again = record_flops(FLOPS / "configs" / f"{config}.json", 1, sequence, vendored.id)
+    assert (again.forward, again.backward, again.config_sha256, again.provenance.routing) == (
+        vendored.forward, vendored.backward, vendored.config_sha256, vendored.provenance.routing)
 
 
 # --- the oracle against the plan -----------------------------------------------------------------------------

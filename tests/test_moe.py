@@ -408,3 +408,13 @@ def test_a_deepseek_v3_like_model_estimates_with_dense_and_moe_blocks_on_differe
         est = estimate(data)
         for view in est.views.values():
             assert view.total_s > 0 and view.components_s.tensor_parallel > 0 and view.memory_bytes.weight > 0
+
+
+def test_the_search_refuses_a_moe_model_naming_model_moe(tmp_path):
+    from harness.search.request import load_model
+
+    path = tmp_path / "qwen.yaml"
+    path.write_text(yaml.safe_dump({"model": QWEN3_30B_A3B}))
+    with pytest.raises(UnsupportedFeatureError) as error:
+        load_model(path)
+    assert error.value.field == "model.moe" and "\n" not in str(error.value)

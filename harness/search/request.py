@@ -26,7 +26,7 @@ import os
 from pathlib import Path
 
 from harness import inputs
-from harness.errors import InputError
+from harness.errors import InputError, UnsupportedFeatureError
 from harness.evidence.profile import EvidenceProfile, load_profile
 from harness.interop.calculon_format import MODEL_FIELDS
 from harness.ir.model import BYTES_PER_ELEMENT, MAX_BATCH, MAX_DEGREE, TransformerShape
@@ -63,7 +63,11 @@ def load_model(path: Path | str) -> TransformerShape:
     if not isinstance(data, dict):
         raise InputError(str(path), "<root>", f"a model file must be a mapping, got {inputs.describe(data)}")
     if "model" in data and isinstance(data["model"], dict):
-        return inputs.validate(TransformerShape, data["model"], str(path), document=document, prefix=("model",))
+        shape = inputs.validate(TransformerShape, data["model"], str(path), document=document, prefix=("model",))
+        if shape.moe is not None:  # its layouts would need EP / ETP / the dispatcher, which it does not enumerate
+            raise UnsupportedFeatureError(str(path), "model.moe", "the search does not cover the expert layout "
+                                                                  "(expert_parallel, expert_tensor_parallel) yet")
+        return shape
     if not set(MODEL_FIELDS) & set(data):
         raise InputError(str(path), "<root>", "neither a Calculon model JSON nor a case YAML with a model section")
     unknown = sorted(set(data) - set(MODEL_FIELDS))
