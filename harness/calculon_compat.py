@@ -20,14 +20,14 @@ Everything not listed here is the project's own physics (the seed's rules in
 can so tell "physics" from "bit-compatibility with Calculon 0.1.0", and new
 semantics (overlap, fitted evidence) can choose.
 
-Rules are on by default. :func:`harness.estimate.switched_off` turns some off
-for the duration of a ``with`` block (for experiments and the tests that prove
-each rule matters: ``tests/test_calculon_compat.py``); it clears the estimate
-path's memos on entry and exit, because lowering and pricing memoize their
-results. It lives on the estimate path, not here, because this module is
-imported by the physics the memos belong to (no import cycle). The primitive
-here, :func:`rules_off`, only changes the setting. The setting is
-process-global: do not switch rules from concurrent threads.
+Rules are on by default. Which are off is a value of the estimator session
+(:attr:`harness.session.Session.rules_off`, a frozenset of names), never a
+global: :func:`applies` reads the current session's. :func:`switched_off` runs a
+``with`` block in a fresh session with the named rules off (for experiments and
+the tests that prove each rule matters: ``tests/test_calculon_compat.py``); the
+fresh session's memos are computed under that setting only, so nothing memoized
+under one setting is reused under the other, and concurrent threads may use
+different settings (each in its own session).
 
 Adding a rule: one function here, decorated with :func:`rule` (its record)
 and branching on :func:`applies`, the call in the physics module, and its
@@ -38,8 +38,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import types
 from typing import Callable, Iterator, Mapping, TypeVar
 
+from harness import session
 from harness.vocabulary import COMPONENTS
 
 
@@ -54,44 +56,38 @@ class CompatRule:
     function: str
 
 
-RULES: dict[str, CompatRule] = {}
-_OFF: set[str] = set()
 F = TypeVar("F", bound=Callable)
 
 
 def rule(name: str, *, reason: str, alternative: str, used_in: tuple[str, ...]) -> Callable[[F], F]:
-    """Register the decorated function as the implementation of rule ``name`` (names are unique)."""
-    def register(function: F) -> F:
-        if name in RULES:
-            raise ValueError(f"compatibility rule {name!r} is registered twice")
-        RULES[name] = function.compat_rule = CompatRule(name, reason, alternative, used_in, function.__name__)
+    """Record on the decorated function that it implements rule ``name`` (:data:`RULES` collects them)."""
+    def record(function: F) -> F:
+        function.compat_rule = CompatRule(name, reason, alternative, used_in, function.__name__)
         return function
-    return register
+    return record
 
 
 def applies(function: Callable) -> bool:
-    """Whether the rule ``function`` implements applies (it does unless :func:`switched_off`)."""
-    return function.compat_rule.name not in _OFF
+    """Whether the rule ``function`` implements applies in the current session (it does unless
+    :func:`switched_off`)."""
+    return function.compat_rule.name not in session.current().rules_off
 
 
-@contextlib.contextmanager
-def rules_off(*names: str) -> Iterator[None]:
-    """Apply the alternative form of the named rules inside the block.
-
-    Only the setting changes: results memoized under the other setting are not
-    forgotten. Use :func:`harness.estimate.switched_off`, which also clears the
-    estimate path's memos, unless nothing memoized is involved.
-    """
+def checked_names(names: tuple[str, ...] | frozenset[str]) -> frozenset[str]:
+    """``names`` as a frozenset, if each names a rule of :data:`RULES` (else a KeyError naming the unknown)."""
     unknown = sorted(set(names) - set(RULES))
     if unknown:
         raise KeyError(f"unknown compatibility rule(s) {unknown} (known: {', '.join(RULES)})")
-    previous = set(_OFF)
-    _OFF.update(names)
-    try:
-        yield
-    finally:
-        _OFF.clear()
-        _OFF.update(previous)
+    return frozenset(names)
+
+
+@contextlib.contextmanager
+def switched_off(*names: str) -> Iterator[session.Session]:
+    """Apply the alternative form of the named rules inside the block: the block runs in a fresh session
+    whose ``rules_off`` adds ``names`` to the current session's (its memos start empty, so no result computed
+    under one setting is reused under the other)."""
+    with session.using(session.Session(session.current().rules_off | checked_names(names))) as fresh:
+        yield fresh
 
 
 # --- composition of the iteration (harness.schedule.compose) ------------------------------------------------
@@ -121,7 +117,7 @@ def iteration_total(components: Mapping[str, float]) -> float:
       reason="Calculon scales the activation-gradient and the weight-gradient block times by blocks x microbatches "
              "separately and adds the products (mult*ag + mult*wg); that is not bit-equal to mult*(ag + wg).",
       alternative="mult x (activation-gradient + weight-gradient block time)",
-      used_in=("harness.schedule.compose", "harness.schedule.calculon_forms"))
+      used_in=("harness.schedule.calculon_forms",))
 def backward_s(mult: int, activation_grad_s: float, weight_grad_s: float) -> float:
     """The backward component from the per-block gradient times."""
     if applies(backward_s):
@@ -134,7 +130,7 @@ def backward_s(mult: int, activation_grad_s: float, weight_grad_s: float) -> flo
              "and microbatches and adds the two totals; that is not bit-equal to totalling each block's forward + "
              "backward TP time once.",
       alternative="microbatches x chunks x (base blocks x (forward + backward) + edge blocks x (forward + backward))",
-      used_in=("harness.schedule.compose", "harness.schedule.calculon_forms"))
+      used_in=("harness.schedule.calculon_forms",))
 def tensor_parallel_s(per_chunk: int, base_blocks: int, edge_blocks: int, forward_base_s: float,
                       forward_edge_s: float, backward_base_s: float, backward_edge_s: float) -> float:
     """The exposed TP component; ``per_chunk`` = microbatches x chunks."""
@@ -149,7 +145,7 @@ def tensor_parallel_s(per_chunk: int, base_blocks: int, edge_blocks: int, forwar
       reason="Calculon multiplies microbatches x transfers x p2p time for each direction and adds the two products; "
              "that is not bit-equal to microbatches x (forward transfers + backward transfers).",
       alternative="microbatches x (forward transfers x forward p2p + backward transfers x backward p2p)",
-      used_in=("harness.schedule.compose", "harness.schedule.calculon_forms"))
+      used_in=("harness.schedule.calculon_forms",))
 def pipeline_parallel_s(microbatches: int, forward_transfers: int, forward_s: float, backward_transfers: int,
                         backward_s: float) -> float:
     """The exposed pipeline p2p component."""
@@ -162,7 +158,7 @@ def pipeline_parallel_s(microbatches: int, forward_transfers: int, forward_s: fl
       reason="Calculon writes the bubble as (PP-1) x chunk + (extra chunks x chunk - reduction); grouping the chunk "
              "counts first is not bit-equal when interleaving adds chunks or uneven stages subtract blocks.",
       alternative="(PP - 1 + extra chunks) x chunk - reduction",
-      used_in=("harness.schedule.compose", "harness.schedule.calculon_forms"))
+      used_in=("harness.schedule.calculon_forms",))
 def pipeline_bubble_s(full_chunks: int, extra_chunks: int, chunk_s: float, reduction_s: float) -> float:
     """The pipeline bubble from its chunk counts."""
     if applies(pipeline_bubble_s):
@@ -176,7 +172,7 @@ def pipeline_bubble_s(full_chunks: int, extra_chunks: int, chunk_s: float, reduc
              "chunk times that feed the bubble.",
       alternative="activation gradient, weight gradient, recompute, recommunication, TP (then p2p): "
                   "the order of the passes",
-      used_in=("harness.schedule.compose", "harness.schedule.calculon_forms"))
+      used_in=("harness.schedule.calculon_forms",))
 def block_backward_s(recompute_s: float, recommunication_s: float, activation_grad_s: float, weight_grad_s: float,
                      tensor_parallel_s: float) -> float:
     """One block's backward critical path without p2p."""
@@ -419,3 +415,17 @@ OVERLAP_RULES = ("doubled-pipe-tile", "edge-block-equals-base-block", "stateful-
                  "prefix-counter-recompute-windows", "dp-window-microbatches-equal-pp", "dp-one-block-always-exposed",
                  "dp-optimizer-credit-twice", "dp-same-tier-as-pp-when-pp-1", "p2p-latency-without-pipeline-message",
                  "offload-backward-without-recompute-memory")
+
+
+def _collected_rules() -> Mapping[str, CompatRule]:
+    """Every rule of this module, by name, in definition order (names are unique)."""
+    rules = [f.compat_rule for f in globals().values() if callable(f) and hasattr(f, "compat_rule")]
+    names = [r.name for r in rules]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(f"compatibility rule(s) {twice} registered twice")
+    return types.MappingProxyType({r.name: r for r in rules})
+
+
+#: Every compatibility rule, by name (read-only: collected from the decorated functions above).
+RULES = _collected_rules()

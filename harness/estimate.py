@@ -14,20 +14,19 @@ it unreachable; it stays as the last line of defence.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from pydantic import Field, create_model
 
-from harness import calculon_compat as compat
+from harness import calculon_compat as compat, session
 from harness.cases import EstimateInput, validate_input
 from harness.ir import blocks
 from harness.cost.accumulation import accumulation_s
 from harness.cost.output_layer import per_iteration_s, per_microbatch_s
-from harness.cost.views import COST_VIEWS, CostView, PlanPricer, clear_pricers, pricer_for
+from harness.cost.views import COST_VIEWS, CostView, PlanPricer, pricer_for
 from harness.errors import InputError
 from harness.evidence.profile import EvidenceProfile, load_profile
 from harness.ir.base import Frozen
@@ -35,7 +34,6 @@ from harness.ir.concrete import ConcretePlanIR
 from harness.ir.model import ModelIR
 from harness.ir.portable import PortablePlanIR
 from harness.pipeline import Lowering, lower
-from harness.pipeline import clear_caches as clear_lowering_caches
 from harness.schedule import calculon_forms
 from harness.schedule.block import BlockTimes, block_times
 from harness.schedule.compose import Composition, compose, with_output_layer, with_per_iteration
@@ -158,29 +156,15 @@ def require_physical(est: "Estimate", profile: EvidenceProfile, source: str) -> 
 
 
 def clear_caches() -> None:
-    """Forget everything the estimate path memoizes (lowerings, interned IR
-    values, canonical texts, prices), e.g. to measure a cold estimate; results
-    never depend on it."""
-    clear_lowering_caches()
-    clear_pricers()
-    _PROJECTIONS.clear()
+    """Forget every memo of the current session (:meth:`harness.session.Session.clear`: lowerings, interned
+    IR values, canonical texts, prices, projections), e.g. to measure a cold estimate; results never depend
+    on it."""
+    session.current().clear()
 
 
-@contextlib.contextmanager
-def switched_off(*names: str) -> Iterator[None]:
-    """Apply the alternative form of the named Calculon compatibility rules
-    (``harness.calculon_compat.RULES``) inside the block.
-
-    The estimate path's memos (lowerings, facts, prices) are cleared on entry
-    and on exit, so no result computed under one setting is reused under the
-    other. Process-global: not for concurrent threads.
-    """
-    with compat.rules_off(*names):
-        clear_caches()
-        try:
-            yield
-        finally:
-            clear_caches()
+#: Apply the alternative form of the named Calculon compatibility rules inside a ``with`` block (a fresh
+#: session with those rules off: :func:`harness.calculon_compat.switched_off`).
+switched_off = compat.switched_off
 
 
 def check_tiers(data: EstimateInput, profile: EvidenceProfile, source: str) -> None:
@@ -262,8 +246,7 @@ def cost_view(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView, *,
         dense = block_times(mixed.dense, tuple(map(pricer.task, mixed.dense.tasks)), pricer)
         n_moe, n_dense = slowest_stage(block, dense, mixed.stages)
         block = _mixed(block, dense, n_moe, n_dense, BlockTimes)
-    p = plan.pipeline
-    comp = compose(plan.schedule, block, p.forward_transfers_per_microbatch, p.backward_transfers_per_microbatch)
+    comp = compose(plan.schedule, block)
     extra = per_microbatch_s(pricer, model, plan.schedule.training, plan.output_tasks)
     if extra is not None:
         comp = with_output_layer(comp, plan.schedule.microbatches, *extra)
@@ -282,22 +265,12 @@ def cost_view(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView, *,
     return block, comp
 
 
-_PROJECTIONS: dict[tuple[int, int], tuple[ConcretePlanIR, object, object]] = {}
-PROJECTIONS_LIMIT = 4096  # bound of _PROJECTIONS: cleared when full
-
-
 def projected(concrete: ConcretePlanIR, pricer):
-    """:func:`calculon_projection` memoized per (ConcretePlanIR, pricer) instance (a pure function of two
-    immutable values; the instances are held alive by the memo; bounded)."""
-    key = (id(concrete), id(pricer))
-    hit = _PROJECTIONS.get(key)
-    if hit is not None and hit[0] is concrete and hit[1] is pricer:
-        return hit[2]
-    if len(_PROJECTIONS) >= PROJECTIONS_LIMIT:
-        _PROJECTIONS.clear()
-    result = calculon_projection(concrete, pricer)
-    _PROJECTIONS[key] = (concrete, pricer, result)
-    return result
+    """:func:`calculon_projection` memoized per (ConcretePlanIR, pricer) instance in the session's
+    ``projections`` (a pure function of two immutable values; the instances are held by the memo; bounded)."""
+    memo = session.current().projections
+    hit = memo.get(concrete, pricer)
+    return memo.put(calculon_projection(concrete, pricer), concrete, pricer) if hit is None else hit
 
 
 def concrete_iteration(concrete: ConcretePlanIR, pricer, model: ModelIR | None = None):

@@ -208,10 +208,8 @@ def by_task(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView, *,
     """Every component of ``view`` split over the plan's contributors (and the
     output layer's work, where the profile's ``output_layer`` family applies)."""
     pricer = Pricer(profile, view, plan.datatype)
-    p = plan.pipeline
     _, whole = cost_view(plan, profile, view, model=model)
-    parts = [(c, compose(plan.schedule, c.block, p.forward_transfers_per_microbatch,
-                         p.backward_transfers_per_microbatch).components_s) for c in contributors(plan, pricer)]
+    parts = [(c, compose(plan.schedule, c.block).components_s) for c in contributors(plan, pricer)]
     edges = _output_layer_shares(plan, pricer, model)
     accumulation = _accumulation_shares(plan, pricer)
     vocabulary = _vocabulary_shares(plan, pricer)

@@ -3,18 +3,18 @@
 The pipeline is text (:func:`harness.passes.base.parse_pipeline`): passes by
 name with their options, looked up in :data:`PASSES`. ``lower`` is pure and
 keyed by the ModelIR digest: identical inputs reuse one lowering (the IRs are
-frozen, so sharing them is safe). The passes also memoize pure per-shape
-facts; :func:`clear_caches` forgets all of it (to measure cold lowering;
-results never depend on it).
+frozen, so sharing them is safe), remembered by the current session
+(:mod:`harness.session`: its ``lowerings`` and ``concrete`` memos, bounded). The
+passes also memoize pure per-shape facts there; results never depend on it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
+from harness import session
 from harness.cases import EstimateInput
-from harness.ir import canonical
-from harness.ir.base import Artifact, clear_interned
+from harness.ir.base import Artifact
 from harness.ir.concrete import ConcretePlanIR
 from harness.ir.distributed import DistributedTaskIR
 from harness.ir.model import ModelIR
@@ -23,7 +23,7 @@ from harness.passes.base import ModulePass, PassCheckpoint, parse_pipeline
 from harness.passes.concretize import TransformerConcretize
 from harness.passes.distribute import TransformerDistribute
 from harness.passes.importer import import_model
-from harness.passes.plan_work import TransformerPlanWork, clear_memos
+from harness.passes.plan_work import TransformerPlanWork
 
 #: Every pass a pipeline spec may name.
 PASSES: dict[str, type[ModulePass]] = {p.name: p for p in (TransformerDistribute, TransformerPlanWork,
@@ -84,18 +84,17 @@ class Lowering:
 
     def concrete(self) -> ConcretePlanIR:
         """``transformer-concretize`` of the plan with the layout's options, requires and ensures checked
-        (memoized per lowering; the checkpoint, which digests it, only on demand: :meth:`concretize`)."""
-        cached = _CONCRETE.get(id(self))
-        if cached is not None and cached[0] is self:
-            return cached[1]
+        (memoized per lowering in the session; the checkpoint, which digests it, only on demand:
+        :meth:`concretize`)."""
+        memo = session.current().concrete
+        cached = memo.get(self)
+        if cached is not None:
+            return cached
         concretize = TransformerConcretize.for_layout(self.model.execution)
         concretize.requires(self.plan)
         out = concretize.apply(self.plan)
         concretize.ensures(out)
-        if len(_CONCRETE) >= LOWERINGS_LIMIT:
-            _CONCRETE.clear()
-        _CONCRETE[id(self)] = (self, out)
-        return out
+        return memo.put(out, self)
 
     def concretize(self) -> tuple[ConcretePlanIR, PassCheckpoint]:
         """The ConcretePlanIR and its PassCheckpoint (input and output digests)."""
@@ -103,24 +102,14 @@ class Lowering:
         return out, TransformerConcretize.for_layout(self.model.execution).checkpoint(self.plan, out)
 
 
-#: Bound of the lowering memos (:data:`_CACHE`, :data:`_CONCRETE`): cleared when full.
-LOWERINGS_LIMIT = 4096
-_CONCRETE: dict[int, tuple[Lowering, ConcretePlanIR]] = {}
-
-
-_CACHE: dict[str, Lowering] = {}
-
-
 def lower_model(model: ModelIR) -> Lowering:
+    """The lowering of ``model`` (remembered by its digest in the session's ``lowerings``)."""
+    memo = session.current().lowerings
     key = model.digest()
-    cached = _CACHE.get(key)
+    cached = memo.get(key)
     if cached is not None:
         return cached
-    lowering = Lowering.of(*run_pipeline(PIPELINE, model))
-    if len(_CACHE) >= LOWERINGS_LIMIT:
-        _CACHE.clear()
-    _CACHE[key] = lowering
-    return lowering
+    return memo.put(key, Lowering.of(*run_pipeline(PIPELINE, model)))
 
 
 def run_pipeline(passes: tuple[ModulePass, ...], ir: Artifact) -> tuple[tuple[Artifact, ...],
@@ -132,16 +121,6 @@ def run_pipeline(passes: tuple[ModulePass, ...], ir: Artifact) -> tuple[tuple[Ar
         irs.append(ir)
         checkpoints.append(checkpoint)
     return tuple(irs), tuple(checkpoints)
-
-
-def clear_caches() -> None:
-    """Forget every memoized lowering: the ModelIR-keyed lowerings, the passes'
-    memos, the interned IR values and their memoized canonical texts."""
-    _CACHE.clear()
-    _CONCRETE.clear()
-    clear_memos()
-    clear_interned()
-    canonical.clear_memo()
 
 
 def lower(data: EstimateInput, source: str = "<input>") -> Lowering:

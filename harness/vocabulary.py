@@ -12,7 +12,9 @@ import-time check names every place that has not followed.
 Rules:
 - a vocabulary is an ordered tuple of names (it *is* a tuple, so it can be
   iterated, indexed, compared and used in ``Literal[...]``); each name has a
-  one-line description, and optionally a *kind*;
+  one-line description, optionally a *kind*, and may be *concrete only*: a
+  figure only the ConcretePlanIR path (TP/DP overlap, offload) produces, left
+  out of the portable columns (:meth:`Vocabulary.portable`);
 - the order is the reporting order (JSON fields, tables, plots);
 - names are lower-case identifiers: they are JSON keys and field names.
 """
@@ -33,6 +35,7 @@ class Term:
     name: str
     description: str
     kind: str | None = None
+    concrete_only: bool = False  # only TP/DP overlap or offload (the ConcretePlanIR path) gives it a value
 
 
 class Vocabulary(tuple):
@@ -63,6 +66,10 @@ class Vocabulary(tuple):
 
     def kind(self, name: str) -> str | None:
         return self._term(name).kind
+
+    def portable(self) -> tuple[str, ...]:
+        """The names every layout has (not :attr:`Term.concrete_only`), in vocabulary order."""
+        return tuple(t.name for t in self.terms if not t.concrete_only)
 
     def of_kind(self, kind: str) -> tuple[str, ...]:
         """The names of one kind, in vocabulary order."""
@@ -191,11 +198,13 @@ COMPONENTS = Vocabulary(
     Term("data_parallel", "Exposed data-parallel gradient sync.", "step"),
     Term("recommunication", "Exposed recommunication (all-gather redo, repeated collectives).", "pipeline"),
     Term("pipeline_bubble", "1F1B / interleaved pipeline bubble.", "bubble"),
-    Term("forward_offload", "Exposed memory tier-2 (offload) transfer time of the forward pass.", "pipeline"),
-    Term("backward_offload", "Exposed memory tier-2 (offload) transfer time of the backward pass.", "pipeline"),
+    Term("forward_offload", "Exposed memory tier-2 (offload) transfer time of the forward pass.", "pipeline",
+         concrete_only=True),
+    Term("backward_offload", "Exposed memory tier-2 (offload) transfer time of the backward pass.", "pipeline",
+         concrete_only=True),
 )
 #: The components of a layout without TP/DP overlap or offload (the goldens' and the contract's columns).
-PORTABLE_COMPONENTS = COMPONENTS[:9]
+PORTABLE_COMPONENTS = COMPONENTS.portable()
 
 # --- memory figures -----------------------------------------------------------------------------------------
 
@@ -208,10 +217,10 @@ MEMORY_FIGURES = Vocabulary(
     Term("activation_grad", "Activation gradients."),
     Term("optimizer", "Optimizer state."),
     Term("tier1_total", "Total required in memory tier 1 (an offloaded figure: its staging copies)."),
-    Term("tier2_total", "Total required in memory tier 2 (offloaded figures)."),
+    Term("tier2_total", "Total required in memory tier 2 (offloaded figures).", concrete_only=True),
 )
 #: The memory figures of a layout without offload (the goldens' columns).
-TIER1_MEMORY_FIGURES = MEMORY_FIGURES[:7]
+TIER1_MEMORY_FIGURES = MEMORY_FIGURES.portable()
 
 # --- statuses ---------------------------------------------------------------------------------------------------
 

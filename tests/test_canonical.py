@@ -162,62 +162,45 @@ MEMO_INPUTS = ("differential/0000/anthropic-52B", "differential/0005/lamda", "di
                "overlap/0001/chinchilla", "overlap/0007/megatron-1T", "overlap/0034/megatron-22B")
 
 
-def _memo_sizes() -> dict[str, int]:
-    """The size of every memo of the estimate path (the largest table where there are several)."""
-    from harness import estimate, pipeline
-    from harness.cost import views
-    from harness.evidence import profile
-    from harness.ir import base
-    from harness.passes import plan_work, rules
-
-    pricers = [p for _, p in views._PRICERS.values()]
-    return {
-        "base.INTERN_LIMIT": max(map(len, base._INTERNED.values()), default=0),
-        "canonical.MEMO_LIMIT": len(canonical._MEMO),
-        "views.MEMO_LIMIT": max((len(m.values) for p in pricers for m in (p._priced, p._priced_optimizer, p._tasks)),
-                                default=0),
-        "views.PRICERS_LIMIT": len(views._PRICERS),
-        "rules.FACTS_LIMIT": len(rules._FACTS),
-        "plan_work.MESSAGES_LIMIT": len(plan_work._MESSAGES),
-        "pipeline.LOWERINGS_LIMIT": max(len(pipeline._CACHE), len(pipeline._CONCRETE)),
-        "estimate.PROJECTIONS_LIMIT": len(estimate._PROJECTIONS),
-        "profile.PROFILES_LIMIT": len(profile._CACHE),
-    }
+def _memo_sizes(current) -> dict[str, int]:
+    """The size of every memo of a session (the largest table where there are several: the interned classes,
+    the three price memos of each shared pricer)."""
+    pricers = [p for _, p in current.pricers._entries.values()]
+    sizes = {memo.name: len(memo) for memo in (current.lowerings, current.concrete, current.projections,
+                                              current.pricers, current.facts, current.messages,
+                                              current.output_tasks, current.texts, current.profiles)}
+    sizes["interned"] = max(len(current.interned(cls)) for cls in current._interned)
+    sizes["prices"] = max(len(m) for p in pricers for m in (p._priced, p._priced_optimizer, p._tasks))
+    return sizes
 
 
-def test_estimates_do_not_depend_on_memo_state(monkeypatch):
-    """Every memo bounded at 2 entries (and so cleared over and over) gives the same estimates.
+def test_estimates_do_not_depend_on_memo_state():
+    """A session whose every memo is bounded at 2 entries (and so evicts over and over) gives the same
+    estimates as a fresh one with the real bounds.
 
     The sizes prove that each bound is the one the memo consults: above 2 with the real bounds, at most 2
-    with the patched ones (a memo with its own literal bound, or an import of another's, would fail here).
+    with the small ones (a memo with its own literal bound would fail here).
     """
-    from harness import estimate as estimate_module, pipeline
-    from harness.cost import views
-    from harness.estimate import clear_caches, estimate
-    from harness.evidence import profile
+    from harness import session
+    from harness.estimate import estimate
     from harness.interop.calculon_format import input_from_calculon
-    from harness.ir import base
     from harness.oracles.records import RecordIndex
-    from harness.passes import plan_work, rules
 
     index = RecordIndex(("records/differential.json.gz", "records/overlap.json.gz"))
     inputs = [case.estimate_input() for case in load_cases(CASES_DIR)] + [
         input_from_calculon(r.calculon_model, r.calculon_execution, r.system) for r in map(index.get, MEMO_INPUTS)]
-    clear_caches()
-    reference = [estimate(data).model_dump_json() for data in inputs]
-    assert all(size > 2 for size in _memo_sizes().values()), _memo_sizes()
-    limits = {"base.INTERN_LIMIT": base, "canonical.MEMO_LIMIT": canonical, "views.MEMO_LIMIT": views,
-              "views.PRICERS_LIMIT": views, "rules.FACTS_LIMIT": rules, "plan_work.MESSAGES_LIMIT": plan_work,
-              "pipeline.LOWERINGS_LIMIT": pipeline, "estimate.PROJECTIONS_LIMIT": estimate_module,
-              "profile.PROFILES_LIMIT": profile}
-    assert set(limits) == set(_memo_sizes())
-    for name, module in limits.items():
-        monkeypatch.setattr(module, name.split(".")[1], 2)
-    clear_caches()
-    profile._CACHE.clear()
-    assert [estimate(data).model_dump_json() for data in inputs] == reference
-    assert [estimate(data).model_dump_json() for data in inputs] == reference
-    assert all(size <= 2 for size in _memo_sizes().values()), _memo_sizes()
+    inputs += [data.model_copy(update={"model": data.model.model_copy(update={"vocabulary": vocabulary})})
+               for data in inputs[:3] for vocabulary in (32000, 50257)]  # the output layer's tasks
+    with session.using(session.Session()) as roomy:
+        reference = [estimate(data).model_dump_json() for data in inputs]
+        sizes = _memo_sizes(roomy)
+    assert all(size > 2 for name, size in sizes.items() if name != "profiles"), str(sizes)
+    small = session.Session(lowerings=2, facts=2, interned=2, texts=2, pricers=2, prices=2, profiles=2)
+    with session.using(small):
+        assert [estimate(data).model_dump_json() for data in inputs] == reference
+        assert [estimate(data).model_dump_json() for data in inputs] == reference
+        sizes = _memo_sizes(small)
+    assert all(size <= 2 for size in sizes.values()), sizes
 
 
 def test_only_weighted_primitives_depend_on_the_optimizer_shards():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from harness.ir.portable import Schedule
@@ -27,8 +29,7 @@ def schedule(blocks, pp, microbatches, interleaving=1):
 
 
 def run(blocks, pp, microbatches, interleaving=1):
-    transfers = interleaving if pp > 1 else 0
-    return compose(schedule(blocks, pp, microbatches, interleaving), BLOCK, transfers, transfers)
+    return compose(schedule(blocks, pp, microbatches, interleaving), BLOCK)
 
 
 def test_pp1_has_no_bubble_and_no_pp_traffic():
@@ -94,3 +95,23 @@ def test_uneven_blocks_shorten_the_bubble_by_the_missing_blocks():
     assert c.components_s["pipeline_bubble"] == pytest.approx(3 * chunk - missing)
     single = run(blocks=3, pp=4, microbatches=4)  # one block per chunk: a whole edge block is cut
     assert single.components_s["pipeline_bubble"] == pytest.approx(3 * (EDGE_FW + EDGE_BW) - 1 * (EDGE_FW + EDGE_BW))
+
+
+def test_the_one_composition_follows_each_summation_rule_switched_off():
+    """The portable composition is the closed forms' (harness.schedule.calculon_forms.iteration): switching a
+    summation rule of harness.calculon_compat off changes it to the alternative form, written out here
+    (the block times are chosen so that the two forms round differently)."""
+    from harness.calculon_compat import switched_off
+
+    block = dataclasses.replace(BLOCK, pp_forward_s=0.011, pp_backward_s=0.017, forward_s=2.3)
+    s = schedule(blocks=48, pp=4, microbatches=5, interleaving=3)  # 3 full and 6 extra chunks, no reduction
+    on = compose(s, block)
+    with switched_off("bubble-grouping", "pipeline-parallel-by-direction"):
+        off = compose(s, block)
+    chunk = on.chunks.chunk_forward_s + on.chunks.chunk_backward_s
+    assert on.components_s["pipeline_bubble"] == 3 * chunk + (6 * chunk - 0.0)
+    assert off.components_s["pipeline_bubble"] == (3 + 6) * chunk - 0.0
+    assert on.components_s["pipeline_parallel"] == 5 * 3 * 0.011 + 5 * 3 * 0.017
+    assert off.components_s["pipeline_parallel"] == 5 * (3 * 0.011 + 3 * 0.017)
+    assert on.components_s["pipeline_bubble"] != off.components_s["pipeline_bubble"]
+    assert on.components_s["pipeline_parallel"] != off.components_s["pipeline_parallel"]

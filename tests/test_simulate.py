@@ -37,7 +37,7 @@ def schedule(pp: int, chunks: int, microbatches: int, blocks: int | None = None,
 
 
 def run(s: Schedule, block: BlockTimes):
-    return simulate(s, block, compose(s, block, s.chunks_per_stage, s.chunks_per_stage if s.training else 0))
+    return simulate(s, block, compose(s, block))
 
 
 def starts(sim, stage: int) -> list[tuple[str, int, int, float]]:

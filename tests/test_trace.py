@@ -123,9 +123,9 @@ def test_gantt_of_a_dense_schedule_has_zoom_panels(tmp_path):
                  base_blocks_per_chunk=0, edge_blocks_per_chunk=1, activation_checkpoint_bytes=0)
     block = BlockTimes(*([0.0] * len(dataclasses.fields(BlockTimes))))
     block = dataclasses.replace(block, forward_s=0.01, activation_grad_s=0.02, optimizer_s=0.05)
-    dense = imread(write_gantt(simulate(s, block, compose(s, block, 2, 2)), tmp_path / "dense.png", title="dense"))
+    dense = imread(write_gantt(simulate(s, block, compose(s, block)), tmp_path / "dense.png", title="dense"))
     sparse_schedule = s.model_copy(update={"global_batch": 4, "microbatches": 4})
-    sparse = imread(write_gantt(simulate(sparse_schedule, block, compose(sparse_schedule, block, 2, 2)),
+    sparse = imread(write_gantt(simulate(sparse_schedule, block, compose(sparse_schedule, block)),
                                 tmp_path / "sparse.png", title="sparse"))
     assert dense.shape[1] == sparse.shape[1] == 14 * 110
     assert dense.shape[0] > sparse.shape[0]  # a second row: the warm-up and cool-down panels

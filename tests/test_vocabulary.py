@@ -122,3 +122,17 @@ def test_the_package_does_not_shadow_the_estimate_module():
     code = "import harness.estimate as E, types; print(isinstance(E, types.ModuleType), callable(E.estimate))"
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert run.stdout.split() == ["True", "True"], run.stderr
+
+
+def test_the_portable_columns_are_the_terms_not_marked_concrete_only():
+    """PORTABLE_COMPONENTS and TIER1_MEMORY_FIGURES come from the terms (no slice of a closed length): the
+    offload components and the tier-2 total are the concrete-only ones, and a new concrete-only term is left
+    out wherever it is placed."""
+    from harness.vocabulary import COMPONENTS, MEMORY_FIGURES, PORTABLE_COMPONENTS, TIER1_MEMORY_FIGURES, Term, Vocabulary
+
+    assert PORTABLE_COMPONENTS == ("forward", "backward", "optimizer", "recompute", "tensor_parallel",
+                                   "pipeline_parallel", "data_parallel", "recommunication", "pipeline_bubble")
+    assert [n for n in COMPONENTS if n not in PORTABLE_COMPONENTS] == ["forward_offload", "backward_offload"]
+    assert [n for n in MEMORY_FIGURES if n not in TIER1_MEMORY_FIGURES] == ["tier2_total"]
+    grown = Vocabulary("example", Term("a", "A."), Term("late", "Late.", concrete_only=True), Term("b", "B."))
+    assert grown.portable() == ("a", "b") and tuple(grown) == ("a", "late", "b")

@@ -33,16 +33,22 @@ the fit's evaluator follow it.
 
 from __future__ import annotations
 
-import functools
-
+from harness import session
 from harness.cost.views import CostView, Pricer
 from harness.evidence.profile import EvidenceProfile
 from harness.ir.portable import PlanTask, Schedule, Work
 
 
-@functools.lru_cache(maxsize=4096)
 def accumulate_work(gradient_bytes: float, bytes_per_element: int) -> Work:
-    """The in-place add of one weight gradient of ``gradient_bytes`` (memoized: one instance per size)."""
+    """The in-place add of one weight gradient of ``gradient_bytes`` (memoized in the session's
+    ``output_tasks``: one instance per size, so that its price is memoized too)."""
+    memo = session.current().output_tasks
+    key = ("accumulation", gradient_bytes, bytes_per_element)
+    hit = memo.get(key)
+    return memo.put(key, _accumulate_work(gradient_bytes, bytes_per_element)) if hit is None else hit
+
+
+def _accumulate_work(gradient_bytes: float, bytes_per_element: int) -> Work:
     return Work.trusted(operations=gradient_bytes / bytes_per_element, bytes_read=2 * gradient_bytes,
                         bytes_written=gradient_bytes, engine="vector")
 

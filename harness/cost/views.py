@@ -56,10 +56,11 @@ keeps it the naive baseline of peaks, latencies and volume models):
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Generic, Iterable, NamedTuple, Protocol, TypeVar, runtime_checkable
+from typing import Any, Iterable, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
+from harness import session
 from harness.errors import EvidenceError
 from harness.evidence.families import curve_for
 from harness.evidence.profile import MEASURED_FAMILY_NAMES, ComputeEngine, EvidenceProfile, defines_family
@@ -186,28 +187,9 @@ class PlanPricer(BlockPricer, Protocol):
         """A pipeline boundary transfer of ``plan`` (family ``partitioned_p2p`` reads the plan's TP group)."""
 
 
+#: Bound of each price memo of a :class:`Pricer` made outside a session (a session's pricers take its
+#: ``prices_limit``).
 MEMO_LIMIT = 1 << 16
-K = TypeVar("K")
-V = TypeVar("V")
-
-
-class _Memo(Generic[K, V]):
-    """``id(instance) -> value`` with the instance held alive while remembered (so
-    that its id cannot be reused); bounded by :data:`MEMO_LIMIT`, then cleared."""
-
-    __slots__ = ("values", "_held")
-
-    def __init__(self) -> None:
-        self.values: dict[int, V] = {}
-        self._held: dict[int, K] = {}
-
-    def remember(self, instance: K, value: V) -> V:
-        if len(self.values) >= MEMO_LIMIT:
-            self.values.clear()
-            self._held.clear()
-        self._held[id(instance)] = instance
-        self.values[id(instance)] = value
-        return value
 
 
 def seconds(amount, rate_per_s, efficiency):
@@ -233,11 +215,13 @@ class Pricer:
     :meth:`work` and :meth:`task` memoize their prices per ``Work`` and
     ``PlanTask`` instance (the passes share immutable instances between clones,
     repeated shapes and layouts: memoized facts, interned tasks), keyed by
-    ``id`` with the instance held alive by the memo; bounded. A memoized
-    :class:`TaskCost` is shared: read-only.
+    ``id`` with the instance held alive by the memo
+    (:class:`harness.session.IdentityMemo`: bounded by ``memo_limit``, LRU,
+    thread-safe). A memoized :class:`TaskCost` is shared: read-only.
     """
 
-    def __init__(self, profile: EvidenceProfile, view: CostView, datatype: str) -> None:
+    def __init__(self, profile: EvidenceProfile, view: CostView, datatype: str, memo_limit: int = MEMO_LIMIT
+                 ) -> None:
         self.profile = profile
         self.view = view
         self.datatype = datatype
@@ -263,9 +247,10 @@ class Pricer:
         self._partitioned_p2p = profile.partitioned_p2p is not None and "partitioned_p2p" in view.curves
         # id(instance) -> price, with the instance held alive by its memo (one
         # table per pass kind: the optimizer step runs on the vector engine)
-        self._priced: _Memo[Work, PassCost] = _Memo()
-        self._priced_optimizer: _Memo[Work, PassCost] = _Memo()
-        self._tasks: _Memo[PlanTask, TaskCost] = _Memo()
+        self._priced: session.IdentityMemo[PassCost] = session.IdentityMemo("work prices", memo_limit)
+        self._priced_optimizer: session.IdentityMemo[PassCost] = session.IdentityMemo("optimizer prices",
+                                                                                       memo_limit)
+        self._tasks: session.IdentityMemo[TaskCost] = session.IdentityMemo("task prices", memo_limit)
 
     def _engine(self, engines: dict[str, ComputeEngine], family: str, datatype: str) -> ComputeEngine:
         if datatype not in engines:
@@ -316,9 +301,9 @@ class Pricer:
     def work(self, work: Work, optimizer: bool = False) -> PassCost:
         """Compute and memory time of one pass (the optimizer step runs on the vector engine)."""
         memo = self._priced_optimizer if optimizer else self._priced
-        cost = memo.values.get(id(work))
+        cost = memo.get(work)
         if cost is None:
-            cost = memo.remember(work, self._work(work, optimizer))
+            cost = memo.put(self._work(work, optimizer), work)
         return cost
 
     def _work(self, work: Work, optimizer: bool) -> PassCost:
@@ -410,9 +395,9 @@ class Pricer:
 
     def task(self, task: PlanTask) -> TaskCost:
         """Times of one plan task in every pass, TP network time included."""
-        cost = self._tasks.values.get(id(task))
+        cost = self._tasks.get(task)
         if cost is None:
-            cost = self._tasks.remember(task, self._task(task))
+            cost = self._tasks.put(self._task(task), task)
         return cost
 
     def _task(self, task: PlanTask) -> TaskCost:
@@ -437,26 +422,16 @@ def _sequence_sharded_edges(plan: PortablePlanIR) -> bool:
                and t.messages.forward_edge.collective in ("reduce_scatter", "all_gather") for t in plan.tasks)
 
 
-_PRICERS: dict[tuple[int, CostView, str], tuple[EvidenceProfile, Pricer]] = {}
-PRICERS_LIMIT = 64  # bound of _PRICERS: cleared when full
-
-
 def pricer_for(profile: EvidenceProfile, view: CostView, datatype: str) -> Pricer:
-    """The shared :class:`Pricer` of ``(profile, view, datatype)``, so that its
+    """The current session's shared :class:`Pricer` of ``(profile, view, datatype)``, so that its
     price memo serves every estimate on that profile (keyed by the profile's
-    ``id``, the profile held alive with it; bounded)."""
+    ``id``, the profile held alive with it; bounded: :attr:`harness.session.Session.pricers`)."""
+    current = session.current()
     key = (id(profile), view, datatype)
-    entry = _PRICERS.get(key)
-    if entry is None:
-        if len(_PRICERS) >= PRICERS_LIMIT:
-            _PRICERS.clear()
-        entry = _PRICERS[key] = (profile, Pricer(profile, view, datatype))
+    entry = current.pricers.get(key)
+    if entry is None or entry[0] is not profile:
+        entry = current.pricers.put(key, (profile, Pricer(profile, view, datatype, current.prices_limit)))
     return entry[1]
-
-
-def clear_pricers() -> None:
-    """Forget the shared pricers and their memos (results never depend on them)."""
-    _PRICERS.clear()
 
 
 def cost_tasks(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView) -> tuple[TaskCost, ...]:

@@ -72,7 +72,7 @@ import numpy as np
 import yaml
 from pydantic import ConfigDict, Field, Strict, field_validator, model_validator
 
-from harness import locations
+from harness import locations, session
 from harness.errors import EvidenceError, HarnessError, InputError
 from harness.evidence.families import (
     CollectiveCurve,
@@ -351,10 +351,6 @@ class _Cached:
     profile: EvidenceProfile
 
 
-_CACHE: dict[Path, _Cached] = {}
-PROFILES_LIMIT = 256  # bound of _CACHE: cleared when full
-
-
 def load_profile(name: str, directory: Path | None = None, *, referrer: str | None = None,
                  field: str = "system") -> EvidenceProfile:
     """Load ``evidence/<name>.yaml``; errors name the file and field (see the module rules on caching).
@@ -374,7 +370,8 @@ def load_profile(name: str, directory: Path | None = None, *, referrer: str | No
             raise EvidenceError(referrer, field, f"no evidence profile named {name!r} (no {path})")
         raise EvidenceError(str(path), "system", f"no evidence profile named {name!r}")
     identity = (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
-    cached = _CACHE.get(path)
+    memo = session.current().profiles
+    cached = memo.get(path)
     if (cached is not None and cached.identity == identity
             and max(status.st_mtime_ns, status.st_ctime_ns) + RACY_NS < cached.read_ns):
         return cached.profile
@@ -385,9 +382,7 @@ def load_profile(name: str, directory: Path | None = None, *, referrer: str | No
         profile = cached.profile
     else:
         profile = parse_profile(data, str(path), name)
-    if len(_CACHE) >= PROFILES_LIMIT:
-        _CACHE.clear()
-    _CACHE[path] = _Cached(identity, digest, read_ns, profile)
+    memo.put(path, _Cached(identity, digest, read_ns, profile))
     return profile
 
 

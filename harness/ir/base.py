@@ -15,7 +15,6 @@ Rules (after QCElemental's models):
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import functools
 import operator
@@ -25,6 +24,7 @@ from typing import Any, Callable, ClassVar, Self
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr
 
+from harness import session
 from harness.digest import canonical_json, sha256_text
 from harness.ir import canonical
 
@@ -74,14 +74,14 @@ class Frozen(BaseModel):
         Interning (``INTERNED`` classes): the key is the class and the field
         values, a nested model by identity (the shared instance holds it, so
         its id cannot be reused while the entry exists, and a default factory's
-        fresh instance defeats sharing: pass interned values); the table is bounded
-        (:data:`INTERN_LIMIT` per class, then cleared). ``model_fields_set`` of a shared
-        instance is that of its first construction.
+        fresh instance defeats sharing: pass interned values); the table is the
+        current session's (:meth:`harness.session.Session.interned`: bounded, LRU).
+        ``model_fields_set`` of a shared instance is that of its first construction.
         """
-        spec = _SPECS.get(cls) or _construction(cls)
+        spec = cls.__dict__.get(CONSTRUCTION) or _construction(cls)
         values = fields if tuple(fields) == spec.names else spec.complete(cls, fields)
         if spec.key is not None:
-            table = _INTERNED[cls]
+            table = session.current().interned(cls)
             key = spec.key(values)
             shared = table.get(key)
             if shared is not None:
@@ -96,16 +96,14 @@ class Frozen(BaseModel):
         setattr_(obj, "__pydantic_extra__", None)
         setattr_(obj, "__pydantic_private__", None if spec.private is None else dict(spec.private))
         if spec.key is not None:
-            if len(table) >= INTERN_LIMIT:
-                table.clear()
-            table[key] = obj
+            table.put(key, obj)
         return obj
 
     @classmethod
     def trusted_ordered(cls, values: dict[str, Any]) -> Self:
         """:meth:`trusted` for a hot loop that builds ``values`` itself: every field, in declaration order, of a
         class that is not ``INTERNED`` (checked by length only: the caller guarantees the order)."""
-        spec = _SPECS.get(cls) or _construction(cls)
+        spec = cls.__dict__.get(CONSTRUCTION) or _construction(cls)
         if spec.key is not None or len(values) != len(spec.names):
             return cls.trusted(**values)
         obj = cls.__new__(cls)
@@ -153,15 +151,13 @@ class _Construction:
 _IMMUTABLE = (type(None), bool, int, float, str, tuple, frozenset)
 
 
-_SPECS: dict[type, _Construction] = {}
+#: The class attribute holding a class's :class:`_Construction` (derived code, :func:`harness.session.derived`).
+CONSTRUCTION = "_harness_construction"
 
 
 def _construction(cls: type[BaseModel]) -> _Construction:
-    """The construction spec of ``cls``, computed once (see :data:`_SPECS`)."""
-    spec = _SPECS.get(cls)
-    if spec is None:
-        spec = _SPECS[cls] = _new_construction(cls)
-    return spec
+    """The construction spec of ``cls``, computed once and stored on the class."""
+    return session.derived(cls, CONSTRUCTION, _new_construction)
 
 
 def _new_construction(cls: type[BaseModel]) -> _Construction:
@@ -186,17 +182,6 @@ def _new_construction(cls: type[BaseModel]) -> _Construction:
                          _intern_key(cls) if getattr(cls, "INTERNED", False) else None, set(names))
 
 
-# One table per class: keys are tuples of atoms (str, int, ids), which the
-# garbage collector stops tracking, so the tables add little to its work.
-_INTERNED: collections.defaultdict[type, dict[tuple, Any]] = collections.defaultdict(dict)
-INTERN_LIMIT = 1 << 16
-
-
-def clear_interned() -> None:
-    """Forget the shared instances (results never depend on them)."""
-    _INTERNED.clear()
-
-
 def _model_classes(annotation: Any) -> tuple[type, ...]:
     """The model classes an annotation can hold (directly, optionally, in a union or in a tuple)."""
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
@@ -207,9 +192,13 @@ def _model_classes(annotation: Any) -> tuple[type, ...]:
     return (annotation,) if isinstance(annotation, type) and issubclass(annotation, BaseModel) else ()
 
 
-@functools.cache
 def _holds_absent(cls: type) -> bool:
-    """Whether an instance of ``cls`` can hold an :data:`Frozen.ABSENT_IF_NONE` field at any depth."""
+    """Whether an instance of ``cls`` can hold an :data:`Frozen.ABSENT_IF_NONE` field at any depth (derived
+    once per class and stored on it)."""
+    return session.derived(cls, "_harness_holds_absent", _find_absent)
+
+
+def _find_absent(cls: type) -> bool:
     if getattr(cls, "ABSENT_IF_NONE", None):
         return True
     return any(_holds_absent(c) for f in cls.model_fields.values() for c in _model_classes(f.annotation))
@@ -244,21 +233,32 @@ def _is_model(annotation: Any) -> bool:
 
 
 def _intern_key(cls: type[BaseModel]) -> Callable[[dict[str, Any]], tuple]:
-    """Compiled ``values -> (value or id(model), ...)`` in declaration order (one table per class).
+    """``values -> (value or id(model), ...)`` in declaration order (one table per class).
 
     A field must be hashable by value (str, int, bool, None, tuples of those)
     or hold a model (keyed by identity); anything else is refused here.
     """
-    parts = []
-    for name, field in cls.__pydantic_fields__.items():
+    names, models = tuple(cls.__pydantic_fields__), []
+    for index, (name, field) in enumerate(cls.__pydantic_fields__.items()):
         annotation = field.annotation
         if _is_model(annotation):
-            parts.append(f"id(v[{name!r}])")
-        elif _hashable_by_value(annotation):
-            parts.append(f"v[{name!r}]")
-        else:
+            models.append(index)
+        elif not _hashable_by_value(annotation):
             raise TypeError(f"{cls.__name__}.{name}: {annotation} cannot key an interned instance")
-    return eval(f"lambda v: ({', '.join(parts)},)")  # compiled from field names only
+    if len(names) == 1:
+        (name,) = names
+        return (lambda v: (id(v[name]),)) if models else (lambda v: (v[name],))
+    values = operator.itemgetter(*names)
+    if not models:
+        return values
+
+    def key(v: dict[str, Any]) -> tuple:
+        parts = list(values(v))
+        for index in models:
+            parts[index] = id(parts[index])
+        return tuple(parts)
+
+    return key
 
 
 def _hashable_by_value(annotation: Any) -> bool:
@@ -288,7 +288,7 @@ class Artifact(Frozen):
 
     def canonical(self) -> str:
         """``canonical_json(self.to_data())``, written by the compiled writer when it covers the class."""
-        text = canonical.write(self, _schema_entries(type(self)))
+        text = canonical.write(self, session.derived(type(self), "_harness_schema_entries", _schema_entries))
         return canonical_json(self.to_data()) if text is None else text
 
     def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False):
@@ -307,7 +307,6 @@ class Artifact(Frozen):
         return digest
 
 
-@functools.cache
 def _schema_entries(cls: type[Artifact]) -> tuple[tuple[str, str], ...]:
     """The two keys :meth:`Artifact.to_data` adds, as canonical ``(key, JSON)`` pairs."""
     return (("schema_name", canonical_json(cls.SCHEMA_NAME)), ("schema_version", canonical_json(cls.SCHEMA_VERSION)))

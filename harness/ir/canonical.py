@@ -4,9 +4,11 @@ The canonical form of an artifact is, by definition, ``canonical_json`` (see
 :mod:`harness.digest`) of ``artifact.to_data()``: ``model_dump(mode="json")``
 plus ``schema_name`` and ``schema_version``, keys sorted, no whitespace.
 Building that dict and encoding it was most of the cost of lowering, so for a
-model class whose fields are all of the kinds below this module compiles, once
-per class and with ``exec`` (as :mod:`dataclasses` compiles ``__init__``), one
-f-string that writes the same text directly.
+model class whose fields are all of the kinds below this module builds, once
+per class, a writer of the same text: one format template of the constant text
+(keys, punctuation) and one converter per field (no ``exec``, no ``eval``). The
+writer is derived code of the class and stored on it (``vars(cls)``), for the
+class's lifetime, as :mod:`dataclasses` stores the ``__init__`` it generates.
 
 Rules (what the reference path does, field kind by field kind):
 
@@ -25,8 +27,9 @@ Rules (what the reference path does, field kind by field kind):
   None and the caller uses the reference path;
 - a class that sets ``CANONICAL_MEMO`` or ``INTERNED`` (value classes whose
   instances the passes share: constants, interned values, memoized facts) has its text
-  memoized per instance, keyed by ``id`` with the instance held alive by the
-  memo so that the id cannot be reused; the memo is bounded;
+  memoized per instance in the current session's ``texts``
+  (:class:`harness.session.IdentityMemo`: keyed by ``id`` with the instance
+  held, bounded);
 - a non-finite float is written ``nan`` / ``inf`` by ``repr``: whenever the
   text contains either, :func:`write` returns None so that the reference path
   decides (it raises for a real NaN or infinity, and writes the identical text
@@ -39,6 +42,7 @@ checks it on every IR of the cases and of the differential corpus.
 from __future__ import annotations
 
 import json
+import operator
 import types
 import typing
 from json.encoder import encode_basestring_ascii
@@ -46,31 +50,15 @@ from typing import Any, Callable
 
 from pydantic import BaseModel
 
+from harness import session
+
 Writer = Callable[[Any], str]
+#: The class attribute that holds a class's writer: ``(extra, writer or None)``.
+WRITER_ATTRIBUTE = "_harness_canonical_writer"
 
 
 class _Unsupported(Exception):
     """A field kind (or a value's class) the compiled writers do not cover."""
-
-
-_WRITERS: dict[type, Writer | None] = {}
-_MEMO: dict[int, str] = {}  # id(instance) -> its text
-_HELD: dict[int, Any] = {}  # id(instance) -> the instance, alive while its text is memoized
-MEMO_LIMIT = 1 << 16
-
-
-def _remember(obj: Any, text: str) -> None:
-    if len(_MEMO) >= MEMO_LIMIT:
-        clear_memo()
-    _HELD[id(obj)] = obj
-    _MEMO[id(obj)] = text
-
-
-def clear_memo() -> None:
-    """Forget the memoized texts (results never depend on them)."""
-    _MEMO.clear()
-    _HELD.clear()
-_COMPILING: set[type] = set()
 
 
 def write(obj: BaseModel, extra: tuple[tuple[str, str], ...] = ()) -> str | None:
@@ -88,22 +76,28 @@ def write(obj: BaseModel, extra: tuple[tuple[str, str], ...] = ()) -> str | None
     return None if "nan" in text or "inf" in text else text
 
 
-def _writer(cls: type, extra: tuple[tuple[str, str], ...] = ()) -> Writer | None:
-    key = (cls, extra) if extra else cls
-    if key not in _WRITERS:
-        try:
-            _WRITERS[key] = _compile(cls, extra)
-        except _Unsupported:
-            _WRITERS[key] = None
-    return _WRITERS[key]
+def _writer(cls: type, extra: tuple[tuple[str, str], ...] = (), compiling: frozenset[type] = frozenset()
+            ) -> Writer | None:
+    stored = vars(cls).get(WRITER_ATTRIBUTE)
+    if stored is not None and stored[0] == extra:
+        return stored[1]
+    try:
+        writer = _compile(cls, extra, compiling | {cls})
+    except _Unsupported:
+        writer = None
+    if stored is None:  # the first extra a class is written with is its own (an artifact's schema entries)
+        type.__setattr__(cls, WRITER_ATTRIBUTE, (extra, writer))
+    return writer
 
 
-def _sequence(items: Any, writer: Writer) -> str:
-    return "[" + ",".join([writer(item) for item in items]) + "]"
+def _sequence(writer: Writer) -> Writer:
+    def write_sequence(items: Any) -> str:
+        return "[" + ",".join(map(writer, items)) + "]"
+    return write_sequence
 
 
-def _union(classes: tuple[type, ...]) -> Writer:
-    writers = {cls: _required_writer(cls) for cls in classes}
+def _union(classes: tuple[type, ...], compiling: frozenset[type]) -> Writer:
+    writers = {cls: _required_writer(cls, compiling) for cls in classes}
 
     def write_member(value: Any) -> str:
         writer = writers.get(type(value))
@@ -114,10 +108,10 @@ def _union(classes: tuple[type, ...]) -> Writer:
     return write_member
 
 
-def _required_writer(cls: type) -> Writer:
-    if cls in _COMPILING:
+def _required_writer(cls: type, compiling: frozenset[type]) -> Writer:
+    if cls in compiling:
         raise _Unsupported(f"recursive model {cls.__name__}")
-    writer = _writer(cls)
+    writer = _writer(cls, (), compiling)
     if writer is None:
         raise _Unsupported(cls.__name__)
     return writer
@@ -127,108 +121,138 @@ def _bool(value: Any) -> str:
     return "true" if value else "false"
 
 
-def _expression(annotation: Any, value: str, namespace: dict[str, Any]) -> tuple[str, str]:
-    """``(expression, conversion)`` writing ``value`` (Python source) of this annotation.
+#: A field's converter: ``(function, conversion)``; the template writes ``{<conversion>}`` of ``function(value)``.
+#: Numbers are written ``!r`` of ``float(value)`` (an int stored in a float field is written as a float) or of
+#: ``+value`` (an int as itself): C functions, so the hot path makes no Python call per number.
+Converter = tuple[Callable[[Any], Any], str]
 
-    The f-string field is ``{expression<conversion>}``; ``conversion`` is ``!r``
-    for numbers (inlined: the hot path makes no call per number).
-    """
+
+def _optional(writer: Writer) -> Writer:
+    def write_optional(value: Any) -> str:
+        return "null" if value is None else writer(value)
+    return write_optional
+
+
+def _text(converter: Converter) -> Writer:
+    """The converter as a function returning the JSON text (for optional values, sequences, absent fields)."""
+    function, conversion = converter
+    if not conversion:
+        return function
+
+    def write_number(value: Any) -> str:
+        return repr(function(value))
+    return write_number
+
+
+def _converter(annotation: Any, compiling: frozenset[type]) -> Converter:
+    """How a value of this annotation is written as JSON text."""
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if origin is typing.Annotated:
-        return _expression(args[0], value, namespace)
+        return _converter(args[0], compiling)
     if annotation is float:
-        return f"float({value})", "!r"
+        return float, "!r"
     if annotation is int:
-        return value, "!r"
+        return operator.pos, "!r"
     if annotation is bool:
-        return f"_bool({value})", ""
+        return _bool, ""
     if annotation is str or (origin is typing.Literal and all(isinstance(a, str) for a in args)):
-        return f"_string({value})", ""
+        return encode_basestring_ascii, ""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return f"{_bind(namespace, _required_writer(annotation))}({value})", ""
+        return _required_writer(annotation, compiling), ""
     if origin in (typing.Union, types.UnionType):
         members = tuple(a for a in args if a is not type(None))
         if len(members) == 1:
-            inner, conversion = _expression(members[0], value, namespace)
-            inner = f"repr({inner})" if conversion else inner
+            inner = _text(_converter(members[0], compiling))
         elif all(isinstance(m, type) and issubclass(m, BaseModel) for m in members):
-            inner = f"{_bind(namespace, _union(members))}({value})"
+            inner = _union(members, compiling)
         else:
             raise _Unsupported(str(annotation))
-        return (f"(_null if {value} is None else {inner})" if type(None) in args else inner), ""
+        return (_optional(inner) if type(None) in args else inner), ""
     if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
-        return f"_sequence({value}, {_bind(namespace, _item_writer(args[0]))})", ""
+        return _sequence(_text(_converter(args[0], compiling))), ""
     raise _Unsupported(str(annotation))
 
 
-def _bind_constant(namespace: dict[str, Any], text: str) -> str:
-    name = f"_c{len(namespace)}"
-    namespace[name] = text
-    return name
+def _absent(key_text: str, inner: Writer, before: bool) -> Writer:
+    """An absent-if-None field: nothing while None, else ``"key":value,`` (``before`` the first present key)
+    or ``,"key":value``."""
+    if before:
+        def write_leading(value: Any) -> str:
+            return "" if value is None else key_text + inner(value) + ","
+        return write_leading
+
+    def write_following(value: Any) -> str:
+        return "" if value is None else key_text + inner(value)
+    return write_following
 
 
-def _bind(namespace: dict[str, Any], writer: Writer) -> str:
-    name = f"_w{len(namespace)}"
-    namespace[name] = writer
-    return name
-
-
-def _item_writer(annotation: Any) -> Writer:
-    namespace: dict[str, Any] = dict(_HELPERS)
-    expression, conversion = _expression(annotation, "_x", namespace)
-    return eval(f"lambda _x: {'repr(' + expression + ')' if conversion else expression}", namespace)
-
-
-def _compile(cls: type, extra: tuple[tuple[str, str], ...]) -> Writer:
+def _compile(cls: type, extra: tuple[tuple[str, str], ...], compiling: frozenset[type]) -> Writer:
     if not (isinstance(cls, type) and issubclass(cls, BaseModel)):
         raise _Unsupported(str(cls))
     decorators = cls.__pydantic_decorators__
     if decorators.field_serializers or decorators.model_serializers or cls.model_computed_fields:
         raise _Unsupported(f"{cls.__name__} has custom serialization")
     absent = getattr(cls, "ABSENT_IF_NONE", frozenset())
-    _COMPILING.add(cls)
-    try:
-        namespace: dict[str, Any] = dict(_HELPERS)
-        entries = {key: text.replace("{", "{{").replace("}", "}}") for key, text in extra}
-        leading: list[tuple[str, str]] = []
-        for name, field in cls.model_fields.items():
-            if field.alias or field.serialization_alias or field.exclude or not name.isidentifier():
-                raise _Unsupported(f"{cls.__name__}.{name} is aliased, excluded or not an identifier")
-            if name in entries:
-                raise _Unsupported(f"{cls.__name__}.{name} collides with an extra key")
-            expression, conversion = _expression(field.annotation, f"o.{name}", namespace)
-            if name in absent:  # ',"key":value' (before the first present key: '"key":value,'), or nothing
-                leading.append((name, f"repr({expression})" if conversion else expression))
-            else:
-                entries[name] = "{" + expression + conversion + "}"
-        present = sorted(entries)
-        if leading and not present:
-            raise _Unsupported(f"{cls.__name__}: only absent-if-None fields")
-        for name, inner in leading:
-            before = name < present[0]
-            text = json.dumps(name) + ":" if before else "," + json.dumps(name) + ":"
-            key_text = _bind_constant(namespace, text)
-            entries[name] = ("{(_nothing if o." + name + " is None else " + key_text + " + " + inner
-                             + (" + _comma" if before else "") + ")}")
-    finally:
-        _COMPILING.discard(cls)
-    keys = sorted(entries)
-    first = present[0] if present else None
-    body = "".join(entries[key] if key in absent else ("" if key == first else ",") + json.dumps(key) + ":"
-                   + entries[key] for key in keys)
-    if "'" in body or "\\" in body:
-        raise _Unsupported(f"{cls.__name__}: quote or backslash in constant text")
-    text = "f'{{" + body + "}}'"
-    if getattr(cls, "CANONICAL_MEMO", False) or getattr(cls, "INTERNED", False):
-        source = (f"def write(o):\n    hit = _memo_get(id(o))\n    if hit is not None:\n        return hit\n"
-                  f"    text = {text}\n    _remember(o, text)\n    return text\n")
+    constants = dict(extra)  # key -> its constant JSON text
+    converters: dict[str, Converter] = {}  # key -> how its value is written
+    for name, field in cls.model_fields.items():
+        if field.alias or field.serialization_alias or field.exclude or not name.isidentifier():
+            raise _Unsupported(f"{cls.__name__}.{name} is aliased, excluded or not an identifier")
+        if name in constants:
+            raise _Unsupported(f"{cls.__name__}.{name} collides with an extra key")
+        converters[name] = _converter(field.annotation, compiling)
+    present = sorted(k for k in (*constants, *converters) if k not in absent)
+    if not present:
+        raise _Unsupported(f"{cls.__name__}: only absent-if-None fields")
+    template, names, writers = "", [], []
+    for key in sorted((*constants, *converters)):
+        if key in constants:
+            template += ("" if key == present[0] else ",") + json.dumps(key) + ":" + _escaped(constants[key])
+            continue
+        if key in absent:
+            writers.append(_absent(json.dumps(key) + ":" if key < present[0] else "," + json.dumps(key) + ":",
+                                   _text(converters[key]), key < present[0]))
+            template += "{}"
+        else:
+            function, conversion = converters[key]
+            template += ("" if key == present[0] else ",") + json.dumps(key) + ":{" + conversion + "}"
+            writers.append(function)
+        names.append(key)
+    return _assemble(cls, "{{" + template + "}}", tuple(names), tuple(writers))
+
+
+def _escaped(text: str) -> str:
+    return text.replace("{", "{{").replace("}", "}}")
+
+
+def _assemble(cls: type, template: str, names: tuple[str, ...], writers: tuple[Writer, ...]) -> Writer:
+    """The writer of one class: the template filled with each field's text (memoized per instance for the
+    classes that share instances)."""
+    fill, call = template.format, operator.call
+    if not names:
+        text = fill()
+
+        def write_constant(o: Any) -> str:
+            return text
+        plain = write_constant
+    elif len(names) == 1:
+        (name,), (writer,) = names, writers
+
+        def write_one(o: Any) -> str:
+            return fill(writer(o.__dict__[name]))
+        plain = write_one
     else:
-        source = f"def write(o):\n    return {text}\n"
-    exec(source, namespace)  # compiled from field names and annotations only
-    writer = namespace["write"]
-    writer.__doc__ = f"Canonical JSON of one {cls.__name__}:\n{source}"
-    return writer
+        values = operator.itemgetter(*names)
 
+        def write_fields(o: Any) -> str:
+            return fill(*map(call, writers, values(o.__dict__)))
+        plain = write_fields
+    if not (getattr(cls, "CANONICAL_MEMO", False) or getattr(cls, "INTERNED", False)):
+        return plain
 
-_HELPERS: dict[str, Any] = {"_bool": _bool, "_string": encode_basestring_ascii, "_sequence": _sequence,
-                            "_null": "null", "_nothing": "", "_comma": ",", "_memo_get": _MEMO.get, "_remember": _remember}
+    def write_memoized(o: Any) -> str:
+        texts = session.current().texts
+        text = texts.get(o)
+        return texts.put(plain(o), o) if text is None else text
+
+    return write_memoized

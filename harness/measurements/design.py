@@ -66,10 +66,8 @@ def _unit(field: str | None) -> BlockTimes:
 
 def composition_coefficients(plan) -> np.ndarray:
     """The iteration total's coefficient of each block-time field (the composition is linear in them)."""
-    p = plan.pipeline
-    args = (p.forward_transfers_per_microbatch, p.backward_transfers_per_microbatch)
-    zero = compose(plan.schedule, _unit(None), *args).total_s
-    return np.array([compose(plan.schedule, _unit(f), *args).total_s - zero for f in FIELDS])
+    zero = compose(plan.schedule, _unit(None)).total_s
+    return np.array([compose(plan.schedule, _unit(f)).total_s - zero for f in FIELDS])
 
 
 @dataclasses.dataclass

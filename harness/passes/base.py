@@ -28,7 +28,6 @@ defaults records ``{}``.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import re
 import types
 import typing
@@ -37,6 +36,7 @@ from typing import Any, ClassVar, Generic, Mapping, TypeVar
 
 from pydantic import Field
 
+from harness import session
 from harness.errors import PassError
 from harness.ir.base import Artifact
 
@@ -62,11 +62,11 @@ class PassCheckpoint(Artifact):
     output_digest: str = Field(description="SHA-256 of the output IR's canonical form.")
 
 
-@functools.cache
 def _hints(cls: type) -> dict[str, Any]:
     """A pass class's resolved field annotations (``typing.get_type_hints`` evaluates the string annotations each
-    call: a pass built per estimate, like ``transformer-concretize``, paid it every time)."""
-    return typing.get_type_hints(cls)
+    call: a pass built per estimate, like ``transformer-concretize``, paid it every time), derived once and
+    stored on the class (:func:`harness.session.derived`)."""
+    return session.derived(cls, "_harness_type_hints", typing.get_type_hints)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -53,9 +53,7 @@ Counted:
 
 from __future__ import annotations
 
-import functools
-
-from harness import calculon_compat as compat
+from harness import calculon_compat as compat, session
 from harness.ir import mesh
 from harness.ir.distributed import CrossEntropyShape, EmbeddingShape, LinearShape, Retention, Task
 from harness.ir.model import BYTES_PER_ELEMENT, ExecutionLayout, TransformerShape
@@ -79,8 +77,15 @@ def counted(shape: TransformerShape) -> bool | None:
     return None if shape.vocabulary is None else compat.vocabulary_tied(shape.tied_embeddings)
 
 
-@functools.lru_cache(maxsize=1024)
 def _tasks(tokens: int, hidden: int, tensor_parallel: int, vocabulary: int, embedding: bool) -> tuple[Task, ...]:
+    """The output tasks (memoized in the session's ``output_tasks``: one instance per arguments)."""
+    return session.current().output_tasks.get_or_put(
+        ("tasks", tokens, hidden, tensor_parallel, vocabulary, embedding),
+        lambda: _new_tasks(tokens, hidden, tensor_parallel, vocabulary, embedding))
+
+
+def _new_tasks(tokens: int, hidden: int, tensor_parallel: int, vocabulary: int, embedding: bool
+               ) -> tuple[Task, ...]:
     local = padded_vocabulary(vocabulary, tensor_parallel) // tensor_parallel
     retention = Retention.trusted(activation_stored=True, output_stored=True, activation_reused=False)
     lookup = (Task.trusted(name=LOOKUP, phase="forward", clone_of=None, depends_on=(),
@@ -96,8 +101,9 @@ def _tasks(tokens: int, hidden: int, tensor_parallel: int, vocabulary: int, embe
 
 
 def output_tasks(shape: TransformerShape, execution: ExecutionLayout, vocabulary: int) -> tuple[Task, ...]:
-    """The DistributedTaskIR output tasks of ``shape`` and ``execution`` with ``vocabulary`` (memoized): the
-    embedding lookup first when the shape's own vocabulary matrices are counted (:func:`counted`)."""
+    """The DistributedTaskIR output tasks of ``shape`` and ``execution`` with ``vocabulary`` (memoized in the
+    session's ``output_tasks``): the embedding lookup first when the shape's own vocabulary matrices are
+    counted (:func:`counted`)."""
     tokens = execution.microbatch * (shape.sequence_length // execution.context_degree)  # this CP rank's share
     embedding = vocabulary == shape.vocabulary and counted(shape) is not None
     return _tasks(tokens, shape.hidden, execution.tensor_parallel, vocabulary, embedding)
@@ -115,10 +121,14 @@ def vocabulary_weights(shape: TransformerShape, execution: ExecutionLayout) -> V
                     mesh.group_tier(e, mesh.PIPELINE))
 
 
-@functools.lru_cache(maxsize=1024)
-def _weights(vocabulary: int, hidden: int, tensor_parallel: int, pipeline_parallel: int, tied: bool,
-             training: bool, b: int, replicas: int, sharding: bool, group: mesh.Group, gradient_tier: int,
-             pipeline_tier: int) -> VocabularyWeights:
+def _weights(*arguments) -> VocabularyWeights:
+    """The vocabulary weights of these arguments (memoized in the session's ``output_tasks``)."""
+    return session.current().output_tasks.get_or_put(("weights", *arguments), lambda: _new_weights(*arguments))
+
+
+def _new_weights(vocabulary: int, hidden: int, tensor_parallel: int, pipeline_parallel: int, tied: bool,
+                 training: bool, b: int, replicas: int, sharding: bool, group: mesh.Group, gradient_tier: int,
+                 pipeline_tier: int) -> VocabularyWeights:
     local = padded_vocabulary(vocabulary, tensor_parallel) // tensor_parallel
     matrices = 1 if tied or pipeline_parallel > 1 else 2  # the first stage's: the embedding, and untied at PP 1
     facts = derive(EmbeddingShape.trusted(tokens=1, hidden=hidden, vocabulary=local, participants=tensor_parallel),
@@ -142,9 +152,16 @@ def _weights(vocabulary: int, hidden: int, tensor_parallel: int, pipeline_parall
                                      gradient_group=None if group == mesh.DATA else group, embedding_group=shared)
 
 
-@functools.lru_cache(maxsize=1024)
 def plan_tasks(tasks: tuple[Task, ...], bytes_per_element: int) -> tuple[PlanTask, ...]:
-    """The PortablePlanIR output tasks: each task's forward, dgrad and wgrad facts (see the module rules)."""
+    """The PortablePlanIR output tasks: each task's forward, dgrad and wgrad facts (see the module rules;
+    memoized in the session's ``output_tasks``, so that a plan and :func:`model_plan_tasks` share instances)."""
+    memo = session.current().output_tasks
+    key = ("plan", tasks, bytes_per_element)
+    hit = memo.get(key)
+    return memo.put(key, _new_plan_tasks(tasks, bytes_per_element)) if hit is None else hit
+
+
+def _new_plan_tasks(tasks: tuple[Task, ...], bytes_per_element: int) -> tuple[PlanTask, ...]:
     out = []
     for task in tasks:
         facts = derive(task.shape, bytes_per_element, 1)

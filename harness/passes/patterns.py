@@ -42,7 +42,6 @@ Rules shared by every pattern:
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
@@ -77,8 +76,8 @@ from harness.ir.model import ExecutionLayout, ModelIR, TransformerShape, key_val
 RECOMPUTE = "recompute/"
 RECOMMUNICATION = "recommunication/"
 
-# Retention is interned; this cache only skips the keyword handling for its few flag combinations.
-_retention = functools.cache(Retention.trusted)
+# Retention is interned (one shared instance per flags, in the session's table).
+_retention = Retention.trusted
 #: Retention of a task whose input is another task's stored activation.
 REUSED = dict(activation_stored=False, activation_reused=True)
 

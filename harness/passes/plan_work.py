@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from harness import calculon_compat as compat
+from harness import calculon_compat as compat, session
 from harness.ir import mesh
 from harness.ir.checks import blocks_per_stage
 from harness.ir.distributed import (
@@ -54,23 +54,20 @@ from harness.ir.portable import (
 )
 from harness.passes.base import ModulePass
 from harness.passes.output_layer import plan_tasks, vocabulary_weights
-from harness.passes.rules import clear_memo, derive
-
-
-_MESSAGES: dict[tuple, TaskMessages] = {}
-MESSAGES_LIMIT = 8192  # bound of _MESSAGES: cleared when full
+from harness.passes.rules import derive
 
 
 def _task_messages(s: CollectiveShape | OverlappedLinearShape, b: int, tier: int, backward: bool) -> TaskMessages:
     """Messages of a collective of shape ``s`` on network ``tier`` (None: the identity, nothing sent); they
     span the shape's group (``GROUP``; the tensor group is left unnamed, :class:`TaskMessages`).
 
-    Memoized by field values (a pure function of frozen values; bounded like
-    :func:`harness.passes.rules.derive`): the f/g collectives of both
-    sub-blocks and their clones share one immutable TaskMessages.
+    Memoized by field values in the session's ``messages`` (a pure function of
+    frozen values; bounded like :func:`harness.passes.rules.derive`): the f/g
+    collectives of both sub-blocks and their clones share one immutable TaskMessages.
     """
     key = (type(s), *s.__dict__.values(), b, tier, backward)
-    messages = _MESSAGES.get(key)
+    memo = session.current().messages
+    messages = memo.get(key)
     if messages is not None:
         return messages
 
@@ -78,20 +75,11 @@ def _task_messages(s: CollectiveShape | OverlappedLinearShape, b: int, tier: int
         return None if op is None else Message.trusted(
             collective=op, message_bytes=s.elements * b, participants=s.participants, network_tier=tier)
 
-    if len(_MESSAGES) >= MESSAGES_LIMIT:
-        _MESSAGES.clear()
-    messages = _MESSAGES[key] = TaskMessages.trusted(
+    return memo.put(key, TaskMessages.trusted(
         forward_base=message(s.base_forward), forward_edge=message(s.edge_forward),
         backward_base=message(s.base_backward) if backward else None,
         backward_edge=message(s.edge_backward) if backward else None,
-        group=None if s.GROUP == mesh.TENSOR else s.GROUP)
-    return messages
-
-
-def clear_memos() -> None:
-    """Forget the memoized per-shape facts and messages (to measure cold lowering)."""
-    clear_memo()
-    _MESSAGES.clear()
+        group=None if s.GROUP == mesh.TENSOR else s.GROUP))
 
 
 #: The group weight gradients are reduced over (:func:`harness.ir.mesh.gradient_group`, one definition).

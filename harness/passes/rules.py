@@ -75,6 +75,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from harness import session
 from harness import calculon_compat as compat
 from harness.passes import precision
 from harness.ir.distributed import (
@@ -581,10 +582,6 @@ RULES = {
 WEIGHTED = frozenset({"linear", "layer_norm", "rms_norm", "overlapped_linear", "embedding", "router",
                       "grouped_linear"})
 
-_FACTS: dict[tuple, PrimitiveFacts] = {}
-FACTS_LIMIT = 8192
-
-
 def derive(shape, bytes_per_element: int, optimizer_shards: int) -> PrimitiveFacts:
     """Apply the rule of ``shape.kind``.
 
@@ -595,18 +592,13 @@ def derive(shape, bytes_per_element: int, optimizer_shards: int) -> PrimitiveFac
     (not in :data:`WEIGHTED`) is derived with one shard: identical facts, shared
     across data-parallel layouts. The key is the field
     values (cheap to hash and compare, unlike a pydantic model's own
-    ``__hash__`` / ``__eq__``); the memo is bounded.
+    ``__hash__`` / ``__eq__``); the memo is the current session's ``facts``
+    (:mod:`harness.session`, bounded).
     """
     shards = optimizer_shards if shape.kind in WEIGHTED else 1  # weightless facts do not depend on it
     key = (type(shape), *shape.__dict__.values(), bytes_per_element, shards)
-    facts = _FACTS.get(key)
+    memo = session.current().facts
+    facts = memo.get(key)
     if facts is None:
-        if len(_FACTS) >= FACTS_LIMIT:
-            _FACTS.clear()
-        facts = _FACTS[key] = RULES[shape.kind](shape, bytes_per_element, shards)
+        facts = memo.put(key, RULES[shape.kind](shape, bytes_per_element, shards))
     return facts
-
-
-def clear_memo() -> None:
-    """Forget the memoized facts (results never depend on them)."""
-    _FACTS.clear()

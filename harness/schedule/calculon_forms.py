@@ -39,9 +39,10 @@ from __future__ import annotations
 
 from typing import Any, Callable, NamedTuple
 
+import numpy as np
+
 from harness import calculon_compat as compat
 from harness.ir.portable import Message, PipelineTraffic
-from harness.schedule.compose import bubble_extra_chunks, bubble_reduction_s, chunk_path_s
 from harness.vocabulary import COMPONENTS
 
 #: A float (the estimate) or a numpy array of floats, one per variant (the search).
@@ -64,6 +65,29 @@ def _choose(condition: bool, if_true: Value, if_false: Value) -> Value:
 
 #: Python floats: one execution.
 SCALAR = Arith("python floats", max, min, _choose, bool)
+#: Numpy arrays: one element per variant (the search's placements and options).
+ARRAYS = Arith("numpy arrays", np.maximum, np.minimum, np.where, np.any)
+
+
+def bubble_extra_chunks(s) -> int:
+    """Chunk times the interleaved bubble adds when PP does not divide the microbatches:
+    ``(interleaving - 1) x (PP - microbatches mod PP)`` (the stages left without a microbatch of the last
+    round wait that many chunks each), 0 when it does."""
+    shortage = s.microbatches % s.pipeline_parallel
+    return (s.chunks_per_stage - 1) * (s.pipeline_parallel - shortage) if shortage else 0
+
+
+def bubble_reduction_s(s, base_forward_s, edge_forward_s, base_backward_s, edge_backward_s):
+    """The work of the ``bubble_reduction_blocks`` blocks the uneven stages lack: half a base and half an
+    edge block each, or an edge block when chunks have no base block (floats, or arrays of variants)."""
+    if s.base_blocks_per_chunk > 0:
+        return s.bubble_reduction_blocks * (base_forward_s + edge_forward_s + base_backward_s + edge_backward_s) / 2
+    return s.bubble_reduction_blocks * (edge_forward_s + edge_backward_s)
+
+
+def chunk_path_s(s, base_s, edge_s):
+    """One chunk's critical path from a base and an edge block's time: ``base blocks x base + edge x edge``."""
+    return s.base_blocks_per_chunk * base_s + s.edge_blocks_per_chunk * edge_s
 
 
 def pipeline_p2p_s(pipeline: PipelineTraffic, training: bool, tier: int, message_s: Callable[[Message], float]

@@ -18,20 +18,27 @@ Rules (per first pipeline stage, which is the fullest and the slowest):
 - data parallel (no overlap): one sync per block on the stage;
 - the total is the sum of the components (``harness.vocabulary.COMPONENTS``).
 
-The arithmetic forms (order of summation, grouping of products) are
-Calculon 0.1.0's, named in :mod:`harness.calculon_compat`. The projection's
-closed forms (:mod:`harness.schedule.calculon_forms`) compose the same way
-through the same rules and share the bubble's terms defined here
-(:func:`bubble_extra_chunks`, :func:`bubble_reduction_s`, :func:`chunk_path_s`).
+One composition: :func:`compose` is the closed forms of
+:mod:`harness.schedule.calculon_forms` (:func:`~harness.schedule.calculon_forms.iteration`),
+the same function the ConcretePlanIR projection and the search evaluate, on
+the block sums of a portable plan (:func:`portable_sums`: no overlap, no
+offload, the edge block's compute equal to the base block's). The arithmetic
+forms (order of summation, grouping of products) are Calculon 0.1.0's, named
+in :mod:`harness.calculon_compat`, so switching a rule off changes every
+caller alike.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
 from harness import calculon_compat as compat
 from harness.ir.portable import Schedule
+from harness.schedule import calculon_forms as forms
 from harness.schedule.block import BlockTimes
+from harness.schedule.projection import BlockSums
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -56,69 +63,52 @@ class Composition:
     chunks: ChunkTimes
 
 
-def bubble_extra_chunks(s: Schedule) -> int:
-    """Chunk times the interleaved bubble adds when PP does not divide the microbatches:
-    ``(interleaving - 1) x (PP - microbatches mod PP)`` (the stages left without a microbatch of the last
-    round wait that many chunks each), 0 when it does."""
-    shortage = s.microbatches % s.pipeline_parallel
-    return (s.chunks_per_stage - 1) * (s.pipeline_parallel - shortage) if shortage else 0
+def portable_sums(b: BlockTimes) -> BlockSums:
+    """The block sums of a portable plan's block times: every TP collective exposed (no tiling), no offload
+    (no memory terms: a block's offload overhead is 0), the edge block's compute equal to the base block's."""
+    return BlockSums(
+        forward_s=b.forward_s, forward_edge_s=b.forward_s,
+        forward_tp_exposed_base_s=b.tp_forward_base_s, forward_tp_exposed_edge_s=b.tp_forward_edge_s,
+        recompute_s=b.recompute_s, recompute_edge_s=b.recompute_s,
+        recommunication_exposed_base_s=b.recomm_base_s, recommunication_exposed_edge_s=b.recomm_edge_s,
+        activation_grad_s=b.activation_grad_s, activation_grad_edge_s=b.activation_grad_s,
+        activation_grad_tp_exposed_base_s=b.tp_backward_base_s, activation_grad_tp_exposed_edge_s=b.tp_backward_edge_s,
+        weight_grad_s=b.weight_grad_s, weight_grad_edge_s=b.weight_grad_s, optimizer_s=b.optimizer_s)
 
 
-def bubble_reduction_s(s: Schedule, base_forward_s, edge_forward_s, base_backward_s, edge_backward_s):
-    """The work of the ``bubble_reduction_blocks`` blocks the uneven stages lack: half a base and half an
-    edge block each, or an edge block when chunks have no base block (floats, or arrays of variants)."""
-    if s.base_blocks_per_chunk > 0:
-        return s.bubble_reduction_blocks * (base_forward_s + edge_forward_s + base_backward_s + edge_backward_s) / 2
-    return s.bubble_reduction_blocks * (edge_forward_s + edge_backward_s)
+def _ops(b: BlockTimes) -> forms.Arith:
+    """Python floats, or numpy arrays where a block time is one (the search's placements)."""
+    arrays = any(isinstance(getattr(b, f.name), np.ndarray) for f in dataclasses.fields(b))
+    return forms.ARRAYS if arrays else forms.SCALAR
 
 
-def chunk_path_s(s: Schedule, base_s, edge_s):
-    """One chunk's critical path from a base and an edge block's time: ``base blocks x base + edge x edge``."""
-    return s.base_blocks_per_chunk * base_s + s.edge_blocks_per_chunk * edge_s
+def _figure(value):
+    """A component as a float (an int 0 of a closed form too), or the array of placements it is."""
+    return value if isinstance(value, np.ndarray) else float(value)
+
+
+def _chunk_times(s: Schedule, blocks: forms.Blocks) -> ChunkTimes:
+    chunk_forward = forms.chunk_path_s(s, blocks.base_fw, blocks.edge_fw)
+    chunk_backward = forms.chunk_path_s(s, blocks.base_bw, blocks.edge_bw)
+    return ChunkTimes(blocks.base_fw, blocks.edge_fw, blocks.base_bw, blocks.edge_bw, chunk_forward, chunk_backward,
+                      s.pipeline_parallel - 1, forms.bubble_extra_chunks(s),
+                      forms.bubble_reduction_s(s, blocks.base_fw, blocks.edge_fw, blocks.base_bw, blocks.edge_bw))
 
 
 def chunk_times(s: Schedule, b: BlockTimes) -> ChunkTimes:
-    base_fw = b.forward_s + b.tp_forward_base_s
-    edge_fw = b.forward_s + b.tp_forward_edge_s + b.pp_forward_s
-    base_bw = compat.block_backward_s(b.recompute_s, b.recomm_base_s, b.activation_grad_s, b.weight_grad_s,
-                                      b.tp_backward_base_s)
-    edge_bw = compat.block_backward_s(b.recompute_s, b.recomm_edge_s, b.activation_grad_s, b.weight_grad_s,
-                                      b.tp_backward_edge_s) + b.pp_backward_s
-    return ChunkTimes(
-        base_fw, edge_fw, base_bw, edge_bw, chunk_path_s(s, base_fw, edge_fw), chunk_path_s(s, base_bw, edge_bw),
-        s.pipeline_parallel - 1, bubble_extra_chunks(s), bubble_reduction_s(s, base_fw, edge_fw, base_bw, edge_bw),
-    )
+    """Block and chunk critical paths of a portable plan (the blocks of :func:`compose`)."""
+    return _chunk_times(s, forms.blocks(portable_sums(b), b.pp_forward_s, b.pp_backward_s, 0.0, 0.0, _ops(b)))
 
 
-def compose(s: Schedule, b: BlockTimes, pp_forward_transfers: int, pp_backward_transfers: int) -> Composition:
-    mb, chunks = s.microbatches, s.chunks_per_stage
-    mult = s.blocks_per_stage * mb
-    per_chunk = mb * chunks
-
-    def chunk_sum(base: float, edge: float) -> float:
-        return per_chunk * (s.base_blocks_per_chunk * base + s.edge_blocks_per_chunk * edge)
-
-    c = chunk_times(s, b)
-    chunk = c.chunk_forward_s + c.chunk_backward_s
-    components = {
-        "forward": mult * b.forward_s,
-        "backward": compat.backward_s(mult, b.activation_grad_s, b.weight_grad_s),
-        "optimizer": s.blocks_per_stage * b.optimizer_s,
-        "recompute": mult * b.recompute_s,
-        "tensor_parallel": compat.tensor_parallel_s(per_chunk, s.base_blocks_per_chunk, s.edge_blocks_per_chunk,
-                                                    b.tp_forward_base_s, b.tp_forward_edge_s,
-                                                    b.tp_backward_base_s, b.tp_backward_edge_s),
-        "pipeline_parallel": compat.pipeline_parallel_s(mb, pp_forward_transfers, b.pp_forward_s,
-                                                        pp_backward_transfers, b.pp_backward_s),
-        "data_parallel": s.blocks_per_stage * b.dp_s,
-        "recommunication": chunk_sum(b.recomm_base_s, b.recomm_edge_s),
-        "pipeline_bubble": compat.pipeline_bubble_s(c.bubble_full_chunks, c.bubble_extra_chunks, chunk,
-                                                    c.bubble_reduction_s),
-        # The portable plan offloads nothing (offload is a ConcretePlanIR concern: harness.schedule.projection).
-        "forward_offload": 0.0,
-        "backward_offload": 0.0,
-    }
-    return Composition(components, compat.iteration_total(components), c)
+def compose(s: Schedule, b: BlockTimes) -> Composition:
+    """The iteration of a portable plan: the closed forms of :func:`harness.schedule.calculon_forms.iteration`
+    on its block sums, the DP sync exposed once per block (no overlap), nothing offloaded."""
+    ops = _ops(b)
+    dp = forms.DataParallelSync(block_s=b.dp_s, processor_usage=0.0, sharding=False, overlap=False,
+                                same_tier_as_tp=False, same_tier_as_pp=False)
+    it = forms.iteration(s, portable_sums(b), fw_pp=b.pp_forward_s, bw_pp=b.pp_backward_s, fw_off_s=0.0,
+                         bw_off_s=0.0, dp=dp, ops=ops, finish=_figure)
+    return Composition(it.components_s, it.total_s, _chunk_times(s, it.blocks))
 
 
 def with_output_layer(c: Composition, microbatches: int, forward_s: float, backward_s: float) -> Composition:

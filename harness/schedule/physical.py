@@ -52,6 +52,7 @@ from __future__ import annotations
 import dataclasses
 from collections import deque
 
+from harness import session
 from harness.cost.views import Pricer
 from harness.ir.concrete import ConcretePlanIR
 from harness.schedule.projection import Projection, calculon_projection
@@ -62,6 +63,7 @@ from harness.vocabulary import COMPONENTS
 
 TIER2 = "memory.tier2"
 BUBBLE = "pipeline_bubble"
+PHASES_LIMIT = 64  # memory phases remembered per projection context (one per standalone run)
 OFFLOAD = {"forward": "forward_offload", "backward": "backward_offload"}
 
 
@@ -161,18 +163,13 @@ class _Context:
         self.sharded = self.dp and len(c.data_parallel.messages) == 2
         optimizer = c.program("optimizer")
         self.optimizer_jobs = program_jobs(optimizer, pricer) if optimizer else []
-        self._phases: dict[int, tuple[JobRun, Phases]] = {}
+        self._phases: session.IdentityMemo[Phases] = session.IdentityMemo("phases", PHASES_LIMIT)
         self.plain_ops: dict[tuple[str, int, int], tuple[float, tuple[dict, dict, dict]]] = {}
 
     def phases(self, run: JobRun) -> Phases:
         """The memory phases of a run (built once per standalone run)."""
-        cached = self._phases.get(id(run))
-        if cached is None or cached[0] is not run:
-            cached = (run, Phases(run.memory_phases))
-            if len(self._phases) > 64:
-                self._phases.clear()
-            self._phases[id(run)] = cached
-        return cached[1]
+        cached = self._phases.get(run)
+        return self._phases.put(Phases(run.memory_phases), run) if cached is None else cached
 
     def syncs(self, block: str, deps: tuple[int, ...], background: bool, collectives: tuple[str, ...]) -> list[Job]:
         return sync_jobs(self.c, self.pricer, block, deps, background=background, messages=collectives)

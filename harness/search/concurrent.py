@@ -36,6 +36,7 @@ import numpy as np
 
 from harness.cost.accumulation import accumulation_s
 from harness.cost.output_layer import per_microbatch_s
+from harness import session
 from harness.cost.views import MEMO_LIMIT, Pricer, TaskCost
 from harness.ir import mesh
 from harness.ir.concrete import tier_total_bytes
@@ -65,7 +66,8 @@ class TierPricer:
         self.memory_s = pricer.memory_s
         self.tier2_s = pricer.tier2_s
         self.work = pricer.work
-        self._tasks: dict[int, tuple[PlanTask, TaskCost]] = {}
+        # bounded as the Pricer's memos (a worker's context lives long)
+        self._tasks: session.IdentityMemo[TaskCost] = session.IdentityMemo("tier task prices", MEMO_LIMIT)
 
     def message_s(self, message: Message | None) -> float:
         """A message of a tiled task (the projection's overlapped linears: their group is
@@ -81,20 +83,16 @@ class TierPricer:
         msgs = task.messages
         if msgs is None:
             return cost
-        hit = self._tasks.get(id(task))
-        if hit is not None and hit[0] is task:
-            return hit[1]
+        hit = self._tasks.get(task)
+        if hit is not None:
+            return hit
         spans = msgs.spans
         tier = mesh.group_tier_of(dict.fromkeys(spans, 2), self._tiers, spans)
 
         def price(message: Message | None) -> float:
             return 0.0 if message is None else self._pricer.message_on_tier_s(message, tier)
 
-        out = with_messages(cost, msgs, price)
-        if len(self._tasks) >= MEMO_LIMIT:  # bounded as the Pricer's memos (a worker's context lives long)
-            self._tasks.clear()
-        self._tasks[id(task)] = (task, out)
-        return out
+        return self._tasks.put(with_messages(cost, msgs, price), task)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,7 +157,7 @@ def vocabulary_s(pricer: Pricer, weights, training: bool, networks: int, data_ti
 
 
 #: numpy arrays: one element per variant (see :mod:`harness.schedule.calculon_forms`).
-ARRAYS = forms.Arith("numpy arrays", np.maximum, np.minimum, np.where, np.any)
+ARRAYS = forms.ARRAYS
 
 
 def project(plan: PortablePlanIR, block: BlockMemory, pricer: Pricer, sums: list[BlockSums], variants: Variants,

@@ -70,7 +70,6 @@ class PlacementPricer:
             self._dimension.update({id(m): gradient for m in weights.gradient_messages})
             if weights.embedding_group is not None:
                 self._dimension[id(weights.embedding_group)] = pipeline
-        self._tasks: dict[int, TaskCost] = {}
 
     def group_tiers(self, spans: mesh.Group) -> np.ndarray:
         """The tier a message of the group travels on, per placement."""

@@ -88,7 +88,7 @@ class TopK:
     """The best ``k`` candidates in the search order (see the module rules).
 
     Thread-safe: a Dask worker runs several tasks at once in threads (``dask worker`` starts one per core by
-    default) and they share one running top K per search (:data:`harness.search.run._RUNNING`); every read
+    default) and they share one running top K per search (:func:`harness.search.run.running_top_k`); every read
     and update holds the instance's lock, so concurrent offers keep exactly the first ``k``.
     """
 

@@ -34,15 +34,17 @@ Rules:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import multiprocessing
 import os
-import threading
+import sys
 import time
 import uuid
 from typing import Callable, Iterable
 
+from harness import session
 from harness.errors import InputError
 from harness.search.evaluate import Context, SearchProblem, evaluate_group
 from harness.search.pareto import pareto_frontier
@@ -63,22 +65,11 @@ CONNECT_TIMEOUT_S = 10  # an existing scheduler must connect and answer its hand
 #: A Dask message starts with its length (8 bytes, little-endian): a scheduler's handshake is a few kilobytes.
 MAX_HANDSHAKE_BYTES = 1 << 20
 
-# Per worker process: search token -> running top K (the pruning bound), shared by the worker's threads (a
-# TopK is thread-safe; _RUNNING_LOCK makes finding or creating one atomic).
-_RUNNING: dict[str, TopK] = {}
-_RUNNING_LOCK = threading.Lock()
-RUNNING_LIMIT = 16  # searches remembered per worker process (more: forget them all; a bound only prunes less)
-
-
 def running_top_k(token: str, k: int) -> TopK:
-    """The worker's running top K of the search ``token`` (created on first use; every thread gets the same)."""
-    with _RUNNING_LOCK:
-        best = _RUNNING.get(token)
-        if best is None:
-            if len(_RUNNING) > RUNNING_LIMIT:
-                _RUNNING.clear()
-            best = _RUNNING[token] = TopK(k)
-        return best
+    """The current session's running top K of the search ``token`` (the pruning bound; created on first use,
+    atomically: every thread of a worker gets the same; a TopK is thread-safe). A session remembers the last
+    few searches (:attr:`harness.session.Session.running_tops`; forgetting one only prunes less)."""
+    return session.current().running_tops.setdefault(token, lambda: TopK(k))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,14 +97,25 @@ def evaluate_chunk(problem: SearchProblem, chunk: list[list[GroupLayout]], token
     """Evaluate families of groups in a worker (its running top K kept under ``token``); a family's
     groups share their lowerings (:class:`harness.search.evaluate.Context`). ``floor``: the K-th best
     sample rate the driver knows of (from every worker's finished tasks), a pruning bound."""
-    best = running_top_k(token, problem.top)
-    best.raise_floor(floor)
-    context = Context(problem)
-    out = []
-    for family in chunk:
-        out.extend(evaluate_group(problem, layout, best, context) for layout in family)
-        context.forget()
-    return out
+    owner = _worker_session()
+    with session.using(owner) if owner is not None else contextlib.nullcontext():
+        best = running_top_k(token, problem.top)
+        best.raise_floor(floor)
+        context = Context(problem)
+        out = []
+        for family in chunk:
+            out.extend(evaluate_group(problem, layout, best, context) for layout in family)
+            context.forget()
+        return out
+
+
+def _worker_session():
+    """The Dask worker's session (:mod:`harness.search.worker`), or None in this process (a process that has
+    not imported ``distributed`` is no worker: the in-process search does not pay for importing it)."""
+    if "distributed" not in sys.modules:
+        return None
+    from harness.search.worker import worker_session
+    return worker_session()
 
 
 def families(items: list[GroupLayout]) -> list[list[GroupLayout]]:
@@ -213,8 +215,7 @@ def run_search(problem: SearchProblem, *, workers: int | None = None, scheduler:
         token = uuid.uuid4().hex
         for family in families(items):
             merger.add(evaluate_chunk(problem, [family], token), order)
-        with _RUNNING_LOCK:
-            _RUNNING.pop(token, None)
+        session.current().running_tops.pop(token)
         used, where = 1, "in-process"
     else:
         used, where = _run_dask(problem, items, order, merger, workers, scheduler, started)
@@ -321,6 +322,9 @@ def _run_dask(problem: SearchProblem, items: list[GroupLayout], order: list[int]
                              f"cannot use the Dask scheduler at {scheduler!r}: {str(error).splitlines()[0]}") from None
         where = f"cluster at {scheduler}"
     try:
+        from harness.search.worker import SESSION_PLUGIN, SessionPlugin
+
+        client.register_plugin(SessionPlugin(), name=SESSION_PLUGIN)
         started()  # after the workers are forked: no display thread of the caller's is running while they are
         used = len(client.scheduler_info()["workers"]) or 1
         token = uuid.uuid4().hex
