@@ -102,7 +102,6 @@ def test_a_ring_step_is_exposed_where_the_scores_do_not_hide_it():
 @pytest.mark.parametrize("changes, field", [
     (dict(context_parallel=3), "execution.context_parallel"),  # 32 positions are not 6 chunks
     (dict(network_tiers={"tensor": 0, "pipeline": 0, "data": 1}), "execution.network_tiers.context"),
-    (dict(cp_comm="a2a"), "execution.cp_comm"),
     (dict(tp_overlap="ring"), "execution.tp_overlap"),
     (dict(context_parallel=None, cp_comm="p2p"), "execution.cp_comm"),
 ])
@@ -112,3 +111,124 @@ def test_layouts_context_parallelism_cannot_price_are_refused_naming_the_field(c
     execution.update(changes)
     problems = layout_problems(TransformerShape(**SHAPE), ExecutionLayout(**execution))
     assert field in [f for f, _ in problems]
+
+
+# --- flash attention with context parallelism (harness.passes.rules.context_tiles) ------------------------
+
+FLASH_SHAPE = dict(hidden=512, feedforward=2048, sequence_length=1024, attention_heads=8, head_size=64, blocks=2)
+
+
+def flash_lowering(cp, kernel="flash", **model):
+    execution = dict(tensor_parallel=1, pipeline_parallel=1, data_parallel=1, global_batch=1, microbatch=1,
+                     network_tiers=TIERS, context_parallel=cp, attention_kernel=kernel)
+    return lower(EstimateInput(model={**FLASH_SHAPE, **model}, execution=execution, system="a100_80g"))
+
+
+def flash_plan(cp, kernel="flash", **model):
+    return flash_lowering(cp, kernel, **model).plan
+
+
+def executed_tiles_by_counting(sequence, cp, rank, tile=128):
+    """Count the causal tiles rank ``rank`` computes: its query tiles are those of chunks rank and 2CP-1-rank
+    (2 x CP chunks of sequence / 2CP tokens); a (query tile, key tile) pair runs when key <= query."""
+    chunk = sequence // (2 * cp) // tile  # tiles per chunk
+    queries = [c * chunk + t for c in (rank, 2 * cp - 1 - rank) for t in range(chunk)]
+    keys = range(sequence // tile)
+    return sum(1 for i in queries for j in keys if j <= i), len(queries) * len(keys)
+
+
+def test_flash_with_cp_executes_the_load_balanced_causal_tiles():
+    """sequence 1024, CP 2: 4 chunks of 256 tokens (2 tiles of 128 each); every rank runs 18 of its 32 tiles
+    (rank 0: query tiles 0, 1, 6, 7 -> 1 + 2 + 7 + 8; rank 1: 2, 3, 4, 5 -> 3 + 4 + 5 + 6)."""
+    assert executed_tiles_by_counting(1024, 2, 0) == executed_tiles_by_counting(1024, 2, 1) == (18, 32)
+    for cp in (2, 4):
+        counts = {executed_tiles_by_counting(4096, cp, r) for r in range(cp)}
+        assert len(counts) == 1  # the load balancing: every rank the same tiles
+    flash = task(flash_plan(2), "attn.flash")
+    product = 2 * 1 * 8 * 512 * 1024 * 64  # 2 B H x (512 local queries x 1024 keys) x d: 536 870 912
+    assert flash.forward.operations == 2 * product * 18 / 32 == 603_979_776  # QK^T and PV
+    assert flash.activation_grad.operations == 5 * product * 18 / 32 == 1_509_949_440
+    # CP 4 of 4096: chunks of 512 tokens (m = 4 tiles); (2 CP - 1) m^2 + m (m + 1) = 7 x 16 + 4 x 5 = 132 of
+    # 4 CP m^2 = 256 tiles
+    big = task(flash_plan(4, sequence_length=4096), "attn.flash")
+    assert executed_tiles_by_counting(4096, 4, 0) == (132, 256)
+    assert big.forward.operations == 2 * (2 * 8 * 1024 * 4096 * 64) * 132 / 256
+
+
+def test_flash_with_cp_moves_the_ranks_tensors_once_per_ring_step():
+    """Per rank: Q and O 8 heads x 512 positions x 64 = 262 144 elements, K and V 524 288, log-sum-exp 8 x 512
+    x 4 B = 16 384 B, fp16; 2 ring steps each read Q and the step's K/V and write O and the log-sum-exp."""
+    flash = task(flash_plan(2), "attn.flash")
+    q = o = 262_144
+    kv = 524_288
+    lse = 16_384
+    assert (flash.forward.bytes_read, flash.forward.bytes_written) == (2 * (q + kv) * 2, 2 * (o * 2 + lse)) == (
+        3_145_728, 1_081_344)
+    assert (flash.activation_grad.bytes_read, flash.activation_grad.bytes_written) == (
+        2 * ((q + kv + 2 * o) * 2 + lse), 2 * (q + kv) * 2) == (5_275_648, 3_145_728)
+    assert flash.capacity.activation_bytes == (q + kv) * 2 + lse == 1_589_248  # the rank's Q, K, V, LSE, once
+    ring = task(flash_plan(2), "attn.context_exchange").messages
+    assert ring.hides_behind == ("attn.flash",) and ring.forward_base.message_bytes == 2 * 512 * 512 * 2
+
+
+def test_flash_with_cp_stands_for_the_same_products_as_the_materialized_kernel():
+    from harness.workload import matrix_flops_per_block
+
+    flash, materialized = flash_lowering(2), flash_lowering(2, kernel="materialized")
+    qk = task(materialized.plan, "attn.qk_matmul").forward.operations
+    assert qk == 2 * 8 * 512 * 1024 * 64
+    assert matrix_flops_per_block(flash.distributed) == matrix_flops_per_block(materialized.distributed)
+    assert matrix_flops_per_block(flash.distributed).attention == 3 * 2 * qk  # QK^T and PV, forward + 2 x backward
+
+
+def test_flash_with_cp_estimates_and_a_sliding_window_is_refused_by_name():
+    p = flash_plan(2)
+    profile = load_profile("a100_80g")
+    block, comp = cost_view(p, profile, COST_VIEWS["peak_only"])
+    assert comp.total_s > 0
+    s = TransformerShape(**{**FLASH_SHAPE, "sliding_window": 256})
+    e = ExecutionLayout(tensor_parallel=1, pipeline_parallel=1, data_parallel=1, global_batch=1, microbatch=1,
+                        network_tiers=TIERS, context_parallel=2, attention_kernel="flash")
+    assert layout_problems(s, e)[0][0] == "model.sliding_window"
+
+
+# --- Ulysses: cp_comm a2a (two all-to-alls on the context group per attention) ----------------------------
+
+def test_ulysses_sends_qkv_and_the_output_by_all_to_all_and_attends_over_the_whole_sequence_with_heads_over_cp():
+    """TP 2, CP 2: a rank holds 16 positions of 4 heads of 8 (Q, K, V 32 wide each); the all-to-all gives it all
+    32 positions of 2 heads. QKV: 16 x (32 + 32 + 32) = 1536 elements = 3072 B; the output 16 x 32 = 512 = 1024
+    B; both all_to_all forward and backward on the context tier, 2 participants."""
+    p = plan(cp_comm="a2a")
+    names = [t.name for t in p.tasks if t.phase == "forward"]
+    assert "attn.context_exchange" not in names
+    assert names.index("attn.context_qkv_a2a") < names.index("attn.qk_matmul") < names.index(
+        "attn.context_out_a2a") < names.index("attn.out_proj")
+    for name, size in (("attn.context_qkv_a2a", 3072), ("attn.context_out_a2a", 1024)):
+        m = task(p, name).messages
+        for message in (m.forward_base, m.forward_edge, m.backward_base, m.backward_edge):
+            assert (message.collective, message.message_bytes, message.participants, message.network_tier) == (
+                "all_to_all", size, 2, 0)
+        assert m.spans == ("context",)
+    qk = task(p, "attn.qk_matmul")  # 2 heads x all 32 queries x 32 keys x 8: the ring's 1/CP of the scores too
+    assert qk.forward.operations == 2 * 2 * 32 * 8 * 32 == task(plan(), "attn.qk_matmul").forward.operations
+    assert task(p, "attn.softmax").forward.operations == 5 * 2 * 32 * 32
+    flash = task(plan(cp_comm="a2a", attention_kernel="flash"), "attn.flash")
+    # the whole 32-token sequence, one tile: 2 heads, causal tiles 1 of 1 (no ring, no context_parallel field)
+    assert flash.forward.operations == 2 * (2 * 1 * 2 * 32 * 32 * 8)
+    # the exposed all-to-alls are in the estimate: the plan prices with them
+    profile = load_profile("a100_80g")
+    pricer = pricer_for(profile, COST_VIEWS["peak_only"], "float16")
+    net = profile.networks[0]
+    model = net.collectives.get("all_to_all") or net.collectives["all_gather"]  # the volume model's fallback
+    adjusted = 3072 * model.volume_multiplier
+    adjusted += adjusted / 2 * model.participant_offset
+    assert pricer.message_s(task(p, "attn.context_qkv_a2a").messages.forward_base) == pytest.approx(
+        net.latency_s + adjusted / net.bandwidth_bytes_per_s, rel=1e-12)
+
+
+def test_ulysses_needs_cp_to_divide_the_heads_of_a_rank():
+    execution = dict(tensor_parallel=2, pipeline_parallel=1, data_parallel=1, global_batch=2, microbatch=1,
+                     network_tiers=TIERS, context_parallel=8, cp_comm="a2a")
+    shape = TransformerShape(**{**SHAPE, "sequence_length": 64})
+    problems = layout_problems(shape, ExecutionLayout(**execution))  # 4 heads per TP rank, CP 8
+    assert [f for f, _ in problems] == ["execution.cp_comm"]

@@ -51,7 +51,8 @@ def test_every_primitive_says_how_it_communicates():
     assert exchange("tp_collective") == "collective" and exchange("overlapped_linear") == "tiled"
     assert exchange("context_exchange") == "ring" and SHAPE_OF["context_exchange"].GROUP == ("context",)
     experts = {"expert_all_to_all": ("expert",), "expert_tp_collective": ("expert_tensor",),
-               "expert_gather": ("expert", "expert_tensor")}  # the MoE dispatcher's collectives
+               "expert_gather": ("expert", "expert_tensor"),  # the MoE dispatcher's collectives
+               "context_all_to_all": ("context",)}  # Ulysses context parallelism's
     others = set(RULES) - {"tp_collective", "overlapped_linear", "context_exchange", *experts}
     assert {exchange(k) for k in others} == {"none"}
     for kind in ("tp_collective", "overlapped_linear"):

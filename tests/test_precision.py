@@ -5,6 +5,7 @@ Shape: hidden 64, feedforward 256, sequence 32, 8 heads of 8, 2 blocks; TP = PP 
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -85,3 +86,34 @@ def test_recipes_without_quantization_change_nothing():
 def test_recipes_refuse_what_they_cannot_price(changes, field):
     problems = layout_problems(TransformerShape(**SHAPE), ExecutionLayout(**{**LAYOUT, **changes}))
     assert field in [f for f, _ in problems]
+
+
+# --- the quantized weight copies (harness.passes.precision.weight_copy_bytes) -----------------------------
+
+def test_each_quantized_linear_keeps_a_row_wise_and_a_column_wise_weight_copy():
+    """Block linears: query, key, value, out_proj 64 x 64 = 4096 weights each, fc1 64 x 256 and fc2 256 x 64 =
+    16 384 each: 49 152 per block. fp8: 2 copies x 1 byte; MXFP8: 2 x (1 + 1/32); NVFP4: 2 x (0.5 + 1/16)."""
+    from harness.schedule.memory import block_memory, stage_memory
+
+    weights = 4 * 4096 + 2 * 16384
+    assert weights == 49152
+    base = plan("bf16")
+    assert task(base, "mlp.fc1").capacity.quantized_weight_bytes is None  # no recipe: no copies, digests kept
+    m0 = stage_memory(base, block_memory(base))
+    for recipe, per_weight in (("fp8_delayed", 2 * 1), ("fp8_current", 2 * 1), ("mxfp8", 2 * (1 + 1 / 32)),
+                               ("nvfp4", 2 * (0.5 + 1 / 16))):
+        p = plan(recipe)
+        assert task(p, "mlp.fc1").capacity.quantized_weight_bytes == per_weight * W
+        assert task(p, "mlp.fc1").capacity.weight_bytes == 2 * W  # the bf16 weights as before
+        block = block_memory(p)
+        assert block.quantized_weight_bytes == per_weight * weights
+        m = stage_memory(p, block)
+        assert m.weight - m0.weight == 2 * per_weight * weights  # 2 blocks
+        assert (m.weight_grad, m.optimizer) == (m0.weight_grad, m0.optimizer)
+        without = stage_memory(p, dataclasses.replace(block, quantized_weight_bytes=0.0))
+        assert m.tier1_total - without.tier1_total == pytest.approx(2 * per_weight * weights, rel=1e-12)
+    # the data-parallel message is the bf16 gradient, without the copies
+    dp = {**LAYOUT, "data_parallel": 2, "global_batch": 4, "network_tiers": {"tensor": 0, "pipeline": 0, "data": 1}}
+    two = lower(EstimateInput(model=SHAPE, execution={**dp, "precision": "fp8_delayed"}, system="b200")).plan
+    plain = lower(EstimateInput(model=SHAPE, execution={**dp, "precision": "bf16"}, system="b200")).plan
+    assert two.data_parallel.gradient_bytes == plain.data_parallel.gradient_bytes

@@ -512,7 +512,7 @@ def test_the_pruning_bound_is_below_every_total_and_is_the_total_without_network
         problem = small_problem(load_profile("a100_80g"), processors, prune=False)
         context, checked = Context(problem), 0
         for layout in space(problem):
-            placements = np.array(layout.placements, dtype=np.int64).reshape(-1, 3)
+            placements = np.array(layout.placements, dtype=np.int64).reshape(-1, 4)  # PLACED_DIMENSIONS: tensor, pipeline, data, context
             options = [option_of(inner) for inner in layout.inner]
             for inner in layout.inner:
                 for microbatch in layout.microbatches:

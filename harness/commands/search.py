@@ -30,6 +30,7 @@ from harness.commands.case_arguments import INFEASIBLE_STATUS
 from harness.outputs import check_output, data_files, write_text
 from harness.search.output import ParquetRows, entries_json
 from harness.search.request import check_workers, search_problem
+from harness.search.results import EXTENSION_COLUMNS
 from harness.search.space import FUSED_CHOICES, SpaceOptions
 
 
@@ -58,6 +59,13 @@ def register(sub) -> None:
                    help="stop growing the microbatch after a size with no feasible execution (Calculon's -m)")
     p.add_argument("--no-tp-overlap", action="store_true", help="leave TP overlap out (Calculon's --no-tp-overlap)")
     p.add_argument("--no-dp-overlap", action="store_true", help="leave DP overlap out (Calculon's --no-dp-overlap)")
+    p.add_argument("--context-parallel", action="store_true",
+                   help="also search context parallelism (beyond Calculon's space: every CP degree that divides "
+                        "procs / TP and splits the sequence into 2 x CP chunks, its network tier placed)")
+    p.add_argument("--precision", choices=("none", "all"), default="none",
+                   help="mixed-precision recipes searched (beyond Calculon's space): none (everything in "
+                        "--datatype, the default) or all (also each fp8/fp4 recipe whose GEMM datatype the profile "
+                        "has, for --datatype bfloat16)")
     p.add_argument("--no-prune", action="store_true", help="compose every execution (same result, slower)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--emit-case", type=Path, metavar="CASE.yaml",
@@ -91,11 +99,12 @@ def run(args) -> int:
             check_output(path, option=flag, inputs=protected,
                          others=[other for other, o in named if other is not None and o != flag])
     options = SpaceOptions(fused_activation=FUSED_CHOICES[args.fused_activation], tp_overlap=not args.no_tp_overlap,
-                           dp_overlap=not args.no_dp_overlap, mbs_break=args.mbs_break)
+                           dp_overlap=not args.no_dp_overlap, mbs_break=args.mbs_break,
+                           context_parallel=args.context_parallel)
     collect_points = args.pareto is not None or args.plot is not None
     problem = search_problem(args.model, args.system, args.procs, args.max_batch, args.datatype, top=args.top,
                              options=options, prune=not args.no_prune, collect_rows=args.results is not None,
-                             collect_points=collect_points)
+                             collect_points=collect_points, precision=args.precision)
     from harness.search.run import run_search
 
     profile = problem.profile
@@ -152,7 +161,14 @@ def best_case_text(args, problem, best) -> str:
     from harness.interop.calculon_format import input_from_calculon_execution
     from harness.interop.case_document import case_text
 
-    data = input_from_calculon_execution(problem.shape, best.execution, problem.profile.name, "--emit-case")
+    calculon = {k: v for k, v in best.execution.items() if k not in EXTENSION_COLUMNS}
+    extension, beyond = best.execution, {}
+    if "context_par" in extension:  # the fields beyond Calculon's space
+        beyond = {"context_parallel": extension["context_par"],
+                  "network_tiers": {"context": extension["context_par_net"]}}
+    if "precision" in extension:
+        beyond["precision"] = extension["precision"]
+    data = input_from_calculon_execution(problem.shape, calculon, problem.profile.name, "--emit-case", beyond)
     case_id = f"search/{Path(args.model).stem}-p{problem.processors}-b{best.execution['batch_size']}"
     return case_text(case_id, data, f"The best execution of `harness search --model {args.model} --system "
                                     f"{problem.profile.name} --procs {problem.processors} --max-batch "
@@ -174,7 +190,9 @@ def layout_words(e: dict) -> str:
             f"{e['tensor_par_overlap']}, dp_overlap {str(e['data_par_overlap']).lower()}, seq_par_ag_redo "
             f"{str(e['seq_par_ag_redo']).lower()}, optimizer_sharding {str(e['optimizer_sharding']).lower()}, "
             f"fused_activation {str(e['fused_activation']).lower()}, offload {'+'.join(offload)}, network_tiers "
-            f"{e['tensor_par_net']}/{e['pipeline_par_net']}/{e['data_par_net']}")
+            f"{e['tensor_par_net']}/{e['pipeline_par_net']}/{e['data_par_net']}"
+            + (f", context_parallel {e['context_par']} (tier {e['context_par_net']})" if "context_par" in e else "")
+            + (f", precision {e['precision']}" if "precision" in e else ""))
 
 
 def near_duplicate_groups(best: list) -> list[list[int]]:

@@ -142,11 +142,15 @@ def _input_from_calculon(model: Any, execution: Any, system: str, source: str) -
 
 
 def input_from_calculon_execution(shape: TransformerShape, execution: Any, system: str,
-                                  source: str = "<calculon>") -> EstimateInput:
+                                  source: str = "<calculon>", beyond: dict[str, Any] | None = None) -> EstimateInput:
     """A shape of ours (any of its fields) with a layout from Calculon's execution JSON: what the search's results
-    are (its executions are Calculon's; its model may be a case's shape). Errors as :func:`input_from_calculon`."""
+    are (its executions are Calculon's; its model may be a case's shape), with ``beyond``: layout fields of ours
+    outside Calculon's format (the search's context parallelism and precision; ``network_tiers`` entries are
+    added to the tiers). Errors as :func:`input_from_calculon`."""
     try:
         layout = _section(execution, "execution", source)
+        for name, value in (beyond or {}).items():
+            layout[name] = {**layout[name], **value} if name == "network_tiers" else value
         try:
             data = EstimateInput.model_validate({"model": shape.model_dump(exclude_none=True), "execution": layout,
                                                  "system": system})

@@ -48,11 +48,20 @@ def context_problems(s: TransformerShape, e: ExecutionLayout) -> list[Problem]:
                                                        f"into 2 x CP = {2 * cp} chunks, which does not divide it"))
     if e.network_tiers.context is None:
         problems.append(("execution.network_tiers.context", f"context_parallel={cp} needs the tier of its group"))
-    if e.attention_kernel == "flash":
-        problems.append(("execution.attention_kernel", "flash attention with context_parallel > 1 is not modelled "
-                                                       "yet (the kernel spans the whole sequence)"))
-    if e.cp_comm == "a2a":
-        problems.append(("execution.cp_comm", "the all-to-all (Ulysses) variant is not modelled yet: use p2p"))
+    windowed = s.sliding_window is not None and s.sliding_window < s.sequence_length
+    if e.attention_kernel == "flash" and e.cp_comm != "a2a" and windowed:
+        problems.append(("model.sliding_window", "a sliding window with flash attention and context_parallel > 1 "
+                                                 "is not modelled yet (the ring's chunk pairs assume the causal "
+                                                 "mask)"))
+    if e.cp_comm == "a2a":  # Ulysses splits each TP rank's heads over the context ranks
+        tp = e.tensor_parallel
+        heads, kv = s.attention_heads // tp, max(1, key_value_heads(s, e) // tp)
+        if heads % cp or kv % cp:
+            problems.append(("execution.cp_comm", f"a2a (Ulysses) splits the {heads} query and {kv} key/value heads "
+                                                  f"of a TP rank over CP={cp} ranks: CP must divide both"))
+        if s.mla is not None:
+            problems.append(("execution.cp_comm", "a2a (Ulysses) with multi-head latent attention (model.mla) is "
+                                                  "not modelled yet: use p2p"))
     for name, on in (("tp_overlap", e.tp_overlap != "none"), ("dp_overlap", e.dp_overlap),
                      ("offload", e.offload.weights or e.offload.activations or e.offload.optimizer)):
         if on:

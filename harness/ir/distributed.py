@@ -228,7 +228,17 @@ class FlashAttentionShape(Frozen):
         "Width of one value (and output) head, elements, when it differs from head_size (multi-head latent "
         "attention: Q and K qk_nope + qk_rope wide, V v_head_dim); None: head_size."))
 
-    ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"value_head_size"})  # kernels without it keep digests
+    context_parallel: int | None = Field(None, gt=1, description=(
+        "Context parallelism: the sample's sequence split in 2 x CP chunks, this rank holding two (Megatron-Core's "
+        "causal load balancing) and attending to every rank's K/V over CP ring steps; its queries are sequence / "
+        "CP. None: the whole sequence on this rank."))
+
+    ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"value_head_size", "context_parallel"})  # digests kept
+
+    @property
+    def queries(self) -> int:
+        """Query positions of one sample on this rank (sequence / CP)."""
+        return self.sequence // (self.context_parallel or 1)
 
     @property
     def value_width(self) -> int:
@@ -358,6 +368,17 @@ class ExpertAllToAllShape(_ExpertCollective):
     kind: Literal["expert_all_to_all"] = "expert_all_to_all"
 
 
+class ContextAllToAllShape(_ExpertCollective):
+    """An all-to-all of Ulysses context parallelism (``cp_comm: a2a``) over the context group: before the
+    attention, this rank's Q, K and V (its sequence / CP positions, every local head) become the whole sequence's
+    for heads / CP; after it, the attention output goes back; the backward pass sends the gradients the other
+    way. ``elements`` is this rank's send buffer."""
+
+    GROUP: ClassVar[Group] = CONTEXT  #: the group its messages span
+
+    kind: Literal["context_all_to_all"] = "context_all_to_all"
+
+
 class ExpertTensorCollectiveShape(_ExpertCollective):
     """The expert-tensor-parallel all-gather (of the dispatched tokens, before the experts; reduce-scatter in the
     backward pass) or reduce-scatter (of the expert outputs; all-gather backward) over the ETP group;
@@ -380,7 +401,7 @@ class ExpertGatherShape(_ExpertCollective):
 
 SHAPES = (LinearShape, BatchMatmulShape, NormShape, PointwiseShape, ResidualShape, ForkShape, CollectiveShape,
           OverlappedLinearShape, CrossEntropyShape, EmbeddingShape, FlashAttentionShape, RingExchangeShape,
-          QuantizeShape, RouterShape, TopKShape, TokenPermuteShape, GroupedLinearShape, ExpertAllToAllShape,
+          QuantizeShape, RouterShape, TopKShape, TokenPermuteShape, GroupedLinearShape, ExpertAllToAllShape, ContextAllToAllShape,
           ExpertTensorCollectiveShape, ExpertGatherShape)
 TaskShape = Annotated[Union[SHAPES], Field(discriminator="kind")]
 

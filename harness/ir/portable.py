@@ -100,6 +100,11 @@ class Capacity(Frozen):
     weight_grad_unsharded_bytes: float = Field(ge=0, description="Weight gradient accumulated in fp32 before reduction.")
     activation_grad_bytes: float = Field(ge=0, description="Gradient w.r.t. the output.")
     optimizer_bytes: float = Field(ge=0, description="fp32 master weights and Adam moments, after sharding.")
+    quantized_weight_bytes: float | None = Field(None, ge=0, description=(
+        "Quantized copies of the weights kept for the whole iteration (a quantizing precision recipe, "
+        "harness.passes.precision); None: none."))
+
+    ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"quantized_weight_bytes"})  # digests kept without it
 
 
 NO_CAPACITY = Capacity(weight_bytes=0, activation_bytes=0, output_bytes=0, weight_grad_bytes=0,

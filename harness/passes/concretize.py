@@ -342,7 +342,9 @@ class TransformerConcretize(ModulePass[PortablePlanIR, ConcretePlanIR], _TierOpt
 
         # The vocabulary matrices (a shape that states tied_embeddings) stay in tier 1: offload streams blocks.
         v = NO_CAPACITY if plan.vocabulary_weights is None else plan.vocabulary_weights.capacity
-        out = [buf("weight", stage.weight, o.weights, 2 * block.weight_bytes + v.weight_bytes if o.weights
+        resident = block.weight_bytes if not block.quantized_weight_bytes else (
+            block.weight_bytes + block.quantized_weight_bytes)  # a block's weights with their quantized copies
+        out = [buf("weight", stage.weight, o.weights, 2 * resident + v.weight_bytes if o.weights
                    else stage.weight, stage.weight - v.weight_bytes if o.weights else 0)]
         if o.activations and not full:
             out.append(buf("activation", stage.activation, True,

@@ -49,6 +49,7 @@ from typing import Any, ClassVar
 from harness.errors import PassError
 from harness.ir.distributed import (
     BatchMatmulShape,
+    ContextAllToAllShape,
     ExpertAllToAllShape,
     ExpertGatherShape,
     ExpertTensorCollectiveShape,
@@ -101,6 +102,11 @@ class Block:
     def context(self) -> int:
         """The context-parallel degree."""
         return self.execution.context_degree
+
+    @property
+    def ring(self) -> bool:
+        """Context parallelism exchanges K/V in a ring (``cp_comm`` p2p, the default), not by all-to-all."""
+        return self.context > 1 and self.execution.cp_comm != "a2a"
 
     @classmethod
     def of(cls, ir: ModelIR) -> "Block":
@@ -324,9 +330,16 @@ class ResidualSubBlock:
 class ScoreKernel(Pattern):
     """The attention proper, from Q, K and V to the attention output (before the output projection)."""
 
+    #: The tasks of the kernel a context-parallel ring step hides behind (one chunk's scores per step).
+    tasks: tuple[str, ...] = ()
+
     @abstractmethod
     def emit(self, b: Block, out: BlockBuilder, qk: tuple[str, ...], v: str) -> str:
         """Append the kernel's tasks after the Q/K producers ``qk`` and the V producer ``v``; return the last."""
+
+
+#: The materialized kernel's tasks a context-parallel ring step hides behind (one chunk's scores per step).
+SCORE_TASKS = ("attn.qk_matmul", "attn.softmax", "attn.probs_dropout", "attn.pv_matmul")
 
 
 class MaterializedScores(ScoreKernel):
@@ -338,6 +351,8 @@ class MaterializedScores(ScoreKernel):
     ``DotProductAttention``). ``model.attention_dropout: 0`` has no dropout primitive. Under ``attn_only`` (or
     full) recomputation the region QK^T -> softmax -> dropout is recomputed.
     """
+
+    tasks = SCORE_TASKS
 
     name = "materialized"
 
@@ -367,6 +382,7 @@ class FlashScores(ScoreKernel):
     :func:`harness.passes.rules.flash_attention`."""
 
     name = "flash"
+    tasks = ("attn.flash",)
 
     def matches(self, shape: TransformerShape, execution: ExecutionLayout) -> bool:
         return execution.attention_kernel == "flash"
@@ -377,14 +393,13 @@ class FlashScores(ScoreKernel):
         value = b.value_head_size if b.value_head_size != s.head_size else None
         flash = FlashAttentionShape.trusted(batch=b.execution.microbatch, heads=b.heads, kv_heads=b.kv_heads,
                                             sequence=s.sequence_length, head_size=s.head_size, window=window,
-                                            dropout=s.attention_dropout != 0, value_head_size=value)
+                                            dropout=s.attention_dropout != 0, value_head_size=value,
+                                            context_parallel=b.context if b.ring else None)
         return out.add("attn.flash", flash, tuple(dict.fromkeys((*qk, v))), recompute=b.full)
 
 
 #: Attention kernels (selected by ``execution.attention_kernel``).
 SCORE_KERNELS: tuple[ScoreKernel, ...] = (MaterializedScores(), FlashScores())
-#: The attention tasks a context-parallel ring step hides behind (one chunk's scores per step).
-SCORE_TASKS = ("attn.qk_matmul", "attn.softmax", "attn.probs_dropout", "attn.pv_matmul")
 
 
 class SelfAttention(CorePattern):
@@ -463,13 +478,35 @@ class SelfAttention(CorePattern):
         if s.position == "rope":
             rope = PointwiseShape.trusted(kind="rope", elements=b.tokens * (b.query_width + b.kv_width))
             qk = (out.add("attn.rope", rope, qk, recompute=full),)
-        if b.context > 1:  # the K/V ring of context parallelism, before the scores it feeds
+        kernel = select(SCORE_KERNELS, s, b.execution, "attention kernel")
+        if b.context > 1 and not b.ring:
+            return SelfAttention._ulysses(b, out, kernel, qk, v)
+        if b.ring:  # the K/V ring of context parallelism, before the scores it feeds
             exchange = RingExchangeShape.trusted(elements=2 * b.tokens * b.kv_width, steps=b.context - 1,
-                                                 participants=b.context, hides_behind=SCORE_TASKS)
+                                                 participants=b.context, hides_behind=kernel.tasks)
             v = out.add("attn.context_exchange", exchange, tuple(dict.fromkeys((*qk[1:], v))))
             qk = (qk[0], v)
-        kernel = select(SCORE_KERNELS, s, b.execution, "attention kernel")
         return kernel.emit(b, out, qk, v)
+
+    @staticmethod
+    def _ulysses(b: Block, out: BlockBuilder, kernel: "ScoreKernel", qk: tuple[str, ...], v: str) -> str:
+        """Ulysses (``cp_comm: a2a``): an all-to-all of Q, K and V over the context group (this rank's positions
+        of every local head -> the whole sequence of heads / CP), the kernel over the whole sequence with heads /
+        CP, then an all-to-all of its output back; the backward pass mirrors both (their gradients)."""
+        cp, full = b.context, b.full
+
+        def a2a(elements: int) -> ContextAllToAllShape:
+            return ContextAllToAllShape.trusted(elements=elements, participants=cp, base_forward="all_to_all",
+                                                base_backward="all_to_all", edge_forward="all_to_all",
+                                                edge_backward="all_to_all")
+
+        qkv = out.add("attn.context_qkv_a2a", a2a(b.tokens * (b.query_width + 2 * b.kv_width)),
+                      tuple(dict.fromkeys((*qk, v))), recommunicate=full)
+        heads = dataclasses.replace(b, heads=b.heads // cp, kv_heads=b.kv_heads // cp,
+                                    queries=b.shape.sequence_length)
+        prev = kernel.emit(heads, out, (qkv,), qkv)
+        return out.add("attn.context_out_a2a", a2a(b.tokens * b.heads * b.value_head_size), (prev,),
+                       recommunicate=full)
 
 
 class LatentAttentionCore(CorePattern):
@@ -562,13 +599,13 @@ class LatentAttentionCore(CorePattern):
         rope = out.add("attn.rope", PointwiseShape.trusted(kind="rope", elements=tokens * mla.qk_rope_head_dim *
                                                            (heads + 1)), (q, rope_in or kv_down), recompute=full)
         qk: tuple[str, ...] = (rope, kv)
-        if b.context > 1:  # the K/V ring of context parallelism: every head's K (qk wide) and V (v_head_dim wide)
+        kernel = select(SCORE_KERNELS, s, e, "attention kernel")
+        if b.ring:  # the K/V ring of context parallelism: every head's K (qk wide) and V (v_head_dim wide)
             exchange = RingExchangeShape.trusted(elements=tokens * heads * (mla.qk_head_dim + mla.v_head_dim),
                                                  steps=b.context - 1, participants=b.context,
-                                                 hides_behind=SCORE_TASKS)
+                                                 hides_behind=kernel.tasks)
             kv = out.add("attn.context_exchange", exchange, qk)
             qk = (rope, kv)
-        kernel = select(SCORE_KERNELS, s, e, "attention kernel")
         prev = kernel.emit(b, out, qk, kv)
         return out.add("attn.out_proj", LinearShape.trusted(m=tokens, n=heads * mla.v_head_dim, k=s.hidden), (prev,),
                        recompute=full)

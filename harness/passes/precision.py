@@ -15,9 +15,12 @@ Rules (every figure per element; ``b`` the layout's bytes per element):
   pass and dY in the backward pass: :data:`QUANTIZE_OPERATIONS` per element (the running amax and the scale),
   reading ``b`` bytes and writing :func:`quantized_bytes`; with current scaling (``fp8_current``) and NVFP4's
   per-tensor amax the amax is a pass of its own first (:data:`AMAX_PASS_OPERATIONS` more per element and the
-  tensor read once more). Not counted: delayed scaling's amax-history update (a few values per tensor) and
-  the quantized weight copies TE caches per layer for the whole iteration (a per-block buffer, not a
-  per-microbatch activation: the plan's capacity has no field for it yet);
+  tensor read once more). Not counted: delayed scaling's amax-history update (a few values per tensor);
+- each quantized linear holds :data:`WEIGHT_COPIES` quantized copies of its weight for the whole iteration
+  (:func:`weight_copy_bytes`, the capacity's ``quantized_weight_bytes``): Transformer Engine casts the weight
+  on the first microbatch and keeps it, row-wise for the forward GEMM and column-wise (transposed) for the
+  activation-gradient GEMM, which Hopper's fp8 GEMMs and Blackwell's block-scaled ones read in that layout; it
+  joins the ``weight`` memory figure (not the weights' gradients, optimizer state or data-parallel bytes);
 - everything else (attention scores, norms, pointwise work, collectives, the output layer) stays in bf16;
   weights are stored in bf16, with fp32 main weights, fp32 main gradients and fp32 Adam moments (the
   optimizer and capacity rules of :mod:`harness.passes.rules`, unchanged).
@@ -57,6 +60,15 @@ RECIPES: dict[str, Recipe] = {
     "mxfp8": Recipe("bfloat16", "float8", 1.0, 1 / 32),
     "nvfp4": Recipe("bfloat16", "float4", 0.5, 1 / 16, amax_pass=True),
 }
+
+
+#: Quantized copies of each weight a recipe keeps for the iteration: row-wise and column-wise (module rules).
+WEIGHT_COPIES = 2
+
+
+def weight_copy_bytes(s: LinearShape) -> float:
+    """Bytes of the quantized weight copies a quantized linear keeps (the bias is not quantized)."""
+    return WEIGHT_COPIES * quantized_bytes(s.n * s.k, RECIPES[s.precision])
 
 
 def quantized_bytes(elements: float, recipe: Recipe) -> float:

@@ -167,7 +167,7 @@ def linear(s: LinearShape, b: int, shards: int) -> PrimitiveFacts:
             forward=forward, activation_grad=activation_grad, weight_grad=weight_grad,
             optimizer=_optimizer(w, 2 * w, b, shards),
             capacity=_capacity(b, shards, weights=w, activation=kept, output=y, activation_grad=y * b,
-                               moments=2 * w))
+                               moments=2 * w).trusted_replace(quantized_weight_bytes=precision.weight_copy_bytes(s)))
     return PrimitiveFacts(
         forward=_work(ops, (x + w) * b, y * b, "matrix"),
         activation_grad=_work(ops, (matrix + y) * b, x * b, "matrix"),
@@ -376,6 +376,18 @@ def causal_tiles(sequence: int, window: int, tile: int = FLASH_TILE_TOKENS) -> t
     return reach * (reach + 1) // 2 + (n - reach) * (reach + 1), n * n
 
 
+def context_tiles(sequence: int, context_parallel: int, tile: int = FLASH_TILE_TOKENS) -> tuple[int, int]:
+    """(tiles executed, tiles of this rank's full products) of a causal kernel under context parallelism: the
+    sequence in ``2 CP`` chunks of ``c = sequence / (2 CP)`` tokens, ``m = ceil(c / tile)`` tiles a side; the rank
+    holds two query chunks and meets every key chunk over the ring (``4 CP`` chunk pairs, ``4 CP m^2`` tiles).
+    Megatron-Core's load balancing gives it ``2 CP - 1`` whole pairs (below the diagonal: one of its own at the
+    first step, two at each of the CP - 1 others) and the two causal diagonal pairs of its own chunks, each
+    ``m (m + 1) / 2`` tiles: ``(2 CP - 1) m^2 + m (m + 1)`` executed (for CP = 1 this is :func:`causal_tiles`
+    when the chunk is a whole number of tiles)."""
+    m = -(-(sequence // (2 * context_parallel)) // tile)
+    return (2 * context_parallel - 1) * m * m + m * (m + 1), 4 * context_parallel * m * m
+
+
 def score_products(batch: int, heads: int, sequence: int, head_size: int) -> int:
     """Operations of one s x s score product (QK^T or PV) over ``batch`` x ``heads``: ``2 B H s^2 d``."""
     return 2 * batch * heads * sequence * sequence * head_size
@@ -384,8 +396,11 @@ def score_products(batch: int, heads: int, sequence: int, head_size: int) -> int
 def flash_products(s: FlashAttentionShape) -> tuple[int, int]:
     """(QK^T, PV) operations of a flash kernel's full s x s products: :func:`score_products` over the query/key
     head width and over the value head width (equal unless multi-head latent attention)."""
-    return (score_products(s.batch, s.heads, s.sequence, s.head_size),
-            score_products(s.batch, s.heads, s.sequence, s.value_width))
+    if s.context_parallel is None:
+        return (score_products(s.batch, s.heads, s.sequence, s.head_size),
+                score_products(s.batch, s.heads, s.sequence, s.value_width))
+    rows = 2 * s.batch * s.heads * s.queries * s.sequence  # this rank's queries against every key
+    return rows * s.head_size, rows * s.value_width
 
 
 def flash_attention(s: FlashAttentionShape, b: int, shards: int) -> PrimitiveFacts:
@@ -403,18 +418,32 @@ def flash_attention(s: FlashAttentionShape, b: int, shards: int) -> PrimitiveFac
       input); its gradient buffer is dO;
     - with a value head width ``d_v`` of its own (multi-head latent attention), the products over V (PV, dV,
       dP) count ``d_v`` and the others ``d`` (:func:`flash_products`): forward ``(QK + PV) f``, backward
-      ``(3 QK + 2 PV) f``; V, O and dO are ``d_v`` wide.
+      ``(3 QK + 2 PV) f``; V, O and dO are ``d_v`` wide;
+    - context parallelism (``context_parallel`` CP): the rank's ``s / CP`` queries against all ``s`` keys, ``f``
+      from :func:`context_tiles`; Q, K, V, O and the log-sum-exp are the rank's (``s / CP`` positions) and each
+      of the CP ring steps moves them once (reads Q and the step's K/V, writes its partial O and log-sum-exp,
+      which Transformer Engine merges; the backward likewise); the capacity is the rank's, once.
     """
-    executed, tiles = causal_tiles(s.sequence, s.window)
+    if s.context_parallel is None:
+        executed, tiles = causal_tiles(s.sequence, s.window)
+        steps = 1
+    else:
+        executed, tiles = context_tiles(s.sequence, s.context_parallel)
+        steps = s.context_parallel
     scores, values = flash_products(s)
-    q = s.batch * s.heads * s.sequence * s.head_size
-    o = s.batch * s.heads * s.sequence * s.value_width
-    kv = s.batch * s.kv_heads * s.sequence * (s.head_size + s.value_width)  # K and V
-    lse = s.batch * s.heads * s.sequence * LOG_SUM_EXP_BYTES
+    q = s.batch * s.heads * s.queries * s.head_size
+    o = s.batch * s.heads * s.queries * s.value_width
+    kv = s.batch * s.kv_heads * s.queries * (s.head_size + s.value_width)  # K and V (this rank's chunks)
+    lse = s.batch * s.heads * s.queries * LOG_SUM_EXP_BYTES
+    if steps == 1:
+        forward_io = ((q + kv) * b, o * b + lse)
+        backward_io = ((q + kv + 2 * o) * b + lse, (q + kv) * b)
+    else:  # each ring step reads Q and that step's K/V chunks, and corrects O by the log-sum-exp
+        forward_io = (steps * (q + kv) * b, steps * (o * b + lse))
+        backward_io = (steps * ((q + kv + 2 * o) * b + lse), steps * (q + kv) * b)
     return PrimitiveFacts(
-        forward=_work((scores + values) * executed / tiles, (q + kv) * b, o * b + lse, "matrix"),
-        activation_grad=_work((3 * scores + 2 * values) * executed / tiles, (q + kv + 2 * o) * b + lse, (q + kv) * b,
-                              "matrix"),
+        forward=_work((scores + values) * executed / tiles, *forward_io, "matrix"),
+        activation_grad=_work((3 * scores + 2 * values) * executed / tiles, *backward_io, "matrix"),
         weight_grad=_NONE_MATRIX, optimizer=_NONE,
         capacity=_capacity(b, shards, activation=(q + kv) * b + lse, output=o, activation_grad=o * b),
     )
@@ -503,7 +532,8 @@ def grouped_linear(s: GroupedLinearShape, b: int, shards: int) -> PrimitiveFacts
         forward=_scaled(one.forward, g), activation_grad=_scaled(one.activation_grad, g),
         weight_grad=_scaled(one.weight_grad, g), optimizer=_scaled(one.optimizer, g).trusted_replace(
             gemm_operations=None),
-        capacity=Capacity.trusted(**{f: getattr(c, f) * g for f in Capacity.model_fields}))
+        capacity=Capacity.trusted(**{f: None if getattr(c, f) is None else getattr(c, f) * g  # absent stays absent
+                                     for f in Capacity.model_fields}))
 
 
 def expert_collective(s, b: int, shards: int) -> PrimitiveFacts:
@@ -542,6 +572,7 @@ RULES = {
     "unpermute": token_permute,
     "grouped_linear": grouped_linear,
     "expert_all_to_all": expert_collective,
+    "context_all_to_all": expert_collective,  # no local reduction either
     "expert_tp_collective": expert_collective,
     "expert_gather": expert_collective,
 }

@@ -18,7 +18,9 @@ and one block's working activations. The vocabulary matrices of a shape that
 states ``tied_embeddings`` (the plan's ``vocabulary_weights``,
 :mod:`harness.passes.output_layer`) add their weights, their gradients (in
 the element datatype, after optimizer sharding: no Calculon rule applies to
-them) and their optimizer state once. Tier-1 total = weights + activations +
+them) and their optimizer state once. A quantizing precision recipe's weight
+copies (``quantized_weight_bytes``, :mod:`harness.passes.precision`) join the
+block's weights. Tier-1 total = weights + activations +
 checkpoints + weight gradients + optimizer + activation gradients. The stored
 activations and the gradients follow Calculon 0.1.0's accounting, named in
 :mod:`harness.calculon_compat`. The figures are those of
@@ -46,6 +48,7 @@ class BlockMemory:
     weight_grad_unsharded_bytes: float
     activation_grad_bytes: float
     optimizer_bytes: float
+    quantized_weight_bytes: float = 0.0  # a quantizing recipe's weight copies (harness.passes.precision)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -66,7 +69,7 @@ MEMORY_FIGURES.require((f.name for f in dataclasses.fields(StageMemory)), "harne
 
 def block_memory(plan: PortablePlanIR) -> BlockMemory:
     training = plan.schedule.training
-    weight = working = storage = wgrad = wgrad32 = agrad = optim = 0.0
+    weight = working = storage = wgrad = wgrad32 = agrad = optim = quantized = 0.0
     for task in plan.tasks:
         if task.phase != "forward":
             continue
@@ -84,16 +87,20 @@ def block_memory(plan: PortablePlanIR) -> BlockMemory:
         wgrad32 += c.weight_grad_unsharded_bytes
         agrad += c.activation_grad_bytes
         optim += c.optimizer_bytes
+        if c.quantized_weight_bytes is not None:
+            quantized += c.quantized_weight_bytes
     if plan.schedule.recompute == "full":
         storage = 0.0
-    return BlockMemory(weight, working, storage, plan.schedule.activation_checkpoint_bytes, wgrad, wgrad32, agrad, optim)
+    return BlockMemory(weight, working, storage, plan.schedule.activation_checkpoint_bytes, wgrad, wgrad32, agrad, optim,
+                       quantized)
 
 
 def stage_memory(plan: PortablePlanIR, block: BlockMemory) -> StageMemory:
     s = plan.schedule
     blocks = s.blocks_per_stage
     vocabulary = NO_CAPACITY if plan.vocabulary_weights is None else plan.vocabulary_weights.capacity
-    weight = block.weight_bytes * blocks + vocabulary.weight_bytes
+    weight = (block.weight_bytes * blocks + vocabulary.weight_bytes if not block.quantized_weight_bytes
+              else (block.weight_bytes + block.quantized_weight_bytes) * blocks + vocabulary.weight_bytes)
     if not s.training:
         act = block.activation_working_bytes
         return StageMemory(weight, act, 0, 0, 0, 0, weight + act)

@@ -102,6 +102,7 @@ class Variants:
     tensor: np.ndarray
     pipeline: np.ndarray
     data: np.ndarray
+    context: np.ndarray
     dp_overlap: np.ndarray
     weights: np.ndarray
     activations: np.ndarray
@@ -114,12 +115,12 @@ class Variants:
         opts = np.repeat(np.array(options, dtype=bool).reshape(-1, 4), n, axis=0)
         tiers = np.tile(placements, (len(options), 1))
         column = {d: tiers[:, i] for i, d in enumerate(PLACED_DIMENSIONS)}
-        return cls(column["tensor"], column["pipeline"], column["data"], opts[:, 0], opts[:, 1], opts[:, 2],
-                   opts[:, 3])
+        return cls(column["tensor"], column["pipeline"], column["data"], column["context"], opts[:, 0], opts[:, 1],
+                   opts[:, 2], opts[:, 3])
 
     def tiers(self) -> dict[str, np.ndarray]:
         """The tier of each placed dimension, per variant."""
-        return {"tensor": self.tensor, "pipeline": self.pipeline, "data": self.data}
+        return {"tensor": self.tensor, "pipeline": self.pipeline, "data": self.data, "context": self.context}
 
 
 def offload_memory(plan: PortablePlanIR, block: BlockMemory, stage: StageMemory,

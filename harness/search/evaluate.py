@@ -75,7 +75,7 @@ from harness.search.pareto import pareto_frontier
 from harness.search.placement import PlacementPricer, ZeroNetworkPricer
 from harness.search.results import (COMPONENTS, MEMORY, Candidate, Counts, GroupOutcome, RowBuffer, TopK,
                                     calculon_execution)
-from harness.search.space import GroupLayout, Inner, SpaceOptions
+from harness.search.space import PLACED_DIMENSIONS, GroupLayout, Inner, SpaceOptions, degrees
 from harness.vocabulary import SYSTEM_EVIDENCE
 
 #: The view the search ranks by: the evidence profile as is.
@@ -109,6 +109,12 @@ class SearchProblem:
 
 
 Option = tuple[bool, bool, bool, bool]  # (dp_overlap, weight, activation, optimizer offload)
+
+
+def beyond_calculon(g) -> dict[str, Any]:
+    """The layout fields of a group outside Calculon's space (absent when Calculon's)."""
+    return {**({"context_parallel": g.cp} if g.cp > 1 else {}),
+            **({"precision": g.precision} if g.precision is not None else {})}
 
 
 def option_of(inner: Inner) -> Option:
@@ -151,7 +157,8 @@ class _Plan:
             microbatch=microbatch, pipeline_interleaving=g.interleaving, datatype=problem.datatype,
             recompute=g.recompute, tp_communication=g.tp_comm, seq_par_ag_redo=inner.seq_par_ag_redo,
             optimizer_sharding=g.optimizer_sharding, fused_activation=inner.fused_activation, attention="multihead",
-            network_tiers={"tensor": 0, "pipeline": 0, "data": 0}, training=True, tp_overlap=inner.tp_overlap)
+            network_tiers={"tensor": 0, "pipeline": 0, "data": 0, **({"context": 0} if g.cp > 1 else {})},
+            training=True, tp_overlap=inner.tp_overlap, **beyond_calculon(g))
         problems = layout_problems(problem.shape, execution)
         if problems:
             key.invalid = f"{problems[0][0]}: {problems[0][1]}"
@@ -271,9 +278,10 @@ def evaluate_group(problem: SearchProblem, layout: GroupLayout, best: TopK,
     ``context`` carries what the worker shares between groups."""
     context = Context(problem) if context is None else context
     g = layout.group
-    placements = np.array(layout.placements, dtype=np.int64).reshape(-1, 3)
+    placements = np.array(layout.placements, dtype=np.int64).reshape(-1, len(PLACED_DIMENSIONS))
     n = len(placements)
-    net_reasons = [network_problem([(tier, size) for tier, size in zip(pl, (g.tp, g.pp, g.dp)) if size > 1],
+    sizes = degrees(g)
+    net_reasons = [network_problem([(tier, sizes[d]) for tier, d in zip(pl, PLACED_DIMENSIONS) if sizes[d] > 1],
                                    problem.profile) for pl in layout.placements]
     net_ok = np.array([r is None for r in net_reasons])
     counts = Counts()

@@ -10,7 +10,9 @@ Rules:
   (:func:`harness.evidence.profile.check_profile_name`): a profile elsewhere
   is reached with ``--project DIR`` (``DIR/evidence/NAME.yaml``); the result
   names the profile and its revision;
-- the datatype must have matrix and vector engines in the profile; the
+- the datatype must have matrix and vector engines in the profile;
+  ``--precision all`` tries the quantizing recipes the profile has the GEMM
+  datatype of (:func:`precision_choices`); the
   processor count and maximum batch must be positive and within the input
   bounds of :mod:`harness.ir.model` (2^24 each), ``--top`` at most 10^6; a space without any
   layout (no TP, PP and DP combination fits the processors and the batch) is
@@ -19,6 +21,7 @@ Rules:
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -27,6 +30,7 @@ from harness.errors import InputError, UnsupportedFeatureError
 from harness.evidence.profile import EvidenceProfile, load_profile
 from harness.interop.calculon_format import MODEL_FIELDS
 from harness.ir.model import BYTES_PER_ELEMENT, MAX_BATCH, MAX_DEGREE, TransformerShape
+from harness.passes.precision import RECIPES
 from harness.search.evaluate import SearchProblem
 from harness.search.space import SpaceOptions, groups
 
@@ -81,6 +85,14 @@ def load_model(path: Path | str) -> TransformerShape:
         raise InputError(error.source, theirs, error.message, error.line) from None
 
 
+def precision_choices(profile: EvidenceProfile, datatype: str) -> tuple[str | None, ...]:
+    """The precisions ``search --precision all`` tries: None (everything in the datatype), then every quantizing
+    recipe whose layout datatype is ``datatype`` and whose GEMM datatype the profile's matrix engine has (fp16
+    and bf16 are spellings of None: the same plan)."""
+    return (None, *(name for name, recipe in RECIPES.items() if recipe.gemm_datatype is not None
+                    and recipe.layout_datatype == datatype and recipe.gemm_datatype in profile.matrix))
+
+
 def resolve_profile(system: str) -> EvidenceProfile:
     """The evidence profile named ``system`` (``--system``): a name, never a path."""
     return load_profile(system, referrer="<command line>", field="--system")
@@ -88,8 +100,9 @@ def resolve_profile(system: str) -> EvidenceProfile:
 
 def search_problem(model: Path | str, system: str, processors: int, max_batch: int, datatype: str, *, top: int = 1,
                    options: SpaceOptions = SpaceOptions(), prune: bool = True, collect_rows: bool = False,
-                   collect_points: bool = False) -> SearchProblem:
-    """Validate a request (see the module rules) and build the problem."""
+                   collect_points: bool = False, precision: str = "none") -> SearchProblem:
+    """Validate a request (see the module rules) and build the problem; ``precision`` ``all`` widens
+    ``options.precisions`` to :func:`precision_choices`."""
     shape = load_model(model)
     profile = resolve_profile(system)
     for flag, value, bound in (("--procs", processors, MAX_DEGREE), ("--max-batch", max_batch, MAX_BATCH),
@@ -104,7 +117,9 @@ def search_problem(model: Path | str, system: str, processors: int, max_batch: i
         if datatype not in engines:
             raise InputError("<command line>", "--datatype",
                              f"evidence profile {profile.name} has no {datatype} {family} engine")
-    if not groups(shape, processors, max_batch):
+    if precision == "all":
+        options = dataclasses.replace(options, precisions=precision_choices(profile, datatype))
+    if not groups(shape, processors, max_batch, options):
         raise InputError("<command line>", "--procs",
                          f"no layout of {Path(model).name} fits {processors} processors with batch <= {max_batch} "
                          f"(TP must divide hidden={shape.hidden} and heads={shape.attention_heads}, PP the "

@@ -23,6 +23,11 @@ Rules (the space, not Calculon's code):
 - every execution has a *position* (group, index inside the group's full
   nesting): the search ranks by sample rate and breaks ties by position, which
   is Calculon's first-found order;
+- beyond Calculon's space (opt-in, :class:`SpaceOptions`; off, the space and every position are Calculon's):
+  ``context_parallel`` nests the CP degree inside TP (1, and every divisor of ``procs / TP`` that splits the
+  sequence into 2 x CP chunks; PP and DP share ``procs / (TP x CP)``, optimizer sharding is tried when
+  DP x CP > 1, the microbatch sizes follow the rank's ``sequence / CP`` tokens, and CP's tier is placed last);
+  ``precisions`` nests the mixed-precision recipes innermost of a group (each a group of its own);
 - ``mbs_break`` (Calculon's ``-m``) stops a microbatch loop at the first size
   whose executions (all tier placements) are all infeasible; positions are
   those of the unbroken nesting.
@@ -88,6 +93,10 @@ class SpaceOptions:
     tp_overlap: bool = True
     dp_overlap: bool = True
     mbs_break: bool = False
+    #: Beyond Calculon's space (off by default, so the space is Calculon's): context-parallel degrees, and the
+    #: mixed-precision recipes to try (None: everything in the datatype; see :func:`precision_choices`).
+    context_parallel: bool = False
+    precisions: tuple[str | None, ...] = (None,)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,6 +112,8 @@ class Group:
     recompute: str
     optimizer_sharding: bool
     tp_comm: str
+    cp: int = 1  #: context-parallel degree (1 in Calculon's space)
+    precision: str | None = None  #: mixed-precision recipe (None in Calculon's space)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,19 +133,32 @@ class Inner:
         return self.weight_offload or self.activations_offload or self.optimizer_offload
 
 
-def groups(shape: TransformerShape, processors: int, max_batch: int) -> list[Group]:
-    """Every group, in Calculon's order."""
+def context_parallelisms(processors: int, tp: int, shape: TransformerShape, options: SpaceOptions) -> list[int]:
+    """CP degrees: 1, and with ``options.context_parallel`` every divisor of ``procs / TP`` that splits the
+    sequence into 2 x CP chunks (Megatron-Core's causal load balancing)."""
+    if not options.context_parallel:
+        return [1]
+    return [c for c in divisors(processors // tp) if shape.sequence_length % (2 * c) == 0]
+
+
+def groups(shape: TransformerShape, processors: int, max_batch: int,
+           options: SpaceOptions = SpaceOptions()) -> list[Group]:
+    """Every group, in Calculon's order; with the options beyond Calculon's space, CP nests inside TP (PP and
+    DP then share ``procs / (TP x CP)``) and the precision recipe innermost."""
     out = []
     for tp in tensor_parallelisms(processors, shape):
-        for pp in pipeline_parallelisms(processors, tp, shape):
-            dp = processors // (tp * pp)
-            for interleaving in interleavings(shape.blocks, pp):
-                batch = global_batch(dp, max_batch)
-                if batch is None:
-                    continue
-                for recompute, sharding, comm in itertools.product(
-                        RECOMPUTE_ORDER, (True, False) if dp > 1 else (False,), TP_COMM_ORDER):
-                    out.append(Group(len(out), tp, pp, dp, interleaving, batch, recompute, sharding, comm))
+        for cp in context_parallelisms(processors, tp, shape, options):
+            for pp in pipeline_parallelisms(processors // cp, tp, shape):
+                dp = processors // (tp * pp * cp)
+                for interleaving in interleavings(shape.blocks, pp):
+                    batch = global_batch(dp, max_batch)
+                    if batch is None:
+                        continue
+                    for recompute, sharding, comm, precision in itertools.product(
+                            RECOMPUTE_ORDER, (True, False) if dp * cp > 1 else (False,), TP_COMM_ORDER,
+                            options.precisions):
+                        out.append(Group(len(out), tp, pp, dp, interleaving, batch, recompute, sharding, comm, cp,
+                                         precision))
     return out
 
 
@@ -150,15 +174,21 @@ def inner_choices(group: Group, options: SpaceOptions, has_tier2: bool) -> list[
                                                             options.fused_activation)]
 
 
-#: The parallel dimensions the search places on network tiers: the columns of a placement, in this order.
-PLACED_DIMENSIONS = ("tensor", "pipeline", "data")
+#: The parallel dimensions the search places on network tiers: the columns of a placement, in this order
+#: (context last: a group without CP has one context tier, 0, so Calculon's placements and positions stay).
+PLACED_DIMENSIONS = ("tensor", "pipeline", "data", "context")
+
+
+def degrees(group: Group) -> dict[str, int]:
+    """The degree of each :data:`PLACED_DIMENSIONS` in ``group``."""
+    return {"tensor": group.tp, "pipeline": group.pp, "data": group.dp, "context": group.cp}
 
 
 def tier_placements(group: Group, networks: int) -> list[tuple[int, ...]]:
     """One network tier per :data:`PLACED_DIMENSIONS` in Calculon's order (tier 0 for a dimension of size 1)."""
     def tiers(size: int) -> range:
         return range(networks) if size > 1 else range(1)
-    sizes = {"tensor": group.tp, "pipeline": group.pp, "data": group.dp}
+    sizes = degrees(group)
     return list(itertools.product(*(tiers(sizes[d]) for d in PLACED_DIMENSIONS)))
 
 
@@ -169,7 +199,7 @@ class GroupLayout:
     group: Group
     inner: tuple[Inner, ...]
     microbatches: tuple[int, ...]
-    placements: tuple[tuple[int, int, int], ...]
+    placements: tuple[tuple[int, ...], ...]
 
     @property
     def executions(self) -> int:
@@ -184,11 +214,11 @@ class GroupLayout:
 def group_layout(group: Group, shape: TransformerShape, options: SpaceOptions, networks: int,
                  has_tier2: bool) -> GroupLayout:
     return GroupLayout(group, tuple(inner_choices(group, options, has_tier2)),
-                       tuple(microbatch_sizes(shape.sequence_length, group.tp, group.dp, group.batch)),
+                       tuple(microbatch_sizes(shape.sequence_length // group.cp, group.tp, group.dp, group.batch)),
                        tuple(tier_placements(group, networks)))
 
 
 def layouts(shape: TransformerShape, processors: int, max_batch: int, options: SpaceOptions, networks: int,
             has_tier2: bool) -> Iterator[GroupLayout]:
-    for group in groups(shape, processors, max_batch):
+    for group in groups(shape, processors, max_batch, options):
         yield group_layout(group, shape, options, networks, has_tier2)
