@@ -26,6 +26,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from harness.cost.views import COST_VIEWS
+from harness.measurements.crossval import Metrics, errors_pct
 from harness.measurements.fit import Parameter
 from harness.measurements.oracle import MeasurementsOracle
 from harness.measurements.runs_fit import RunsDesign, exercised, fit_records
@@ -109,19 +110,8 @@ def held_out(design: RunsDesign, oracle: MeasurementsOracle, grouping: str, para
     return HeldOut(grouping, groups, predicted, measured, fits, missing)
 
 
-@dataclasses.dataclass(frozen=True)
-class Metrics:
-    """Error statistics of predictions, percent (``e = 100 (predicted - measured) / measured``)."""
-
-    count: int
-    mape_pct: float
-    bias_pct: float
-    max_abs_pct: float
-
-    @classmethod
-    def of(cls, predicted: np.ndarray, measured: np.ndarray) -> "Metrics":
-        chosen = np.isfinite(predicted) & np.isfinite(measured)
-        if not chosen.any():
-            return cls(0, 0.0, 0.0, 0.0)
-        e = 100.0 * (predicted[chosen] - measured[chosen]) / measured[chosen]
-        return cls(int(chosen.sum()), float(np.mean(np.abs(e))), float(np.mean(e)), float(np.max(np.abs(e))))
+def metrics_of(predicted: np.ndarray, measured: np.ndarray) -> Metrics:
+    """The error statistics of the rows where both the prediction and the measurement are finite (a row with no
+    prediction is not counted); the arithmetic is crossval's, the one definition of MAPE and signed bias."""
+    chosen = np.isfinite(predicted) & np.isfinite(measured)
+    return Metrics.of(errors_pct(predicted[chosen], measured[chosen]))

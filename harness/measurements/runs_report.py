@@ -26,7 +26,7 @@ from harness.errors import HarnessError, InputError
 from harness.evidence.profile import load_profile
 from harness.measurements.experiment import load_inputs
 from harness.measurements.oracle import MeasurementsOracle
-from harness.measurements.runs_crossval import GROUPINGS, Metrics, group_key, held_out, release_of
+from harness.measurements.runs_crossval import GROUPINGS, group_key, held_out, metrics_of, release_of
 from harness.measurements.runs_fit import fit_runs_revision, island_of
 from harness.vocabulary import PEAK_ONLY, SYSTEM_EVIDENCE
 
@@ -91,7 +91,7 @@ def release_drift(records, predicted: np.ndarray, measured: np.ndarray) -> dict[
         mask = np.array([x == release for x in releases])
         shift = float(np.mean(log_error[mask]))
         absorbed[mask] = 100 * (np.exp(log_error[mask] - shift) - 1)
-        per[release] = {"count": int(mask.sum()), **dataclasses.asdict(Metrics.of(predicted[mask], measured[mask])),
+        per[release] = {"count": int(mask.sum()), **dataclasses.asdict(metrics_of(predicted[mask], measured[mask])),
                         "per_release_scale": math.exp(-shift)}
     return {"releases": per, "mape_with_per_release_revisions_pct": float(np.mean(np.abs(absorbed)))}
 
@@ -119,8 +119,8 @@ def profile_report(name: str, corpora_dir: Path, say: Callable[[str], None]) -> 
                           progress=lambda g, grouping=grouping: say(f"  {name} {grouping}: leaving out {g}"))
         groups = np.array(result.groups)
         folds[grouping] = {
-            "all": dataclasses.asdict(Metrics.of(result.predicted_s, result.measured_s)),
-            "groups": {g: dataclasses.asdict(Metrics.of(result.predicted_s[groups == g], result.measured_s[groups == g]))
+            "all": dataclasses.asdict(metrics_of(result.predicted_s, result.measured_s)),
+            "groups": {g: dataclasses.asdict(metrics_of(result.predicted_s[groups == g], result.measured_s[groups == g]))
                        for g in sorted(set(result.groups))},
             "fits": result.fits, "not_enough_data": result.not_enough_data,
             "predicted_s": [None if math.isnan(v) else float(v) for v in result.predicted_s]}
@@ -148,7 +148,7 @@ def profile_report(name: str, corpora_dir: Path, say: Callable[[str], None]) -> 
                     "refit_revision": revision.profile.revision(), "refit_reproduces_shipped": reproduces},
         "parameters": [p.model_dump(mode="json") for p in shipped.fit.parameters],
         "fixed": list(shipped.fit.fixed),
-        "in_sample": {label: dataclasses.asdict(Metrics.of(p, measured)) for label, p in estimates.items()},
+        "in_sample": {label: dataclasses.asdict(metrics_of(p, measured)) for label, p in estimates.items()},
         "held_out": folds,
         "release_drift": release_drift(records, estimates["fitted"], measured),
         "budget": dataclasses.asdict(budget), "violations": violations, "unchecked": unchecked,
