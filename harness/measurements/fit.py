@@ -353,6 +353,22 @@ def _sweep_claims(sweeps: Sequence, combine: str | None) -> tuple[str, ...]:
     return tuple(out)
 
 
+def corpus_digests(corpora: Sequence[Corpus], used: dict[str, int]) -> tuple[CorpusDigest, ...]:
+    """Each corpus a fit read, by name, file, sha256 and the number of its records the fit used."""
+    return tuple(CorpusDigest(name=c.header.name, file=Path(c.path).name, sha256=c.sha256, records=used.get(c.path, 0))
+                 for c in corpora)
+
+
+def parameter_provenance(result: FitResult, parameters: Sequence[Parameter],
+                         datatype: str | None = None) -> tuple[FittedParameter, ...]:
+    """The fitted parameters with their bounds and uncertainty, in the given order; ``datatype`` fills a path's
+    ``<datatype>`` placeholder."""
+    return tuple(FittedParameter(name=p.name, path=p.path.replace("<datatype>", datatype) if datatype else p.path,
+                                 value=result.values[p.name], lower=p.lower, upper=p.upper,
+                                 standard_error=result.standard_errors[p.name], unit=p.unit, meaning=p.meaning)
+                 for p in parameters)
+
+
 def provenance(result: FitResult, base: EvidenceProfile, corpora: Sequence[Corpus], used: dict[str, int],
                datatype: str, layer_weight: float, benchmark_weight: float, sweeps: Sequence = (),
                combine: str | None = None) -> FitProvenance:
@@ -360,8 +376,7 @@ def provenance(result: FitResult, base: EvidenceProfile, corpora: Sequence[Corpu
     as it happened: ``sweeps`` are the collective sweeps the structure used)."""
     return FitProvenance(
         base_profile=base.name, base_revision=base.revision(),
-        corpora=tuple(CorpusDigest(name=c.header.name, file=Path(c.path).name, sha256=c.sha256,
-                                   records=used.get(c.path, 0)) for c in corpora),
+        corpora=corpus_digests(corpora, used),
         objective=(f"scipy.optimize.least_squares (trf, soft_l1, f_scale {F_SCALE}; the lowest cost of {len(STARTS)} "
                    f"fixed start points) on log(predicted / measured) "
                    f"of the system_evidence iteration time; one-node and multi-node runs weigh the same in total"
@@ -369,11 +384,7 @@ def provenance(result: FitResult, base: EvidenceProfile, corpora: Sequence[Corpu
                    + (f", microbenchmarks {benchmark_weight:g} x one class" if benchmark_weight
                       else "; microbenchmarks not fitted")
                    + f"; datatype {datatype}; values rounded to 5 significant digits"),
-        parameters=tuple(FittedParameter(name=p.name, path=p.path.replace("<datatype>", datatype),
-                                         value=result.values[p.name], lower=p.lower, upper=p.upper,
-                                         standard_error=result.standard_errors[p.name], unit=p.unit,
-                                         meaning=p.meaning) for p in PARAMETERS
-                               if p.name in result.values),
+        parameters=parameter_provenance(result, [p for p in PARAMETERS if p.name in result.values], datatype),
         fixed=("processing_mode roofline (a kernel is bound by compute or memory traffic, not their sum)",
                "vector engine flat at the base profile's largest efficiency (memory-bound under roofline)",
                *_sweep_claims(sweeps, combine),

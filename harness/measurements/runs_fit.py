@@ -35,7 +35,6 @@ fitted revision's estimates are the fit's predictions exactly.
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
@@ -43,8 +42,7 @@ import numpy as np
 from harness.cost.views import COST_VIEWS, CostView, pricer_for
 from harness.errors import HarnessError, InputError
 from harness.estimate import check_tiers, concrete_iteration, cost_view, estimate_lowering
-from harness.evidence.families import CorpusDigest, FitProvenance, FittedParameter, HierarchicalCollectives, \
-    SaturatingCurve
+from harness.evidence.families import FitProvenance, HierarchicalCollectives, SaturatingCurve
 from harness.evidence.profile import Curve, EvidenceProfile
 from harness.measurements.corpus import IterationRecord
 from harness.measurements.design import Target
@@ -55,7 +53,9 @@ from harness.measurements.fit import (
     FitResult,
     Parameter,
     claim_problems,
+    corpus_digests,
     fit_design,
+    parameter_provenance,
     residual_summary,
 )
 from harness.passes.precision import RECIPES
@@ -267,15 +267,12 @@ def fit_runs_revision(corpora: Sequence, records: Sequence[IterationRecord], bas
     used = {c.path: sum(1 for r in c.records if r.kind == "iteration") for c in corpora}
     fit = FitProvenance(
         base_profile=base.name, base_revision=base.revision(),
-        corpora=tuple(CorpusDigest(name=c.header.name, file=Path(c.path).name, sha256=c.sha256,
-                                   records=used.get(c.path, 0)) for c in corpora),
+        corpora=corpus_digests(corpora, used),
         objective=(f"scipy.optimize.least_squares (trf, soft_l1, f_scale {F_SCALE}) on log(predicted / measured) of "
                    f"the system_evidence iteration time on the estimate path (structure {STRUCTURE}); runs inside "
                    f"one NVLink domain of {island} and runs across domains weigh the same in total; values rounded "
                    "to 5 significant digits"),
-        parameters=tuple(FittedParameter(name=p.name, path=p.path, value=result.values[p.name], lower=p.lower,
-                                         upper=p.upper, standard_error=result.standard_errors[p.name], unit=p.unit,
-                                         meaning=p.meaning) for p in parameters),
+        parameters=parameter_provenance(result, parameters),
         fixed=FIXED + tuple(f"{n} = {v:g} from {fixed_from.name} (revision {fixed_from.revision()[:12]})"
                             for n, v in taken.items())
         + tuple(f"{p.name} not fitted: the base profile's value" for p in PARAMETERS
