@@ -54,6 +54,7 @@ from harness.ir.portable import (
 )
 from harness.passes.base import ModulePass
 from harness.passes.output_layer import plan_tasks, vocabulary_weights
+from harness.passes.precision import overlap_message_bytes
 from harness.passes.rules import derive
 
 
@@ -73,10 +74,12 @@ def _task_messages(s: CollectiveShape | OverlappedLinearShape, b: int, tier: int
     if messages is not None:
         return messages
 
+    quantized = getattr(s, "precision", None)  # an overlapped linear's recipe: its all-gathers quantized
+
     def message(op: CollectiveOp | None) -> Message | None:
         return None if op is None else Message.trusted(
-            collective=op, message_bytes=s.elements * b, participants=s.participants, network_tier=tier,
-            member_stride_processors=stride)
+            collective=op, message_bytes=overlap_message_bytes(op, s.elements, b, quantized),
+            participants=s.participants, network_tier=tier, member_stride_processors=stride)
 
     return memo.put(key, TaskMessages.trusted(
         forward_base=message(s.base_forward), forward_edge=message(s.edge_forward),
