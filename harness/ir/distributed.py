@@ -367,6 +367,10 @@ class ExpertAllToAllShape(_ExpertCollective):
     gradients the other way (the same volume)."""
 
     GROUP: ClassVar[Group] = EXPERT  #: the group its messages span
+    #: The dimension whose degree separates consecutive members of the group in rank order (Megatron-Core's expert
+    #: rank order ``tp-ep-dp-pp`` over the expert degrees: ETP fastest, then EP): on a tier above the first, its
+    #: messages carry that stride (``Message.member_stride_processors``).
+    MEMBER_STRIDE: ClassVar[str] = "expert_tensor"
 
     kind: Literal["expert_all_to_all"] = "expert_all_to_all"
 
