@@ -45,7 +45,14 @@ keeps it the naive baseline of peaks, latencies and volume models):
 - ``hierarchical``: a group larger than its tier's island
   (``size_processors``) with a next tier costs the collective over one island
   on its tier plus the same collective over the islands on the next tier
-  with ``1/island`` of the message;
+  with ``1/island`` of the message (an all-to-all, which combines nothing:
+  ``island / P`` of its buffer inside, the whole buffer across, so that the
+  two move the flat all-to-all's bytes: :func:`hierarchical_parts`); a
+  message that carries its group's member stride (the expert all-to-all on a
+  tier above the first, ``Message.member_stride_processors``) is split the
+  same way over the islands of the tier below, ``island // stride`` members
+  per island (:func:`members_per_island`), when the group neither fits one
+  such island nor has one member per island;
 - ``output_layer``: priced by :mod:`harness.cost.output_layer`;
 - ``partitioned_p2p``: a pipeline boundary transfer (:meth:`Pricer.boundary_s`)
   with a tensor-parallel group of ``TP`` costs the p2p of ``1/TP`` of the
@@ -358,9 +365,15 @@ class Pricer:
         except IndexError:
             raise EvidenceError(self._where, "networks", f"no network tier {message.network_tier} "
                                                          f"(has {len(self.profile.networks)})") from None
-        if self._hierarchical and message.participants > net.size_processors and \
-                message.network_tier + 1 < len(self.profile.networks):
-            return self._hierarchical_s(message, net.size_processors)
+        if self._hierarchical:
+            if message.participants > net.size_processors and message.network_tier + 1 < len(self.profile.networks):
+                return self._hierarchical_s(message, net.size_processors, message.network_tier)
+            stride = message.member_stride_processors
+            if stride is not None and message.network_tier > 0:  # a group spread over the islands of the tier below
+                island = members_per_island(message.participants, stride,
+                                            self.profile.networks[message.network_tier - 1].size_processors)
+                if 1 < island < message.participants:
+                    return self._hierarchical_s(message, island, message.network_tier - 1)
         model = net.volume_model(message.collective)
         adjusted = message.message_bytes * model.volume_multiplier
         adjusted += adjusted / message.participants * model.participant_offset
@@ -392,13 +405,15 @@ class Pricer:
                                  network_tier=group.network_tier)
         return self.message_s(slice_) + self.message_s(gather)
 
-    def _hierarchical_s(self, message: Message, island: int) -> float:
-        """Family hierarchical: the collective inside one island, then across the islands on the next tier."""
-        inside = Message.trusted(collective=message.collective, message_bytes=message.message_bytes,
-                                 participants=island, network_tier=message.network_tier)
-        across = Message.trusted(collective=message.collective, message_bytes=message.message_bytes / island,
-                                 participants=-(-message.participants // island),
-                                 network_tier=message.network_tier + 1)
+    def _hierarchical_s(self, message: Message, island: int, tier: int) -> float:
+        """Family hierarchical: the collective inside one island (``island`` of its members) on ``tier``, then
+        across the islands on the next tier (:func:`hierarchical_parts`)."""
+        (inside_bytes, inside_members), (across_bytes, islands) = hierarchical_parts(
+            message.collective, message.message_bytes, message.participants, island)
+        inside = Message.trusted(collective=message.collective, message_bytes=inside_bytes,
+                                 participants=inside_members, network_tier=tier)
+        across = Message.trusted(collective=message.collective, message_bytes=across_bytes,
+                                 participants=islands, network_tier=tier + 1)
         return self.message_s(inside) + self.message_s(across)
 
     def task(self, task: PlanTask) -> TaskCost:
@@ -421,6 +436,29 @@ class Pricer:
                                                  self.message_s(msgs.backward_base),
                                                  self.message_s(msgs.backward_edge))
         return TaskCost(task.name, task.phase, task.primitive, passes)
+
+
+def hierarchical_parts(collective: str, message_bytes: float, participants: int,
+                       island: int) -> tuple[tuple[float, int], tuple[float, int]]:
+    """Family hierarchical's two collectives of one over ``participants`` processors, ``island`` of them per
+    island, as ``(message bytes, participants)``: inside one island, then across the ``ceil(participants /
+    island)`` islands (a partial island counts as one). A reduction or a gather combines inside the island
+    first, so the collective across carries ``1/island`` of the message. An all-to-all combines nothing: of a
+    rank's send buffer (its message) the ``island / participants`` destined to its own island travels inside
+    it, and the collective across is an all-to-all of the whole buffer over the islands, whose ``(islands - 1)
+    / islands`` (``all_to_all_bytes_sent_per_rank``) is exactly the part destined to the other islands: the two
+    move what the flat all-to-all moves, each on its own tier."""
+    islands = -(-participants // island)
+    if collective == "all_to_all":
+        return (message_bytes * island / participants, island), (message_bytes, islands)
+    return (message_bytes, island), (message_bytes / island, islands)
+
+
+def members_per_island(participants: int, stride: int, island_processors: int) -> int:
+    """Members of a group of ``participants`` processors, ``stride`` apart in rank order (aligned on an island's
+    first rank, as Megatron-Core's contiguous groups are), inside one island of ``island_processors``: at least
+    one, at most the group."""
+    return max(1, min(participants, island_processors // stride))
 
 
 def _sequence_sharded_edges(plan: PortablePlanIR) -> bool:

@@ -144,8 +144,6 @@ def layout_problems(shape: TransformerShape, execution: ExecutionLayout) -> list
         if e.datatype != from_recipe:
             problems.append(("execution.datatype", f"precision {e.precision} runs everything but the quantized GEMMs "
                                                    f"in {from_recipe}: state datatype: {from_recipe}"))
-        if recipe.gemm_datatype is not None and e.tp_overlap != "none":
-            problems.append(("execution.tp_overlap", f"TP overlap with precision {e.precision} is not modelled yet"))
     for name, value in (("hidden", s.hidden), ("feedforward", s.feedforward), ("attention_heads", s.attention_heads)):
         if value % tp:
             problems.append(("execution.tensor_parallel", f"TP={tp} does not divide model.{name}={value}"))

@@ -169,8 +169,11 @@ class OverlappedLinearShape(Frozen):
     edge_backward: CollectiveOp | None = Field(description="Backward collective in a chunk's edge block.")
     bias: bool | None = Field(None, description="The linear has a bias: k local bias parameters, the add fused in "
                                                 "the GEMM epilogue (None: no bias).")
+    precision: Precision | None = Field(None, description=(
+        "A quantizing recipe (harness.passes.precision): the GEMMs on quantized operands and the all-gathers of "
+        "the tiled collective in the quantized datatype; None: the plan's datatype."))
 
-    ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"bias"})  # overlapped linears without one keep digests
+    ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"bias", "precision"})  # digests without them kept
 
 
 class CrossEntropyShape(Frozen):
@@ -364,6 +367,10 @@ class ExpertAllToAllShape(_ExpertCollective):
     gradients the other way (the same volume)."""
 
     GROUP: ClassVar[Group] = EXPERT  #: the group its messages span
+    #: The dimension whose degree separates consecutive members of the group in rank order (Megatron-Core's expert
+    #: rank order ``tp-ep-dp-pp`` over the expert degrees: ETP fastest, then EP): on a tier above the first, its
+    #: messages carry that stride (``Message.member_stride_processors``).
+    MEMBER_STRIDE: ClassVar[str] = "expert_tensor"
 
     kind: Literal["expert_all_to_all"] = "expert_all_to_all"
 

@@ -63,6 +63,13 @@ class Message(Frozen):
     message_bytes: float = Field(ge=0, description="Logical message size from the activation shape, bytes.")
     participants: int = Field(ge=2, description="Processors taking part.")
     network_tier: int = Field(ge=0, description="Network tier index it travels on.")
+    member_stride_processors: int | None = Field(None, gt=0, description=(
+        "Processors between consecutive members of the group in rank order, for a group spread over the islands "
+        "of the tier below its own (the expert-parallel all-to-all: ETP apart); with the hierarchical family it "
+        "is priced inside those islands and across them (harness.cost.views). Absent: priced whole on its "
+        "tier."))
+
+    ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"member_stride_processors"})  # digests kept
 
 
 class TaskMessages(Frozen):

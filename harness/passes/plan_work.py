@@ -54,26 +54,32 @@ from harness.ir.portable import (
 )
 from harness.passes.base import ModulePass
 from harness.passes.output_layer import plan_tasks, vocabulary_weights
+from harness.passes.precision import overlap_message_bytes
 from harness.passes.rules import derive
 
 
-def _task_messages(s: CollectiveShape | OverlappedLinearShape, b: int, tier: int, backward: bool) -> TaskMessages:
+def _task_messages(s: CollectiveShape | OverlappedLinearShape, b: int, tier: int, backward: bool,
+                   stride: int | None = None) -> TaskMessages:
     """Messages of a collective of shape ``s`` on network ``tier`` (None: the identity, nothing sent); they
-    span the shape's group (``GROUP``; the tensor group is left unnamed, :class:`TaskMessages`).
+    span the shape's group (``GROUP``; the tensor group is left unnamed, :class:`TaskMessages`) and carry
+    ``stride`` (``Message.member_stride_processors``; None: absent).
 
     Memoized by field values in the session's ``messages`` (a pure function of
     frozen values; bounded like :func:`harness.passes.rules.derive`): the f/g
     collectives of both sub-blocks and their clones share one immutable TaskMessages.
     """
-    key = (type(s), *s.__dict__.values(), b, tier, backward)
+    key = (type(s), *s.__dict__.values(), b, tier, backward, stride)
     memo = session.current().messages
     messages = memo.get(key)
     if messages is not None:
         return messages
 
+    quantized = getattr(s, "precision", None)  # an overlapped linear's recipe: its all-gathers quantized
+
     def message(op: CollectiveOp | None) -> Message | None:
         return None if op is None else Message.trusted(
-            collective=op, message_bytes=s.elements * b, participants=s.participants, network_tier=tier)
+            collective=op, message_bytes=overlap_message_bytes(op, s.elements, b, quantized),
+            participants=s.participants, network_tier=tier, member_stride_processors=stride)
 
     return memo.put(key, TaskMessages.trusted(
         forward_base=message(s.base_forward), forward_edge=message(s.edge_forward),
@@ -94,6 +100,14 @@ EXPERT_GRADIENT_SPANS: mesh.Group = mesh.group("tensor", "data", "context")
 def expert_data_parallel(e: ExecutionLayout) -> int:
     """The expert-data-parallel degree: TP x CP x DP / (EP x ETP) (harness.ir.experts: a whole number)."""
     return e.tensor_parallel * e.context_degree * e.data_parallel // (e.expert_degree * e.expert_tensor_degree)
+
+
+def member_stride(shape, e: ExecutionLayout, tier: int) -> int | None:
+    """The stride between the group's members a shape's messages carry (its ``MEMBER_STRIDE`` dimension's
+    degree), on a tier above the first only (a group on tier 0 has no tier below to split over); None for the
+    other shapes."""
+    dimension = getattr(shape, "MEMBER_STRIDE", None)
+    return None if dimension is None or tier == 0 else mesh.degree(e, dimension)
 
 
 def _ring_messages(s, b: int, tier: int, backward: bool) -> TaskMessages:
@@ -147,8 +161,12 @@ class TransformerPlanWork(ModulePass[DistributedTaskIR, PortablePlanIR]):
             # recommunication task sends its original's forward messages again
             # (as does the recompute clone of an overlapped linear: its GEMM is
             # tiled against them). They travel on their group's tier.
-            messages = (_ring_messages if task.shape.EXCHANGE == "ring" else _task_messages)(
-                task.shape, b, mesh.group_tier(e, task.shape.GROUP), training and task.phase == "forward")
+            tier = mesh.group_tier(e, task.shape.GROUP)
+            if task.shape.EXCHANGE == "ring":
+                messages = _ring_messages(task.shape, b, tier, training and task.phase == "forward")
+            else:
+                messages = _task_messages(task.shape, b, tier, training and task.phase == "forward",
+                                          member_stride(task.shape, e, tier))
         if task.phase == "forward" and training:
             passes = dict(forward=facts.forward, activation_grad=facts.activation_grad,
                           weight_grad=facts.weight_grad, optimizer=facts.optimizer)

@@ -21,7 +21,18 @@ Rules (every figure per element; ``b`` the layout's bytes per element):
   on the first microbatch and keeps it, row-wise for the forward GEMM and column-wise (transposed) for the
   activation-gradient GEMM, which Hopper's fp8 GEMMs and Blackwell's block-scaled ones read in that layout; it
   joins the ``weight`` memory figure (not the weights' gradients, optimizer state or data-parallel bytes);
-- everything else (attention scores, norms, pointwise work, collectives, the output layer) stays in bf16;
+- under TP overlap (``execution.tp_overlap``) the overlapped linears are quantized the same way (a
+  ``quantize`` task before each, the same casts; :func:`overlapped_linear_facts` reads the same quantized
+  operands), and their tiled collectives carry what Transformer Engine's userbuffers send
+  (:func:`overlap_message_bytes`): an all-gather moves the quantized tensor (TE casts the local shard and
+  gathers the fp8 bytes: ``transformer_engine/pytorch/module/linear.py`` ``_Linear.forward`` at
+  d0067d0d lines 378-418, ``input_quantizer(inputmat)`` then ``fill_userbuffers_buffer_for_all_gather``; every
+  all-gather overlap buffer is fp8, ``module/base.py`` lines 335-345 and 391, "AllGather buffers use fp8 when
+  using fp8 recipe"), a reduce-scatter or all-reduce the GEMM's bf16 output (``module/linear.py`` line 529:
+  ``reduce_scatter_out`` in ``activation_dtype``; the pipelined reduce-scatter buffers are fp8 only with a
+  user's ``fp8_buf``, ``module/base.py`` lines 564-566, which the harness does not model);
+- everything else (attention scores, norms, pointwise work, the other collectives, the output layer) stays in
+  bf16;
   weights are stored in bf16, with fp32 main weights, fp32 main gradients and fp32 Adam moments (the
   optimizer and capacity rules of :mod:`harness.passes.rules`, unchanged).
 
@@ -34,7 +45,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from harness.ir.distributed import GroupedLinearShape, LinearShape, QuantizeShape, Task
+from harness.ir.distributed import GroupedLinearShape, LinearShape, OverlappedLinearShape, QuantizeShape, Task
 from harness.ir.portable import Work
 
 QUANTIZE_OPERATIONS = 2  # |x| into the running amax, x times the scale (the cast is the store)
@@ -66,7 +77,7 @@ RECIPES: dict[str, Recipe] = {
 WEIGHT_COPIES = 2
 
 
-def weight_copy_bytes(s: LinearShape) -> float:
+def weight_copy_bytes(s: LinearShape | OverlappedLinearShape) -> float:
     """Bytes of the quantized weight copies a quantized linear keeps (the bias is not quantized)."""
     return WEIGHT_COPIES * quantized_bytes(s.n * s.k, RECIPES[s.precision])
 
@@ -81,16 +92,37 @@ def _work(operations: float, read: float, written: float, engine: str, datatype:
                         datatype=datatype)
 
 
-def linear_facts(s: LinearShape, b: int):
-    """(forward, activation gradient, weight gradient, kept input bytes) of a quantized linear (module rules)."""
+def _gemm_passes(s: LinearShape | OverlappedLinearShape, b: int, kept: int, gradient: int):
+    """(forward, activation gradient, weight gradient, kept input bytes) of a quantized GEMM of shape ``s`` that
+    keeps ``kept`` input elements for the backward pass and reads ``gradient`` output-gradient elements."""
     r = RECIPES[s.precision]
     ops = 2 * s.m * s.n * s.k
     x, w, y = s.m * s.n, s.n * s.k, s.m * s.k
     bias = s.k * b if s.bias else 0  # the bias is not quantized
     q = lambda n: quantized_bytes(n, r)  # noqa: E731
     g = r.gemm_datatype
-    return (_work(ops, q(x) + q(w) + bias, y * b, "matrix", g), _work(ops, q(w) + q(y), x * b, "matrix", g),
-            _work(ops, q(x) + q(y), w * b + bias, "matrix", g), q(x))
+    return (_work(ops, q(x) + q(w) + bias, y * b, "matrix", g), _work(ops, q(w) + q(gradient), kept * b, "matrix", g),
+            _work(ops, q(kept) + q(gradient), w * b + bias, "matrix", g), q(kept))
+
+
+def linear_facts(s: LinearShape, b: int):
+    """(forward, activation gradient, weight gradient, kept input bytes) of a quantized linear (module rules)."""
+    return _gemm_passes(s, b, s.m * s.n, s.m * s.k)
+
+
+def overlapped_linear_facts(s: OverlappedLinearShape, b: int):
+    """The same for an overlapped linear (TP overlap): the passes of :func:`linear_facts` over the shape's kept
+    input and gradient buffers (``activation_elements``, ``activation_grad_elements``: Calculon's accounting of
+    the tiles, :func:`harness.passes.rules.overlapped_linear`), read quantized."""
+    return _gemm_passes(s, b, s.activation_elements, s.activation_grad_elements)
+
+
+def overlap_message_bytes(collective: str, elements: int, b: int, precision: str | None) -> float:
+    """Bytes a tiled TP collective of ``elements`` carries (module rules): an all-gather under a quantizing
+    recipe the quantized elements, anything else ``elements x b``."""
+    if precision is None or collective != "all_gather" or RECIPES[precision].gemm_datatype is None:
+        return elements * b
+    return quantized_bytes(elements, RECIPES[precision])
 
 
 def quantize_facts(s: QuantizeShape, b: int) -> tuple[Work, Work]:
@@ -113,7 +145,7 @@ def with_precision(entries: list[tuple[Task, bool, bool]], precision: str | None
     out = []
     for task, recompute, recommunicate in entries:
         s = task.shape
-        if isinstance(s, (LinearShape, GroupedLinearShape)):
+        if isinstance(s, (LinearShape, GroupedLinearShape, OverlappedLinearShape)):
             groups = s.groups if isinstance(s, GroupedLinearShape) else 1  # a grouped GEMM casts every expert's
             shape = QuantizeShape.trusted(input_elements=groups * s.m * s.n, weight_elements=groups * s.n * s.k,
                                           grad_elements=groups * s.m * s.k, recipe=precision)

@@ -294,6 +294,13 @@ def overlapped_linear(s: OverlappedLinearShape, b: int, shards: int) -> Primitiv
     x, matrix, y = s.m * s.n, s.n * s.k, s.m * s.k
     w = matrix + (s.k if s.bias else 0)
     act, grad = s.activation_elements, s.activation_grad_elements
+    if s.precision is not None:  # quantized GEMMs (harness.passes.precision), as a linear's
+        forward, activation_grad, weight_grad, kept = precision.overlapped_linear_facts(s, b)
+        return PrimitiveFacts(
+            forward=forward, activation_grad=activation_grad, weight_grad=weight_grad,
+            optimizer=_optimizer(w, 2 * w, b, shards),
+            capacity=_capacity(b, shards, weights=w, activation=kept, output=y, activation_grad=grad * b,
+                               moments=2 * w).trusted_replace(quantized_weight_bytes=precision.weight_copy_bytes(s)))
     return PrimitiveFacts(
         forward=_work(ops, (x + w) * b, y * b, "matrix"),
         activation_grad=_work(ops, (matrix + grad) * b, act * b, "matrix"),
