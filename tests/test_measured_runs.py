@@ -419,3 +419,19 @@ def test_the_distributed_optimizer_shards_over_data_x_context(plain_stack):
     off = gpt_row(parallel__cp=2, parallel__dp=1, parallel__distributed_optimizer=False,
                   parallel__tp_comm_overlap=False, batch__gradient_accumulation=256)
     assert run_case(run_of(off), "h100_80g_nvl8").input.execution.optimizer_sharding is False
+
+
+def test_a_stack_whose_moe_execution_the_case_cannot_state_refuses_its_moe_rows(monkeypatch):
+    """Megatron-Bridge's MoE rows (STACKS' moe_refusal) are unsupported naming stack.moe_execution; the same
+    stack's dense rows, and another stack's MoE rows, are not refused for it."""
+    bridge = STACKS["NVIDIA-NeMo/Megatron-Bridge"]
+    assert bridge.moe_refusal is not None and "28.2 s" in bridge.moe_refusal
+    monkeypatch.setitem(STACKS, REPOSITORY, Stack("materialized", True, "test stack", moe_refusal="varies by release"))
+    moe = {"experts": 8, "top_k": 2, "expert_ffn_hidden": 49152, "shared_experts": 0, "shared_expert_ffn_hidden": 0,
+           "dense_layers": 0, "layer_freq": 1, "capacity_factor": None, "token_dropping": False}
+    row = gpt_row(model__moe=moe, parallel__ep=2)
+    case = run_case(run_of(row), "h100_80g_nvl8")
+    assert case.input is None and ("stack.moe_execution", "varies by release") in case.unsupported
+    assert all(field != "stack.moe_execution" for field, _ in run_case(run_of(gpt_row()), "h100_80g_nvl8").unsupported)
+    monkeypatch.setitem(STACKS, REPOSITORY, Stack("materialized", True, "test stack"))
+    assert all(field != "stack.moe_execution" for field, _ in run_case(run_of(row), "h100_80g_nvl8").unsupported)
