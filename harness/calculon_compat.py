@@ -104,13 +104,30 @@ COMPONENTS.require(CALCULON_TOTAL_ORDER, "harness.calculon_compat.CALCULON_TOTAL
              "recommunication, bubble, TP, PP, DP), not in the reporting order; floating-point addition is not "
              "associative, so the reporting order changes the last bit of about a quarter of the totals.",
       alternative="the components summed in reporting order (harness.vocabulary.COMPONENTS)",
-      used_in=("harness.schedule.compose", "harness.schedule.calculon_forms"))
+      used_in=("harness.schedule.calculon_forms",))
 def iteration_total(components: Mapping[str, float]) -> float:
     """The iteration time: the sum of the timing components."""
     total = 0.0
     for name in CALCULON_TOTAL_ORDER if applies(iteration_total) else COMPONENTS:
         total += components[name]
     return total
+
+
+@rule("portable-total-summed-again",
+      reason="The closed-form composition of a portable plan sums its total again from the components, in "
+             "Calculon's order (total-in-calculon-order), after the output layer, the host's microbatch time and "
+             "the vocabulary matrices join them; the projection of a ConcretePlanIR and the search add their seconds "
+             "to the composed total. Calculon prices none of that work, but the estimates were pinned with both "
+             "orders and they differ in the last bit (733 of 5144 view figures of the corpora and cases under the "
+             "measured revisions), so the one post-composition step keeps the portable plan's order as this rule.",
+      alternative="the outside work's seconds added to the composed total for every plan (the projection's order)",
+      used_in=("harness.schedule.calculon_forms",))
+def outside_work_total(added_total_s, components: Mapping[str, float], portable: bool):
+    """The iteration time once the work outside the blocks joined ``components``: ``added_total_s`` (the
+    composed total plus that work's seconds), or, for a portable plan, the components summed again."""
+    if portable and applies(outside_work_total):
+        return iteration_total(components)
+    return added_total_s
 
 
 @rule("backward-as-two-products",

@@ -25,7 +25,7 @@ from harness import calculon_compat as compat, session
 from harness.cases import EstimateInput, validate_input
 from harness.ir import blocks
 from harness.cost.accumulation import accumulation_s
-from harness.cost.output_layer import per_iteration_s, per_microbatch_s
+from harness.cost.outside import outside_work
 from harness.cost.views import COST_VIEWS, CostView, PlanPricer, pricer_for
 from harness.errors import InputError
 from harness.evidence.profile import EvidenceProfile, load_profile
@@ -36,7 +36,7 @@ from harness.ir.portable import PortablePlanIR
 from harness.pipeline import Lowering, lower
 from harness.schedule import calculon_forms
 from harness.schedule.block import BlockTimes, block_times
-from harness.schedule.compose import Composition, compose, with_output_layer, with_per_iteration
+from harness.schedule.compose import Composition, compose
 from harness.schedule.memory import (
     BlockMemory,
     StageMemory,
@@ -247,21 +247,17 @@ def cost_view(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView, *,
         n_moe, n_dense = slowest_stage(block, dense, mixed.stages)
         block = _mixed(block, dense, n_moe, n_dense, BlockTimes)
     comp = compose(plan.schedule, block)
-    extra = per_microbatch_s(pricer, model, plan.schedule.training, plan.output_tasks)
-    if extra is not None:
-        comp = with_output_layer(comp, plan.schedule.microbatches, *extra)
-    once = per_iteration_s(pricer, model, plan.schedule.training, plan.vocabulary_weights)
-    if once is not None:
-        comp = with_per_iteration(comp, *once)
-    accumulation = accumulation_s(pricer, plan.tasks, plan.schedule, plan.bytes_per_element)
-    if accumulation is not None and mixed is not None:  # per block: the slowest stage's average
+    work = outside_work(pricer, model, plan.schedule, plan.tasks, plan.bytes_per_element,
+                        output_tasks=plan.output_tasks, vocabulary_weights=plan.vocabulary_weights)
+    if work.accumulation_s is not None and mixed is not None:  # per block: the slowest stage's average
         dense_accumulation = accumulation_s(pricer, mixed.dense.tasks, plan.schedule, plan.bytes_per_element)
         dense_accumulation = dense_accumulation or (0.0, 0.0)
-        accumulation = tuple((n_moe * a + n_dense * d) / (n_moe + n_dense)
-                             for a, d in zip(accumulation, dense_accumulation))
-    if accumulation is not None:
-        comp = Composition(*calculon_forms.with_accumulation(comp.components_s, comp.total_s, *accumulation),
-                           comp.chunks)
+        work = work._replace(accumulation_s=tuple((n_moe * a + n_dense * d) / (n_moe + n_dense)
+                                                  for a, d in zip(work.accumulation_s, dense_accumulation)))
+    components, total = calculon_forms.with_outside_work(comp.components_s, comp.total_s, plan.schedule.microbatches,
+                                                         work, portable=True)
+    if components is not comp.components_s:
+        comp = Composition(components, total, comp.chunks)
     return block, comp
 
 
@@ -281,18 +277,11 @@ def concrete_iteration(concrete: ConcretePlanIR, pricer, model: ModelIR | None =
     (:func:`~harness.cost.accumulation.accumulation_s`)."""
     projection = projected(concrete, pricer)
     s = concrete.schedule
-    extra = per_microbatch_s(pricer, model, s.training)
-    once = per_iteration_s(pricer, model, s.training)
-    accumulation = accumulation_s(pricer, concrete.tasks, s, concrete.bytes_per_element)
-    if extra is None and once is None and accumulation is None:
+    work = outside_work(pricer, model, s, concrete.tasks, concrete.bytes_per_element)
+    c, total = calculon_forms.with_outside_work(projection.components_s, projection.total_s, s.microbatches, work,
+                                                portable=False)
+    if c is projection.components_s:
         return projection
-    c, total = projection.components_s, projection.total_s
-    if extra is not None:
-        c, total = calculon_forms.with_per_microbatch(c, total, s.microbatches, *extra)
-    if once is not None:
-        c, total = calculon_forms.with_per_iteration(c, total, *once)
-    if accumulation is not None:
-        c, total = calculon_forms.with_accumulation(c, total, *accumulation)
     return dataclasses.replace(projection, components_s=c, total_s=total)
 
 
@@ -360,17 +349,24 @@ def estimate(data: EstimateInput, views: tuple[CostView, ...] = DEFAULT_VIEWS, *
     return estimate_lowering(lower(data, source), profile, views, source)
 
 
+def mixed_lowerings(data: EstimateInput, source: str = "<input>") -> tuple[Lowering, Lowering, MixedBlocks]:
+    """A model with dense and MoE blocks: the MoE blocks' lowering, the dense blocks' lowering and the
+    :class:`MixedBlocks` (the dense blocks' plan, the blocks per stage) the iteration is composed with
+    (:func:`estimate_mixed`, the megatron-core fit's evaluator)."""
+    validate_input(source, data)
+    (moe_shape, moe_layout), (dense_shape, dense_layout) = blocks.variants(data.model, data.execution)
+    moe = lower(EstimateInput(model=moe_shape, execution=moe_layout, system=data.system), source)
+    dense = lower(EstimateInput(model=dense_shape, execution=dense_layout, system=data.system), source)
+    return moe, dense, MixedBlocks(dense.plan, tuple(blocks.stage_blocks(data.model, data.execution)))
+
+
 def estimate_mixed(data: EstimateInput, profile: EvidenceProfile, views: tuple[CostView, ...] = DEFAULT_VIEWS,
                    source: str = "<input>") -> Estimate:
     """A model with dense and MoE blocks (:mod:`harness.ir.blocks`): each kind lowered as a uniform model, the
     iteration composed from the slowest stage's blocks (:func:`cost_view` with :class:`MixedBlocks`), the memory
     of the fullest stage (:func:`mixed_memory`); the workload figures and digests are the MoE blocks' plan's (the
     dense plan's digests under ``dense_*``). Portable plans only (harness.ir.blocks.stage_problems)."""
-    validate_input(source, data)
-    (moe_shape, moe_layout), (dense_shape, dense_layout) = blocks.variants(data.model, data.execution)
-    moe = lower(EstimateInput(model=moe_shape, execution=moe_layout, system=data.system), source)
-    dense = lower(EstimateInput(model=dense_shape, execution=dense_layout, system=data.system), source)
-    mixed = MixedBlocks(dense.plan, tuple(blocks.stage_blocks(data.model, data.execution)))
+    moe, dense, mixed = mixed_lowerings(data, source)
     plan = moe.plan
     stage = mixed_memory(plan, mixed)
     workload = workload_metrics(plan, block_memory(plan))

@@ -102,7 +102,7 @@ def test_a_ring_step_is_exposed_where_the_scores_do_not_hide_it():
 @pytest.mark.parametrize("changes, field", [
     (dict(context_parallel=3), "execution.context_parallel"),  # 32 positions are not 6 chunks
     (dict(network_tiers={"tensor": 0, "pipeline": 0, "data": 1}), "execution.network_tiers.context"),
-    (dict(tp_overlap="ring"), "execution.tp_overlap"),
+    (dict(offload={"weights": True}), "execution.offload"),
     (dict(context_parallel=None, cp_comm="p2p"), "execution.cp_comm"),
 ])
 def test_layouts_context_parallelism_cannot_price_are_refused_naming_the_field(changes, field):
@@ -232,3 +232,124 @@ def test_ulysses_needs_cp_to_divide_the_heads_of_a_rank():
     shape = TransformerShape(**{**SHAPE, "sequence_length": 64})
     problems = layout_problems(shape, ExecutionLayout(**execution))  # 4 heads per TP rank, CP 8
     assert [f for f, _ in problems] == ["execution.cp_comm"]
+
+
+# --- CP with TP and DP overlap: the ConcretePlanIR (harness.schedule.projection, harness.passes.concretize) --
+
+def concrete_plan(system="a100_80g", **changes):
+    from harness.passes.concretize import TransformerConcretize
+
+    execution = dict(tensor_parallel=2, pipeline_parallel=1, data_parallel=2, global_batch=4, microbatch=1,
+                     network_tiers=TIERS, context_parallel=2, tp_communication="rs_ag", dp_overlap=True)
+    execution.update(changes)
+    data = EstimateInput(model=SHAPE, execution=execution, system=system)
+    return TransformerConcretize.for_layout(data.execution).run(lower(data).plan)[0]
+
+
+def test_tp_and_dp_overlap_with_context_parallelism_are_accepted():
+    execution = ExecutionLayout(tensor_parallel=2, pipeline_parallel=1, data_parallel=2, global_batch=4,
+                                microbatch=1, network_tiers=TIERS, context_parallel=2, tp_communication="rs_ag",
+                                tp_overlap="ring", dp_overlap=True)
+    assert layout_problems(TransformerShape(**SHAPE), execution) == []
+
+
+@pytest.mark.parametrize("overlap", ["none", "ring"])
+def test_the_concrete_projection_exposes_the_ring_by_the_portable_rule(overlap):
+    """The block sums of the ConcretePlanIR are those without the ring task plus one step's exposed time,
+    max(0, step - scores / 2) (CP 2: one step, two chunks of scores), in the forward pass (and, the scores not
+    recomputed, not in the recompute time) and max(0, backward step - score gradients / 2) in the backward."""
+    from harness.schedule.projection import block_sums
+
+    c = concrete_plan(tp_overlap=overlap)
+    pricer = pricer_for(load_profile("a100_80g"), COST_VIEWS["peak_only"], c.datatype)
+    scores = ("attn.qk_matmul", "attn.softmax", "attn.probs_dropout", "attn.pv_matmul")
+    ring = task(c, "attn.context_exchange").messages
+    step, back_step = pricer.message_s(ring.forward_base), pricer.message_s(ring.backward_base)
+    hidden = sum(pricer.task(task(c, n))["forward"].processing_s for n in scores)
+    back_hidden = sum(pricer.task(task(c, n))["activation_grad"].processing_s for n in scores)
+    assert step > hidden / 2  # a 2 KB step costs its latency, the tiny scores hide little
+
+    def sums(tasks):
+        return block_sums(tasks, True, 2, 0, 2 if overlap != "none" else 1, False, pricer)
+
+    with_ring = sums(c.tasks)
+    without = sums(tuple(t for t in c.tasks if t.name != "attn.context_exchange"))
+    assert with_ring.forward_s == pytest.approx(without.forward_s + (step - hidden / 2), rel=1e-12)
+    assert with_ring.forward_edge_s == pytest.approx(without.forward_edge_s + (step - hidden / 2), rel=1e-12)
+    assert with_ring.recompute_s == without.recompute_s == 0
+    exposed_back = max(0.0, back_step - back_hidden / 2)
+    assert with_ring.activation_grad_s == pytest.approx(without.activation_grad_s + exposed_back, rel=1e-12)
+    assert with_ring.forward_tp_exposed_base_s == without.forward_tp_exposed_base_s  # the TP collectives as before
+
+
+def test_without_concurrency_the_concrete_projection_of_a_cp_plan_is_the_portable_estimate():
+    """The ring's exposure is one rule (harness.schedule.block.ring_exposure) in both block sums."""
+    from harness.schedule.projection import calculon_projection
+
+    c = concrete_plan(dp_overlap=False)
+    p = plan(tp_communication="rs_ag")
+    profile = load_profile("a100_80g")
+    for view in COST_VIEWS.values():
+        _, comp = cost_view(p, profile, view)
+        projection = calculon_projection(c, pricer_for(profile, view, c.datatype))
+        for name in ("forward", "backward", "recompute", "tensor_parallel", "data_parallel"):
+            assert projection.components_s[name] == pytest.approx(comp.components_s[name], rel=1e-12), name
+
+
+def test_the_dp_sync_of_a_cp_layout_runs_on_the_gradient_group_s_tier():
+    """Data on tier 0, context on tier 1: the data x context group (4 ranks) syncs on tier 1, with tier 1's
+    processor usage (the DP overlap's slowdown of the compute under it)."""
+    from harness.schedule.projection import _data_parallel_sync
+
+    tiers = {"tensor": 0, "pipeline": 0, "data": 0, "context": 1}
+    c = concrete_plan(network_tiers=tiers)
+    profile = load_profile("a100_80g")
+    pricer = pricer_for(profile, COST_VIEWS["peak_only"], c.datatype)
+    assert [(m.collective, m.participants, m.network_tier) for m in c.data_parallel.messages] == [
+        ("all_reduce", 4, 1)]
+    assert {cmd.queue for cmd in c.program("data_parallel").commands} == {"network.tier1"}
+    sync = _data_parallel_sync(c, pricer)
+    assert profile.networks[1].processor_usage != profile.networks[0].processor_usage
+    assert sync.processor_usage == profile.networks[1].processor_usage
+    assert sync.block_s == pricer.message_s(c.data_parallel.messages[0])
+    assert (sync.same_tier_as_tp, sync.same_tier_as_pp) == (False, False)
+
+
+def test_the_physical_ring_sends_each_step_under_a_chunk_of_the_scores():
+    """Flash, TP 1, CP 2: one send of the K/V chunk on the context queue while the first half of the kernel
+    runs (its flop phase slowed by the tier's processor usage while the send runs, rule Q3), the second half
+    after it has arrived. Hand-computed: with F and M the kernel's compute and memory time, S the step and pu
+    the tier's processor usage, the first chunk's flops end at S + (F/2 - S (1 - pu)) if S < F / 2 / (1 - pu),
+    else at F / 2 / (1 - pu); the second chunk starts at max(end of the first, S)."""
+    from harness.passes.concretize import TransformerConcretize
+    from harness.schedule.physical import run_program
+
+    execution = dict(tensor_parallel=1, pipeline_parallel=1, data_parallel=2, global_batch=2, microbatch=1,
+                     network_tiers=TIERS, context_parallel=2, attention_kernel="flash", dp_overlap=True)
+    data = EstimateInput(model=FLASH_SHAPE, execution=execution, system="a100_80g")
+    c = TransformerConcretize.for_layout(data.execution).run(lower(data).plan)[0]
+    forward = c.program("forward", "base").commands
+    names = [cmd.name for cmd in forward]
+    at = names.index("attn.context_exchange/forward/step0.send")
+    assert names[at:at + 5] == ["attn.context_exchange/forward/step0.send", "attn.flash/forward/chunk0.flops",
+                                "attn.flash/forward/chunk0.memory", "attn.flash/forward/chunk1.flops",
+                                "attn.flash/forward/chunk1.memory"]
+    send, f0, m0, f1, _ = forward[at:at + 5]
+    assert (send.queue, send.kind, send.depends_on, f0.depends_on) == ("network.tier0", "p2p", f0.depends_on,
+                                                                        send.depends_on)
+    assert set(f1.depends_on) == {m0.name, send.name} and (f0.tile, f0.tiles) == (0, 2)
+    profile = load_profile("a100_80g")
+    pricer = pricer_for(profile, COST_VIEWS["peak_only"], c.datatype)
+    flash = pricer.task(task(c, "attn.flash"))["forward"]
+    F, M = flash.compute_s, flash.memory_s
+    S = pricer.message_s(task(c, "attn.context_exchange").messages.forward_base)
+    pu = profile.networks[0].processor_usage
+    flops_end = S + (F / 2 - S * (1 - pu)) if S < F / 2 / (1 - pu) else F / 2 / (1 - pu)
+    ring_s = max(flops_end + M / 2, S) + F / 2 + M / 2
+    others = sum(pricer.work(cmd.work).processing_s for cmd in forward if cmd.kind == "compute"
+                 and cmd.task != "attn.flash")
+    assert run_program(c.program("forward", "base"), c, pricer).makespan_s == pytest.approx(others + ring_s,
+                                                                                            rel=1e-12)
+    backward = [cmd.name for cmd in c.program("backward", "base").commands]
+    assert "attn.context_exchange/activation_grad/step0.send" in backward
+    assert "attn.flash/activation_grad/chunk1.memory" in backward

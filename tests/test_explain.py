@@ -16,7 +16,7 @@ from harness.errors import InputError
 from harness.cost.views import COST_VIEWS as VIEWS, CostView, Pricer
 from harness.estimate import cost_view
 from harness.evidence.profile import load_profile
-from harness.explain import attribute, attribute_input, by_task, by_task_input, contributors, shapley
+from harness.explain import attribute, by_task, contributors, explain_input, shapley
 from harness.pipeline import lower
 from harness.schedule.block import block_times
 from harness.vocabulary import COMPONENTS, CURVE_FAMILIES
@@ -179,12 +179,12 @@ def test_explain_text_and_by_task(capsys):
     assert "pipeline.forward" in capsys.readouterr().out
 
 
-def test_by_task_input_checks_the_profile_like_the_estimate():
+def test_the_by_task_explanation_checks_the_profile_like_the_estimate():
     data = load_case(CASES / "gpt3-175B_full.yaml").estimate_input()
     bad = data.model_copy(update={"execution": data.execution.model_copy(
         update={"network_tiers": data.execution.network_tiers.model_copy(update={"pipeline": 9})})})
     with pytest.raises(InputError, match=r"^src\.yaml: execution\.network_tiers\.pipeline: tier 9 does not exist"):
-        by_task_input(bad, (VIEWS["peak_only"],), source="src.yaml")
+        explain_input(bad, (VIEWS["peak_only"],), mode="by_task", source="src.yaml")
 
 
 def test_explain_bad_case_is_one_line_error(tmp_path, capsys):

@@ -24,8 +24,7 @@ from harness.cost.views import COST_VIEWS, CostView, profile_families
 from harness.errors import InputError
 from harness.estimate import estimate
 from harness.evidence.profile import load_profile
-from harness.explain import attribute, by_task_input, iteration, queues_input
-from harness.explain_queues import queue_split
+from harness.explain import attribute, explain_input, iteration, queue_split
 from harness.interop.calculon_format import input_from_calculon
 from harness.oracles.records import load_record_file
 from harness.pipeline import lower
@@ -38,7 +37,8 @@ CASES = sorted(CONCURRENCY.glob("*.yaml"))
 @pytest.fixture(scope="module", params=CASES, ids=lambda p: p.stem)
 def split(request):
     data = load_case(request.param).estimate_input()
-    return data, queues_input(data, tuple(COST_VIEWS.values()), source=str(request.param))
+    lowering, profile = lower(data, str(request.param)), load_profile(data.system)
+    return data, tuple(queue_split(lowering, profile, v, source=str(request.param)) for v in COST_VIEWS.values())
 
 
 def test_hidden_plus_exposed_is_busy_and_exposed_plus_slowdown_is_the_component(split):
@@ -127,7 +127,7 @@ def test_the_attribution_keeps_exact_shapley_values_over_the_curve_families():
 def test_by_task_is_refused_for_overlap_and_offload_with_one_line():
     data = load_case(CONCURRENCY / "megatron-22B_overlap.yaml").estimate_input()
     with pytest.raises(InputError) as info:
-        by_task_input(data, (COST_VIEWS["peak_only"],), source="case.yaml")
+        explain_input(data, (COST_VIEWS["peak_only"],), mode="by_task", source="case.yaml")
     assert "\n" not in str(info.value) and str(info.value).startswith("case.yaml: --by-task: ")
 
 

@@ -212,7 +212,7 @@ def _big_case(tmp_path: Path, global_batch: int) -> Path:
 
 
 def test_trace_refuses_oversized_iterations_before_simulating(tmp_path, capsys, monkeypatch):
-    import harness.trace as trace_module
+    import harness.trace.tasks as trace_module
 
     def refuse(*args, **kwargs):
         raise AssertionError("simulated an oversized iteration")

@@ -123,9 +123,9 @@ def test_the_breakdown_names_the_all_to_alls_inside_the_tensor_parallel_componen
     """The all-to-all keeps no component of its own (the estimate's components, goldens and records unchanged):
     ``explain --by-task`` names it. TP 1: the tensor_parallel component is the dispatch and combine only, each
     32 microbatches (512 / DP 16) x 48 blocks x (forward + its gradient backward) of the split price."""
-    from harness.explain import by_task_input
+    from harness.explain import explain_input
 
-    views = by_task_input(case(system="h100_measured"), (COST_VIEWS["system_evidence"],))
+    views = explain_input(case(system="h100_measured"), (COST_VIEWS["system_evidence"],), mode="by_task").tasks
     component = next(c for c in views[0].components if c.component == "tensor_parallel")
     one = 1e-5 + (B * 8 / 16) * (1 - 1 / 8) / NVLINK + 2e-5 + B * (1 - 1 / 2) / INFINIBAND
     assert [(t.task, t.primitive) for t in component.tasks] == [("mlp.dispatch", "expert_all_to_all"),

@@ -10,7 +10,7 @@ from matplotlib.image import imread
 from harness.cases import load_case
 from harness.errors import HarnessError, InputError
 from harness.estimate import estimate
-from harness.explain import attribute_input
+from harness.explain import explain_input
 from harness.report.plots import PlotRow, plot_row, write_plots
 
 from conftest import calculon_figures
@@ -26,7 +26,7 @@ def rows() -> list[PlotRow]:
         case = load_case(CASES / f"{name}.yaml")
         data = case.estimate_input()
         paper = case.comparison.paper.iteration_s if case.comparison.paper else None  # test-side only
-        out.append(plot_row(case.id, estimate(data), attribute_input(data), calculon_total_s=None, paper_s=paper))
+        out.append(plot_row(case.id, estimate(data), explain_input(data).attribution, calculon_total_s=None, paper_s=paper))
     return out
 
 

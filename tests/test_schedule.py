@@ -115,3 +115,40 @@ def test_the_one_composition_follows_each_summation_rule_switched_off():
     assert off.components_s["pipeline_parallel"] == 5 * (3 * 0.011 + 3 * 0.017)
     assert on.components_s["pipeline_bubble"] != off.components_s["pipeline_bubble"]
     assert on.components_s["pipeline_parallel"] != off.components_s["pipeline_parallel"]
+
+
+def test_the_outside_work_is_added_once_for_every_caller_and_a_portable_total_is_summed_again():
+    """harness.schedule.calculon_forms.with_outside_work, the one post-composition step (closed form, projection,
+    search): components grow by microbatches x the per-microbatch pair, the per-iteration pair and the
+    accumulation pair; a projection's total grows by each pair's sum, a portable plan's total is its components
+    summed again in Calculon's order (rule portable-total-summed-again) before the accumulation is added.
+    The values are chosen so that the two orders round differently."""
+    from harness.calculon_compat import switched_off
+    from harness.schedule.calculon_forms import OutsideWork, with_outside_work
+    from harness.vocabulary import COMPONENTS
+
+    components = dict.fromkeys(COMPONENTS, 0.0) | {"forward": 0.1, "backward": 0.7, "optimizer": 0.3,
+                                                   "data_parallel": 0.05, "pipeline_bubble": 0.2}
+    total = 0.1 + 0.7 + 0.3 + 0.2 + 0.05  # composed (Calculon's order: forward, backward, optimizer, bubble, DP)
+    work = OutsideWork(per_microbatch_s=(0.01, 0.03), per_iteration_s=(0.002, 0.007), accumulation_s=(0.11, 0.13))
+    forward, backward = 0.1 + 3 * 0.01, 0.7 + 3 * 0.03
+    optimizer, data_parallel = 0.3 + 0.002, 0.05 + 0.007
+    grown = {"forward": forward, "backward": backward + 0.11, "optimizer": optimizer,
+             "data_parallel": data_parallel, "pipeline_bubble": 0.2 + 0.13}
+
+    projected_c, projected_total = with_outside_work(components, total, 3, work, portable=False)
+    assert {k: v for k, v in projected_c.items() if v} == grown
+    assert projected_total == total + (3 * 0.01 + 3 * 0.03) + (0.002 + 0.007) + (0.11 + 0.13)
+
+    portable_c, portable_total = with_outside_work(components, total, 3, work, portable=True)
+    assert portable_c == projected_c
+    assert portable_total == forward + backward + optimizer + 0.2 + data_parallel + (0.11 + 0.13)
+    assert portable_total != projected_total  # the two orders round apart on these values
+
+    with switched_off("portable-total-summed-again"):  # the alternative: every plan's total added to
+        assert with_outside_work(components, total, 3, work, portable=True)[1] == projected_total
+    # nothing outside: the composition is returned as it is (the same objects)
+    assert with_outside_work(components, total, 3, OutsideWork(), portable=True) == (components, total)
+    only_accumulation = with_outside_work(components, total, 3, OutsideWork(accumulation_s=(0.11, 0.13)),
+                                          portable=True)
+    assert only_accumulation[1] == total + (0.11 + 0.13)  # no re-sum without per-microbatch or per-iteration work

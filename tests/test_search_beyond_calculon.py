@@ -148,3 +148,20 @@ def test_a_context_parallel_execution_becomes_the_case_it_stands_for(profile):
     assert (execution["context_par"], execution["context_par_net"]) == (2, tiers[3])
     text = best_case_text(SimpleNamespace(model="tiny.json"), problem, SimpleNamespace(execution=execution, rate=1.0))
     assert "context_parallel: 2" in text and f"context: {tiers[3]}" in text
+
+
+def test_context_parallelism_with_tp_or_dp_overlap_is_invalid_in_the_search_not_an_error(profile):
+    """The estimate prices CP with TP/DP overlap through the ConcretePlanIR; the search's shared block sums place
+    the tensor group only, so those executions are invalid with one line naming the field (before: KeyError)."""
+    options = SpaceOptions(tp_overlap=True, dp_overlap=True, context_parallel=True, fused_activation=(True,))
+    problem = SearchProblem(SHAPE, 4, 2, "bfloat16", profile, options, 3, prune=False, collect_rows=True)
+    tables = []
+    run_search(problem, workers=1, on_rows=tables.append)
+    rows = pa.concat_tables(tables).to_pylist()
+    concurrent = [r for r in rows if r["context_par"] > 1 and (r["tensor_par_overlap"] != "none"
+                                                                or r["data_par_overlap"])]
+    assert concurrent and {r["status"] for r in concurrent} == {"invalid"}
+    assert {r["reason"].split(":")[0] for r in concurrent} == {"execution.context_parallel"}
+    plain = [r for r in rows if r["context_par"] > 1 and r["tensor_par_overlap"] == "none"
+             and not r["data_par_overlap"]]
+    assert "ok" in {r["status"] for r in plain}

@@ -1,4 +1,4 @@
-"""The queue trace of TP/DP-overlap and offload layouts (harness.trace_queues, ``harness trace``).
+"""The queue trace of TP/DP-overlap and offload layouts (harness.trace.queues, ``harness trace``).
 
 Facts checked on the produced trace document, each computed independently:
 tile counts from the TP degree and the overlap mode; a network or tier-2
@@ -25,7 +25,7 @@ from harness.errors import InputError
 from harness.evidence.profile import load_profile
 from harness.pipeline import lower
 from harness.schedule.projection import calculon_projection
-from harness.trace_queues import build_queue_trace, check_queue_trace_size, queue_trace_size
+from harness.trace import build_queue_trace, check_queue_trace_size, queue_trace_size
 
 CONCURRENCY = Path(__file__).resolve().parents[1] / "cases" / "concurrency"
 PIPE = "megatron-22B_overlap"  # TP 8, pipe, rs_ag, DP overlap with sharding, PP 2 x 2 chunks

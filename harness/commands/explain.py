@@ -4,7 +4,7 @@ Default: the evidence gap (system_evidence - peak_only) of each case split
 over the curve families with exact Shapley values, per total and per timing
 component; for a layout with TP/DP overlap or offload also each component of
 each view split per queue into busy, hidden and exposed time
-(:mod:`harness.explain_queues`; JSON key ``queues``). ``--by-task``: each
+(:mod:`harness.explain.queues`; JSON key ``queues``). ``--by-task``: each
 timing component of each view listed by the PortablePlanIR tasks (and
 plan-level messages) behind it (refused with overlap or offload). Only the
 case's anonymous estimate input reaches the library; the id labels the result.
@@ -22,7 +22,7 @@ from harness.commands.case_arguments import add_case_arguments, infeasible_line,
     report_infeasible
 from harness.cost.views import COST_VIEWS
 from harness.estimate import DEFAULT_VIEWS, estimate
-from harness.explain import Attribution, ViewTasks, attribute_input, by_task_input, queues_input
+from harness.explain import Attribution, ViewTasks, explain_input
 from harness.vocabulary import CURVE_FAMILIES, VIEWS
 
 
@@ -91,11 +91,10 @@ def run(args) -> int:
         feasibility.append((est.status, est.reason, est.system))
         if args.by_task:
             views = (COST_VIEWS[args.view],) if args.view else DEFAULT_VIEWS
-            results.append((case.id, by_task_input(case.estimate_input(), views, source=path)))
+            results.append((case.id, explain_input(case.estimate_input(), views, mode="by_task", source=path).tasks))
         else:
-            data = case.estimate_input()
-            results.append((case.id, (attribute_input(data, source=path),
-                                      queues_input(data, DEFAULT_VIEWS, source=path))))
+            explained = explain_input(case.estimate_input(), DEFAULT_VIEWS, source=path)
+            results.append((case.id, (explained.attribution, explained.queues)))
     infeasible = sum(status != "ok" for status, _, _ in feasibility)
     if args.json:
         if args.by_task:

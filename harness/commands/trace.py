@@ -8,7 +8,7 @@ infeasible case is said first and the exit status is 1 (the trace is still
 written: it shows what the layout would take; :mod:`harness.commands.case_arguments`).
 
 A layout with TP/DP overlap or offload is traced from its ConcretePlanIR's
-physical schedule instead (:mod:`harness.trace_queues`): one thread per
+physical schedule instead (:mod:`harness.trace.queues`): one thread per
 queue of the first stage (compute, each network tier, the tier-2 link) with
 the overlapped tiles and the exposed gaps, next to every stage's operations;
 it prints the physical and the ``calculon-0.1.0`` totals and the first
@@ -35,7 +35,7 @@ from harness.estimate import check_tiers, estimate
 from harness.evidence.profile import load_profile
 from harness.outputs import check_output, data_files
 from harness.pipeline import lower
-from harness.trace import MAX_TRACE_OPERATIONS, build_trace, check_trace_size, write_trace
+from harness.trace import MAX_TRACE_OPERATIONS, Trace, trace_lowering, write_trace
 from harness.vocabulary import SYSTEM_EVIDENCE, VIEWS
 
 
@@ -74,14 +74,12 @@ def run(args) -> int:
         print(infeasible_line(case.id, est.system, est.reason))
     infeasible = int(est.status != "ok")
     lowering = lower(data, args.case)
-    if lowering.concurrent:
-        return _run_queues(args, case, lowering, profile) or report_infeasible(infeasible, 1)
-    plan = lowering.plan
-    check_trace_size(plan, args.case, task_microbatches=args.task_microbatches, max_operations=args.max_operations)
-    doc, sim = build_trace(plan, profile, COST_VIEWS[args.view], task_microbatches=args.task_microbatches,
-                           label=case.id, source=args.case, max_operations=args.max_operations,
-                           model=lowering.model)
-    write_trace(doc, args.output)
+    trace = trace_lowering(lowering, profile, COST_VIEWS[args.view], task_microbatches=args.task_microbatches,
+                           label=case.id, source=args.case, max_operations=args.max_operations)
+    write_trace(trace.doc, args.output)
+    if trace.schedule is not None:
+        return _report_queues(args, case, trace) or report_infeasible(infeasible, 1)
+    sim, doc = trace.simulation, trace.doc
     if args.png:
         from harness.report.gantt import write_gantt
         write_gantt(sim, args.png, title=f"{case.id} ({args.view})")
@@ -95,27 +93,17 @@ def run(args) -> int:
     return report_infeasible(infeasible, 1)
 
 
-def _run_queues(args, case, lowering, profile) -> int:
-    """The queue trace of a layout with TP/DP overlap or offload (see the module rules)."""
-    from harness.trace_queues import as_simulation, build_queue_trace, check_queue_trace_size
-
-    concrete = lowering.concrete()
-    check_queue_trace_size(concrete, args.case, task_microbatches=args.task_microbatches,
-                           max_operations=args.max_operations)
-    doc, schedule = build_queue_trace(concrete, profile, COST_VIEWS[args.view], task_microbatches=args.task_microbatches,
-                                      label=case.id, source=args.case, max_operations=args.max_operations)
-    write_trace(doc, args.output)
-    other = doc["otherData"]
+def _report_queues(args, case, trace: Trace) -> int:
+    """The PNG and the summary of a queue trace (a layout with TP/DP overlap or offload; see the module rules)."""
+    schedule, other = trace.schedule, trace.doc["otherData"]
     if args.png:
         from harness.report.gantt import queue_rows, write_gantt
-        sim = as_simulation(concrete, schedule, other["calculon_total_s"],
-                            other["calculon_components_s"]["pipeline_bubble"])
-        rows = queue_rows(schedule.events, [q.name for q in concrete.queues])
-        write_gantt(sim, args.png, title=f"{case.id} ({args.view}, physical schedule)", queues=rows,
+        rows = queue_rows(schedule.events, [q.name for q in trace.concrete.queues])
+        write_gantt(trace.drawn(), args.png, title=f"{case.id} ({args.view}, physical schedule)", queues=rows,
                     queues_note=f" as the trace records them: its first {args.task_microbatches} microbatch(es) "
                                 f"and its step")
-    print(f"{case.id} {args.view}: {concrete.schedule.pipeline_parallel} stages, {len(schedule.ops)} operations, "
-          f"{len(doc['traceEvents'])} events -> {args.output}" + (f", {args.png}" if args.png else ""))
+    print(f"{case.id} {args.view}: {trace.concrete.schedule.pipeline_parallel} stages, {len(schedule.ops)} operations, "
+          f"{len(trace.doc['traceEvents'])} events -> {args.output}" + (f", {args.png}" if args.png else ""))
     print(f"  physical schedule {other['total_s']:.6f} s; the estimate (calculon-0.1.0) {other['calculon_total_s']:.6f} s")
     for entry in other["exposed_s"]:
         print(f"  stage 0 waits {entry['seconds']:.6f} s for {entry['component']} on {entry['queue']}")

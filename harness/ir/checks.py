@@ -37,8 +37,8 @@ def blocks_per_stage(blocks: int, pipeline_parallel: int) -> int:
 
 def context_problems(s: TransformerShape, e: ExecutionLayout) -> list[Problem]:
     """Context parallelism's rules: CP splits each sequence into 2 x CP chunks (causal load balancing), its
-    group needs a network tier, and it is priced by the portable plan only (no TP/DP overlap or offload yet,
-    no all-to-all variant yet)."""
+    group needs a network tier; TP and DP overlap are priced through the ConcretePlanIR (the ring's exposed time
+    by the portable rule, harness.schedule.block.ring_exposure), offload not yet."""
     cp = e.context_degree
     if cp == 1:
         return [("execution.cp_comm", "cp_comm needs context_parallel > 1")] if e.cp_comm is not None else []
@@ -62,10 +62,8 @@ def context_problems(s: TransformerShape, e: ExecutionLayout) -> list[Problem]:
         if s.mla is not None:
             problems.append(("execution.cp_comm", "a2a (Ulysses) with multi-head latent attention (model.mla) is "
                                                   "not modelled yet: use p2p"))
-    for name, on in (("tp_overlap", e.tp_overlap != "none"), ("dp_overlap", e.dp_overlap),
-                     ("offload", e.offload.weights or e.offload.activations or e.offload.optimizer)):
-        if on:
-            problems.append((f"execution.{name}", f"{name} with context_parallel > 1 is not modelled yet"))
+    if e.offload.weights or e.offload.activations or e.offload.optimizer:  # no shared measured row runs it
+        problems.append(("execution.offload", "offload with context_parallel > 1 is not modelled yet"))
     return problems
 
 

@@ -10,6 +10,13 @@ Binds the plan's tasks to queues (rules in :mod:`harness.ir.concrete`):
   memory phase each) and ``tiles - 1`` (ring) or ``tiles`` (pipe) network
   tiles of its message, with the step dependencies of the module rules; a
   pass whose message is the identity is one untiled compute command;
+- a ring exchange (context parallelism's K/V ring) becomes its ``steps`` sends
+  (kind ``p2p``) on its group's queue against ``steps + 1`` chunks of the tasks
+  it hides behind (``1/(steps + 1)`` of each, a flop then a memory phase):
+  chunk 0 on local data, step ``i``'s send issued with chunk ``i``, chunk
+  ``i + 1`` waiting for it; in the forward pass, again with the recomputed
+  hidden tasks, and with the backward messages against their activation
+  gradients; the sends count in the component of the pass they stall;
 - the backward program holds the recompute clones (forward work), the
   recommunication messages, then the activation and weight gradients in
   reverse task order; an overlapped linear's re-sent message is tiled with
@@ -46,6 +53,7 @@ from harness.ir.model import ExecutionLayout, Offload
 from harness.ir.portable import NO_CAPACITY, Message, PlanTask, PortablePlanIR, Work
 from harness.passes.base import ModulePass
 from harness.passes.rules import reduction_operations
+from harness.schedule.block import hidden_tasks
 from harness.schedule.memory import BlockMemory, StageMemory, block_memory, stage_memory
 from harness.vocabulary import PARALLEL_DIMENSIONS
 
@@ -127,6 +135,53 @@ class _Builder:
                          "depends_on": (flops, *net)}))
             step = (memory,)
         self.last = step
+
+
+    def ring(self, ring: PlanTask, hidden: list[tuple[PlanTask, Work]], pass_name: str, component: str,
+             message: Message) -> None:
+        """A ring exchange's ``steps`` sends of ``message`` on its group's queue against ``steps + 1`` chunks of
+        the ``hidden`` tasks' pass (each chunk ``1/(steps + 1)`` of every hidden task's work, a flop then a
+        memory phase; module rules): chunk 0 runs on local data; step ``i``'s send starts with chunk ``i`` (it
+        forwards the K/V chunk ``i`` works on) and chunk ``i + 1`` waits for it (Megatron-Core's ring attention
+        posts the next step's send/receive before computing the current one)."""
+        steps = ring.messages.ring_steps
+        tiles = steps + 1
+        queue = self.queue_of_group(ring.messages.spans)
+        start: tuple[str, ...] = self.last
+        for i in range(tiles):
+            send = None
+            if i < steps:
+                send = self.add(f"{ring.name}/{pass_name}/step{i}.send", queue, "p2p", ring.name, pass_name, component,
+                                message=message, deps=start, chain=False)
+            deps = start
+            for task, work in hidden:
+                flops = self.add(f"{task.name}/{pass_name}/chunk{i}.flops", COMPUTE, "compute", task.name, pass_name,
+                                 component, work=work, phase="flops", tile=i, tiles=tiles, deps=deps)
+                deps = (self.add(f"{task.name}/{pass_name}/chunk{i}.memory", COMPUTE, "compute", task.name,
+                                 pass_name, component, work=work, phase="memory", tile=i, tiles=tiles,
+                                 deps=(flops,)),)
+            start = deps if send is None else (*deps, send)
+        self.last = deps
+
+
+def _rings(forward: list[PlanTask], fail: Callable[[str], Exception]
+           ) -> dict[str, tuple[PlanTask, tuple[PlanTask, ...]]]:
+    """Each ring exchange's hidden tasks (the plan's, in plan order), by the name of every hidden task; the
+    hidden tasks of a ring must follow one another in the plan (the ring's chunks run them chunk by chunk)."""
+    names = [t.name for t in forward]
+    by_name = {t.name: t for t in forward}
+    out: dict[str, tuple[PlanTask, tuple[PlanTask, ...]]] = {}
+    for ring in forward:
+        if ring.exchange != "ring":
+            continue
+        hidden = hidden_tasks(ring.messages, by_name)
+        at = sorted(names.index(n) for n in hidden)
+        if not at or at != list(range(at[0], at[0] + len(at))):
+            raise fail(f"{ring.name}: the tasks it hides behind {list(hidden)} do not follow one another")
+        entry = (ring, tuple(forward[i] for i in at))
+        for n in hidden:
+            out[n] = entry
+    return out
 
 
 def offload_transfer_bytes(recompute: str, o: Offload, block: BlockMemory) -> tuple[float, float]:
@@ -228,6 +283,7 @@ class TransformerConcretize(ModulePass[PortablePlanIR, ConcretePlanIR], _TierOpt
         recomputed = {t.clone_of for t in plan.tasks if t.phase == "recompute"}
         resent = {t.clone_of: t for t in plan.tasks if t.phase == "recommunication"}
         forward = [t for t in plan.tasks if t.phase == "forward"]
+        rings = _rings(forward, self.fail)  # context parallelism's K/V rings, by the tasks they hide behind
         # where the edge block sends what the base block sends, its programs are the base block's (the same
         # immutable commands) followed by the boundary send
         same = all(t.messages.forward_edge == t.messages.forward_base and
@@ -239,8 +295,18 @@ class TransformerConcretize(ModulePass[PortablePlanIR, ConcretePlanIR], _TierOpt
             fw = _Builder(b, queue_of_group)
             if edge and same:
                 fw.commands, fw.last = list(built["forward"].commands), built["forward"].last
+            ringed: set[str] = set()
             for task in forward if not (edge and same) else ():
                 msgs = task.messages
+                if task.exchange == "ring":  # its sends run with the chunks of the tasks it hides behind
+                    continue
+                if task.name in rings:
+                    ring, hidden = rings[task.name]
+                    if ring.name not in ringed:
+                        ringed.add(ring.name)
+                        fw.ring(ring, [(h, h.forward) for h in hidden], "forward", "forward",
+                                ring.messages.forward_base)
+                    continue
                 if task.exchange == "collective":
                     fw.collective(task, "forward", "tensor_parallel", msgs.forward_edge if edge else msgs.forward_base,
                                   task.forward)
@@ -260,8 +326,17 @@ class TransformerConcretize(ModulePass[PortablePlanIR, ConcretePlanIR], _TierOpt
             bw = _Builder(b, queue_of_group)
             if edge and same:
                 bw.commands, bw.last = list(built["backward"].commands), built["backward"].last
+            ringed = set()
             for task in plan.tasks if not (edge and same) else ():
-                if task.phase == "recompute" and task.exchange == "tiled":
+                if task.phase == "recompute" and task.clone_of in rings:  # the ring redone with its recomputed tasks
+                    ring, hidden = rings[task.clone_of]
+                    if ring.name not in ringed:
+                        ringed.add(ring.name)
+                        clones = [t for t in plan.tasks if t.phase == "recompute" and t.clone_of in
+                                  {h.name for h in hidden}]
+                        bw.ring(ring, [(t, t.forward) for t in clones], "forward", "recompute",
+                                ring.messages.forward_base)
+                elif task.phase == "recompute" and task.exchange == "tiled":
                     msgs = task.messages
                     bw.tiled(task, "forward", "recompute", "recommunication", task.forward,
                              msgs.forward_edge if edge else msgs.forward_base, tiles, mode)
@@ -272,8 +347,21 @@ class TransformerConcretize(ModulePass[PortablePlanIR, ConcretePlanIR], _TierOpt
                     bw.collective(task, "forward", "recommunication",
                                   task.messages.forward_edge if edge else task.messages.forward_base, None,
                                   reducing=False)
+            ringed = set()
             for task in reversed(forward) if not (edge and same) else ():
                 msgs = task.messages
+                if task.exchange == "ring":
+                    continue
+                if task.name in rings:  # the backward ring (K/V and their gradients) against the hidden gradients
+                    ring, hidden = rings[task.name]
+                    if ring.name not in ringed:
+                        ringed.add(ring.name)
+                        bw.ring(ring, [(h, h.activation_grad) for h in reversed(hidden)], "activation_grad",
+                                "backward", ring.messages.backward_base)
+                    if task.weight_grad.operations or task.weight_grad.bytes_accessed:
+                        bw.add(f"{task.name}/weight_grad", COMPUTE, "compute", task.name, "weight_grad", "backward",
+                               work=task.weight_grad)
+                    continue
                 if task.exchange == "collective":
                     bw.collective(task, "activation_grad", "tensor_parallel",
                                   msgs.backward_edge if edge else msgs.backward_base, task.activation_grad)

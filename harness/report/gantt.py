@@ -7,7 +7,7 @@ A bar carries its microbatch number when it is wide enough to read. When the
 whole iteration is too dense to read, two zoomed panels below it show the
 warm-up and the cool-down at the same scale.
 
-A physical schedule (TP/DP overlap, offload: :mod:`harness.trace_queues`) adds
+A physical schedule (TP/DP overlap, offload: :mod:`harness.trace.queues`) adds
 one row per queue of the first stage below the stages, labelled ``stage 0
 <queue>`` (``compute``, each ``network.tierN``, ``memory.tier2``, and
 ``exposed``: the compute queue's idle time), each bar coloured by the
@@ -34,7 +34,7 @@ from harness.schedule.simulate import Simulation
 DENSE_OPS = 48  # more operations per stage than this: add the zoomed panels
 LABEL_MIN_IN = 0.16  # narrowest bar (inches) that gets its microbatch number
 STEP_COLORS = {"data_parallel": "0.55", "optimizer": "tab:green"}
-EXPOSED = "exposed"  # the queue trace's row of the compute queue's idle time (harness.trace_queues.EXPOSED)
+EXPOSED = "exposed"  # the queue trace's row of the compute queue's idle time (harness.trace.queues.EXPOSED)
 
 
 def queue_rows(events: Sequence[Event], queues: Sequence[str]) -> tuple[tuple[str, tuple[Event, ...]], ...]:

@@ -37,7 +37,7 @@ import numpy as np
 
 from harness.cost.views import Pricer, TaskCost
 from harness.ir.distributed import exchange
-from harness.ir.portable import PortablePlanIR
+from harness.ir.portable import PortablePlanIR, TaskMessages
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -66,6 +66,23 @@ def ring_exposed_s(step_s, hidden_s, steps: int):
     """Exposed time of a ring of ``steps`` message steps of ``step_s`` each, hidden behind ``steps + 1`` equal
     chunks of ``hidden_s`` (the first chunk runs on local data)."""
     return steps * np.maximum(0.0, step_s - hidden_s / (steps + 1))
+
+
+def ring_exposure(messages: TaskMessages, ring: dict, hidden: list[dict]) -> tuple[float, float]:
+    """(forward, activation-gradient) exposed time of one ring exchange with messages ``messages`` and pass costs
+    ``ring``, hidden behind the tasks whose pass costs are ``hidden`` (:func:`ring_exposed_s` of each pass: the
+    one rule of the portable block sums, :func:`block_times`, and of the ConcretePlanIR's,
+    :func:`harness.schedule.projection.block_sums`)."""
+    return (ring_exposed_s(ring["forward"].network_base_s, sum(h["forward"].processing_s for h in hidden),
+                           messages.ring_steps),
+            ring_exposed_s(ring["activation_grad"].network_base_s,
+                           sum(h["activation_grad"].processing_s for h in hidden), messages.ring_steps))
+
+
+def hidden_tasks(messages: TaskMessages, names) -> tuple[str, ...]:
+    """The tasks a ring step hides behind that the plan holds (``names``: the plan's task names; a kernel's
+    optional task, such as the materialized kernel's dropout without attention dropout, may be absent)."""
+    return tuple(n for n in messages.hides_behind if n in names)
 
 
 def block_times(plan: PortablePlanIR, costs: tuple[TaskCost, ...], pricer: Pricer) -> BlockTimes:
@@ -103,15 +120,12 @@ def block_times(plan: PortablePlanIR, costs: tuple[TaskCost, ...], pricer: Price
         recomputed = {t.clone_of for t in plan.tasks if t.phase == "recompute"}
         for name, passes in rings:
             messages = tasks[name].messages
-            hidden = messages.hides_behind
-            exposed = ring_exposed_s(passes["forward"].network_base_s,
-                                     sum(by_name[n]["forward"].processing_s for n in hidden), messages.ring_steps)
+            hidden = hidden_tasks(messages, tasks)
+            exposed, exposed_backward = ring_exposure(messages, passes, [by_name[n] for n in hidden])
             forward_s += exposed
             if recomputed & set(hidden):
                 recompute_s += exposed
-            activation_grad_s += ring_exposed_s(passes["activation_grad"].network_base_s,
-                                                sum(by_name[n]["activation_grad"].processing_s for n in hidden),
-                                                messages.ring_steps)
+            activation_grad_s += exposed_backward
     dp_s = sum(pricer.message_s(m) for m in plan.data_parallel.all_messages) if plan.data_parallel else 0.0
     return BlockTimes(forward_s, recompute_s, activation_grad_s, weight_grad_s, optimizer_s, tp_forward_base_s,
                       tp_forward_edge_s, tp_backward_base_s, tp_backward_edge_s, recomm_base_s, recomm_edge_s,

@@ -240,36 +240,56 @@ def iteration(s, k, *, fw_pp: Value, bw_pp: Value, fw_off_s: Value, bw_off_s: Va
     return Iteration(components, compat.iteration_total(components), b, windows)
 
 
-def with_per_microbatch(components_s: dict[str, Value], total_s: Value, microbatches: int, forward_s: Value,
-                        backward_s: Value) -> tuple[dict[str, Value], Value]:
-    """(components, total) of a projected iteration with the work it gets once per microbatch outside the
-    projected blocks (:func:`harness.cost.output_layer.per_microbatch_s`: the output layer, the host's microbatch
-    time): ``forward`` and ``backward`` grow by ``microbatches x`` the pass times and the total by their sum
-    (added, not summed again)."""
-    mb = microbatches
-    components = {**components_s, "forward": components_s["forward"] + mb * forward_s,
-                  "backward": components_s["backward"] + mb * backward_s}
-    return components, total_s + (mb * forward_s + mb * backward_s)
+class OutsideWork(NamedTuple):
+    """The work an iteration gets outside the composed blocks, seconds (floats, or arrays of the search's
+    variants); each pair None where there is none (then the composition is left exactly as it is)."""
+
+    #: (forward, backward) once per microbatch (:func:`harness.cost.output_layer.per_microbatch_s`: the output
+    #: layer, the host's microbatch time).
+    per_microbatch_s: tuple[Value, Value] | None = None
+    #: (optimizer, data_parallel) once per iteration (:func:`harness.cost.output_layer.per_iteration_s`: the
+    #: vocabulary matrices).
+    per_iteration_s: tuple[Value, Value] | None = None
+    #: (backward, pipeline_bubble): the unfused gradient accumulation (:func:`harness.cost.accumulation.accumulation_s`).
+    accumulation_s: tuple[Value, Value] | None = None
 
 
-def with_per_iteration(components_s: dict[str, Value], total_s: Value, optimizer_s: Value, data_parallel_s: Value
-                       ) -> tuple[dict[str, Value], Value]:
-    """(components, total) of a projected iteration with the vocabulary matrices' once-per-iteration work
-    (:func:`harness.cost.output_layer.per_iteration_s`): ``optimizer`` and ``data_parallel`` grow by their
-    seconds and the total by their sum (added, not summed again)."""
-    components = {**components_s, "optimizer": components_s["optimizer"] + optimizer_s,
-                  "data_parallel": components_s["data_parallel"] + data_parallel_s}
-    return components, total_s + (optimizer_s + data_parallel_s)
+def with_outside_work(components_s: dict[str, Value], total_s: Value, microbatches: int, work: OutsideWork, *,
+                      portable: bool) -> tuple[dict[str, Value], Value]:
+    """(components, total) of a composed iteration with the work outside its blocks added: the one
+    post-composition step of the estimate's closed form (``portable``: a portable plan's :func:`harness.schedule.
+    compose.compose`), its projection of a ConcretePlanIR and the search.
 
-
-def with_accumulation(components_s: dict[str, Value], total_s: Value, backward_s: Value, bubble_s: Value
-                      ) -> tuple[dict[str, Value], Value]:
-    """(components, total) with the unfused gradient accumulation (:func:`harness.cost.accumulation.accumulation_s`)
-    added: ``backward`` and ``pipeline_bubble`` grow by their seconds and the total by their sum (added, not
-    summed again)."""
-    components = {**components_s, "backward": components_s["backward"] + backward_s,
-                  "pipeline_bubble": components_s["pipeline_bubble"] + bubble_s}
-    return components, total_s + (backward_s + bubble_s)
+    ``forward`` and ``backward`` grow by ``microbatches x`` the per-microbatch times, ``optimizer`` and
+    ``data_parallel`` by the per-iteration times, then ``backward`` and ``pipeline_bubble`` by the accumulation;
+    the total grows by each pair's sum (added, not summed again), except that a portable plan's total is summed
+    again from its components after the per-microbatch and per-iteration work (rule
+    ``portable-total-summed-again``, :func:`harness.calculon_compat.outside_work_total`).
+    """
+    if work.per_microbatch_s is None and work.per_iteration_s is None and work.accumulation_s is None:
+        return components_s, total_s
+    components = dict(components_s)
+    added = total_s
+    if work.per_microbatch_s is not None:
+        forward_s, backward_s = work.per_microbatch_s
+        mb = microbatches
+        components["forward"] = components["forward"] + mb * forward_s
+        components["backward"] = components["backward"] + mb * backward_s
+        added = added + (mb * forward_s + mb * backward_s)
+    if work.per_iteration_s is not None:
+        optimizer_s, data_parallel_s = work.per_iteration_s
+        components["optimizer"] = components["optimizer"] + optimizer_s
+        components["data_parallel"] = components["data_parallel"] + data_parallel_s
+        added = added + (optimizer_s + data_parallel_s)
+    total = added
+    if work.per_microbatch_s is not None or work.per_iteration_s is not None:
+        total = compat.outside_work_total(added, components, portable)
+    if work.accumulation_s is not None:
+        backward_s, bubble_s = work.accumulation_s
+        components["backward"] = components["backward"] + backward_s
+        components["pipeline_bubble"] = components["pipeline_bubble"] + bubble_s
+        total = total + (backward_s + bubble_s)
+    return components, total
 
 
 def _data_parallel_overlap(s, k, b: Blocks, chunk_bw: Value, bw_pp: Value, dp: DataParallelSync, ops: Arith

@@ -34,7 +34,6 @@ import dataclasses
 
 import numpy as np
 
-from harness import calculon_compat as compat
 from harness.ir.portable import Schedule
 from harness.schedule import calculon_forms as forms
 from harness.schedule.block import BlockTimes
@@ -109,27 +108,3 @@ def compose(s: Schedule, b: BlockTimes) -> Composition:
     it = forms.iteration(s, portable_sums(b), fw_pp=b.pp_forward_s, bw_pp=b.pp_backward_s, fw_off_s=0.0,
                          bw_off_s=0.0, dp=dp, ops=ops, finish=_figure)
     return Composition(it.components_s, it.total_s, _chunk_times(s, it.blocks))
-
-
-def with_output_layer(c: Composition, microbatches: int, forward_s: float, backward_s: float) -> Composition:
-    """``c`` with the output layer's work (family ``output_layer``, :mod:`harness.cost.output_layer`) added.
-
-    It runs once per microbatch on the last stage, outside the block chunks
-    (not part of the bubble): ``microbatches x forward_s`` joins ``forward``
-    and ``microbatches x backward_s`` joins ``backward``; the total is summed
-    again by the same rule.
-    """
-    components = dict(c.components_s)
-    components["forward"] += microbatches * forward_s
-    components["backward"] += microbatches * backward_s
-    return Composition(components, compat.iteration_total(components), c.chunks)
-
-
-def with_per_iteration(c: Composition, optimizer_s: float, data_parallel_s: float) -> Composition:
-    """``c`` with the vocabulary matrices' once-per-iteration work (:func:`harness.cost.output_layer.
-    per_iteration_s`): ``optimizer_s`` joins ``optimizer`` and ``data_parallel_s`` joins ``data_parallel``; the
-    total is summed again by the same rule."""
-    components = dict(c.components_s)
-    components["optimizer"] += optimizer_s
-    components["data_parallel"] += data_parallel_s
-    return Composition(components, compat.iteration_total(components), c.chunks)

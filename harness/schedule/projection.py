@@ -27,6 +27,11 @@ summed over the forward tasks in plan order, as Calculon sums its layers):
 - offload: per block ``max(0, T(size) + memory_s - block_s)`` forward and
   backward (``T`` the tier-2 transfer time), added to the block times that
   feed the bubble and the DP windows;
+- a ring exchange (context parallelism): the portable block sums' rule,
+  :func:`harness.schedule.block.ring_exposure`, added to the forward (and,
+  when its hidden tasks are recomputed, recompute) and activation-gradient
+  processing times of base and edge blocks;
+- the DP sync spans the gradient group (data, or data x context) on its tier;
 - DP overlap: the windows and inflections of Calculon's
   ``_compute_batch_stats`` (the dp-* rules and prefix-counter-recompute-windows).
 
@@ -46,6 +51,7 @@ from harness.ir.concrete import ConcretePlanIR
 from harness.ir.portable import Message
 from harness.passes.rules import reduction_operations
 from harness.schedule import calculon_forms as forms
+from harness.schedule.block import hidden_tasks, ring_exposure
 from harness.schedule.memory import block_memory
 
 
@@ -234,8 +240,12 @@ def block_sums(tasks: tuple, training: bool, b: int, tp_tier: int, tp_tiles: int
         elif t.phase == "recommunication":
             resent[t.clone_of] = t
     k = BlockSums()
+    rings = []
     for task in tasks:
         if task.phase != "forward":
+            continue
+        if task.exchange == "ring":  # context parallelism's K/V ring: exposed after the loop (ring_exposure)
+            rings.append(task)
             continue
         cost = pricer.task(task).passes
         fw, act_grad, wg, opt = cost["forward"], cost["activation_grad"], cost["weight_grad"], cost["optimizer"]
@@ -321,7 +331,30 @@ def block_sums(tasks: tuple, training: bool, b: int, tp_tier: int, tp_tiles: int
         k.optimizer_compute_s += opt.compute_s
         k.optimizer_memory_s += opt.memory_s
         k.optimizer_s += opt.processing_s
+    if rings:
+        _add_rings(k, tasks, rings, recomputed, training, pricer)
     return k
+
+
+def _add_rings(k: BlockSums, tasks: tuple, rings: list, recomputed: set, training: bool, pricer: Pricer) -> None:
+    """The ring exchanges' exposed time (:func:`harness.schedule.block.ring_exposure`, the portable block sums'
+    rule): in the forward processing time, the recompute time when the hidden tasks are recomputed (the ring is
+    redone with them) and the activation-gradient time, base and edge block alike (the ring's messages are the
+    same in both)."""
+    names = {t.name: t for t in tasks}
+    for ring in rings:
+        hidden = hidden_tasks(ring.messages, names)
+        forward, backward = ring_exposure(ring.messages, pricer.task(ring).passes,
+                                          [pricer.task(names[n]).passes for n in hidden])
+        k.forward_s += forward
+        k.forward_edge_s += forward
+        if not training:
+            continue
+        if recomputed & set(hidden):
+            k.recompute_s += forward
+            k.recompute_edge_s += forward
+        k.activation_grad_s += backward
+        k.activation_grad_edge_s += backward
 
 
 def _div(a: float, b: float) -> float:
@@ -375,9 +408,12 @@ def _data_parallel_sync(c: ConcretePlanIR, pricer: Pricer) -> forms.DataParallel
     if c.data_parallel is None or not s.training:
         return None
     block_sync_s = 0
-    for command in c.program("data_parallel").commands:
+    program = c.program("data_parallel")
+    for command in program.commands:
         block_sync_s += pricer.message_s(command.message)
-    dp_tier, tp_tier, pp_tier = (tier_of(c.queue_of[d]) for d in ("data", "tensor", "pipeline"))
+    # the gradient group's tier (data, or data x context: its commands' queue), the TP and PP tiers
+    dp_tier, tp_tier, pp_tier = tier_of(program.commands[0].queue), *(tier_of(c.queue_of[d]) for d in ("tensor",
+                                                                                                     "pipeline"))
     return forms.DataParallelSync(
         block_s=block_sync_s, processor_usage=pricer.profile.networks[dp_tier].processor_usage,
         sharding=len(c.data_parallel.messages) == 2, overlap=c.options.dp_overlap,
@@ -390,7 +426,7 @@ def _dp_requirements(c: ConcretePlanIR, pricer: Pricer, dp: forms.DataParallelSy
     if dp is None or windows is None:
         return 0, 0
     s = c.schedule
-    dp_net = pricer.profile.networks[tier_of(c.queue_of["data"])]
+    dp_net = pricer.profile.networks[tier_of(c.program("data_parallel").commands[0].queue)]  # the gradient group's
     pu, block_sync_s, bpc = dp.processor_usage, dp.block_s, s.blocks_per_chunk
     scalars = ((dp_net.collectives["reduce_scatter"].volume_multiplier
                 + dp_net.collectives["all_gather"].volume_multiplier) if dp.sharding

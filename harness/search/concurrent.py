@@ -249,14 +249,8 @@ def project(plan: PortablePlanIR, block: BlockMemory, pricer: Pricer, sums: list
     n = len(tn)
     it = forms.iteration(s, k, fw_pp=fw_pp, bw_pp=bw_pp, fw_off_s=fw_off_s, bw_off_s=bw_off_s, dp=dp, ops=ARRAYS,
                          finish=lambda v: np.broadcast_to(np.asarray(v, dtype=float), (n,)))
-    extra = per_microbatch_s(pricer, model, s.training)
-    accumulation = accumulation_s(pricer, plan.tasks, s, plan.bytes_per_element)
-    components, total = it.components_s, it.total_s
-    if extra is not None:
-        components, total = forms.with_per_microbatch(components, total, s.microbatches, *extra)
-    once = vocabulary_s(pricer, plan.vocabulary_weights, s.training, networks, dn, pn)
-    if once is not None:
-        components, total = forms.with_per_iteration(components, total, *once)
-    if accumulation is not None:
-        components, total = forms.with_accumulation(components, total, *accumulation)
+    work = forms.OutsideWork(per_microbatch_s(pricer, model, s.training),
+                             vocabulary_s(pricer, plan.vocabulary_weights, s.training, networks, dn, pn),
+                             accumulation_s(pricer, plan.tasks, s, plan.bytes_per_element))
+    components, total = forms.with_outside_work(it.components_s, it.total_s, s.microbatches, work, portable=False)
     return total, components

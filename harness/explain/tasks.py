@@ -1,6 +1,6 @@
-"""Explained estimates: which plan tasks make each component, which evidence makes the gap.
+"""Explained estimates by task: which plan tasks make each component (``harness explain --by-task``).
 
-By task. The closed form (:func:`~harness.schedule.compose.compose`) is linear
+The closed form (:func:`~harness.schedule.compose.compose`) is linear
 in the block critical paths, and the block critical paths
 (:func:`~harness.schedule.block.block_times`) are sums over tasks. So one
 task's contribution to every component is the closed form applied to that
@@ -12,45 +12,24 @@ its ``output_layer`` family applies) and the host's microbatch time
 weight's unfused gradient accumulation (``accumulate/<task>``, phase
 ``accumulate``, family ``gradient_accumulation``). Rule: the contributions
 to a component add up to the component (up to rounding); nothing is
-re-derived.
-
-Gap. ``attribute`` prices the same PortablePlanIR under every subset of the
-curve families the profile defines (``CostView.with_curves``): the four
-Calculon families ``matrix``, ``vector``, ``memory`` and ``network`` (16
-subsets), plus each measured family the profile has (``launch``,
-``output_layer``, ``collective_curves``, ``hierarchical``, ...), and splits
-``system_evidence - peak_only`` over them with exact Shapley values, for the
-total and for every component. Rule (efficiency): the parts add up to the gap.
-A layout with TP/DP overlap or offload is priced as its estimate is: the
-``calculon-0.1.0`` projection of its ConcretePlanIR under each subset
-(:func:`iteration`).
-
-TP/DP overlap and offload. The by-task breakdown needs block times that are
-sums over tasks, which overlap breaks: it is refused for those layouts, whose
-components are split per queue into hidden and exposed time instead
-(:mod:`harness.explain_queues`).
+re-derived. TP/DP overlap and offload break the sums over tasks: such layouts
+are split per queue instead (:mod:`harness.explain.queues`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import itertools
-import math
-from pathlib import Path
 
 from pydantic import Field
 
-from harness.cases import EstimateInput
 from harness.cost.accumulation import accumulate_works, accumulation_s, block_multiples
 from harness.cost.output_layer import host_microbatch_s, output_tasks, task_seconds
-from harness.cost.views import CostView, Pricer, pricer_for, profile_families
-from harness.errors import InputError
-from harness.estimate import check_tiers, concrete_iteration, cost_view
-from harness.evidence.profile import EvidenceProfile, load_profile
+from harness.cost.views import CostView, Pricer
+from harness.estimate import cost_view
+from harness.evidence.profile import EvidenceProfile
 from harness.ir.base import Frozen
 from harness.ir.model import ModelIR
 from harness.ir.portable import Message, PlanTask, PortablePlanIR
-from harness.pipeline import Lowering, lower
 from harness.schedule.block import BlockTimes, block_times
 from harness.schedule.compose import compose
 from harness.vocabulary import COMPONENTS
@@ -64,7 +43,7 @@ COMPONENT_PASSES = {
     "data_parallel": (), "recommunication": (), "pipeline_bubble": ("forward", "activation_grad", "weight_grad"),
     "forward_offload": (), "backward_offload": (),
 }
-COMPONENTS.require(COMPONENT_PASSES, "harness.explain.COMPONENT_PASSES")
+COMPONENTS.require(COMPONENT_PASSES, "harness.explain.tasks.COMPONENT_PASSES")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -220,96 +199,3 @@ def by_task(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView, *,
         components.append(ComponentTasks(component=name, time_s=whole.components_s[name],
                                          tasks=tuple(sorted(shares, key=lambda s: -abs(s.time_s)))))
     return ViewTasks(view=view.name, total_s=whole.total_s, components=tuple(components))
-
-
-class Attribution(Frozen):
-    """The evidence gap of one input split over the profile's curve families (exact Shapley values)."""
-
-    peak_only_total_s: float = Field(description="Iteration time with no curve applied, seconds.")
-    system_evidence_total_s: float = Field(description="Iteration time with every family of the profile applied, "
-                                                       "seconds.")
-    attribution_s: dict[str, float] = Field(description="Shapley share of the total gap per family, seconds; "
-                                                        "they add up to system_evidence - peak_only.")
-    by_component: dict[str, dict[str, float]] = Field(description="Shapley shares per timing component and family, "
-                                                                  "seconds; each component's add up to its gap.")
-
-    @property
-    def gap_s(self) -> float:
-        return self.system_evidence_total_s - self.peak_only_total_s
-
-
-def shapley(values: dict[frozenset[str], float], players: tuple[str, ...]) -> dict[str, float]:
-    """Exact Shapley values of a game given on every subset of ``players``."""
-    n = len(players)
-    out = {}
-    for player in players:
-        others = [p for p in players if p != player]
-        total = 0.0
-        for size in range(n):
-            weight = math.factorial(size) * math.factorial(n - size - 1) / math.factorial(n)
-            for subset in itertools.combinations(others, size):
-                s = frozenset(subset)
-                total += weight * (values[s | {player}] - values[s])
-        out[player] = total
-    return out
-
-
-def iteration(lowering: Lowering, profile: EvidenceProfile, view: CostView):
-    """The estimate's iteration of ``lowering`` under ``view`` (``components_s``, ``total_s``): the composition of
-    its plan, or, with TP/DP overlap or offload, the projection of its ConcretePlanIR
-    (:func:`harness.estimate.concrete_iteration`)."""
-    if lowering.concurrent:
-        pricer = pricer_for(profile, view, lowering.plan.datatype)
-        return concrete_iteration(lowering.concrete(), pricer, lowering.model)
-    return cost_view(lowering.plan, profile, view, model=lowering.model)[1]
-
-
-def attribute(lowering: Lowering, profile: EvidenceProfile) -> Attribution:
-    """Split the gap of one lowering over the curve families the profile
-    defines (:func:`~harness.cost.views.profile_families`: the four Calculon
-    families, plus each measured family it has), per total and per component."""
-    players = profile_families(profile)
-    comps = {}
-    for size in range(len(players) + 1):
-        for subset in itertools.combinations(players, size):
-            comps[frozenset(subset)] = iteration(lowering, profile, CostView.with_curves(subset))
-    total = shapley({s: c.total_s for s, c in comps.items()}, players)
-    by_component = {name: shapley({s: c.components_s[name] for s, c in comps.items()}, players)
-                    for name in COMPONENTS}
-    return Attribution(peak_only_total_s=comps[frozenset()].total_s,
-                       system_evidence_total_s=comps[frozenset(players)].total_s,
-                       attribution_s=total, by_component=by_component)
-
-
-def _prepare(data: EstimateInput, source: str, evidence_dir: Path | None) -> tuple[Lowering, EvidenceProfile]:
-    profile = load_profile(data.system, evidence_dir, referrer=source)
-    check_tiers(data, profile, source)
-    return lower(data, source), profile
-
-
-def attribute_input(data: EstimateInput, *, source: str = "<input>", evidence_dir: Path | None = None) -> Attribution:
-    """Lower one anonymous input and attribute its gap (the estimate's profile checks apply)."""
-    return attribute(*_prepare(data, source, evidence_dir))
-
-
-def by_task_input(data: EstimateInput, views: tuple[CostView, ...], *, source: str = "<input>",
-                  evidence_dir: Path | None = None) -> tuple[ViewTasks, ...]:
-    """Lower one anonymous input and break each view's components down by task (refused with TP/DP overlap or
-    offload: see the module rules)."""
-    lowering, profile = _prepare(data, source, evidence_dir)
-    if lowering.concurrent:
-        raise InputError(source, "--by-task", "TP/DP overlap and offload make block times more than sums over tasks; "
-                                              "explain without --by-task splits each component per queue instead")
-    return tuple(by_task(lowering.plan, profile, v, model=lowering.model) for v in views)
-
-
-def queues_input(data: EstimateInput, views: tuple[CostView, ...], *, source: str = "<input>",
-                 evidence_dir: Path | None = None):
-    """Lower one anonymous input; with TP/DP overlap or offload each view's per-queue split
-    (:func:`harness.explain_queues.queue_split`), else None."""
-    from harness.explain_queues import queue_split
-
-    lowering, profile = _prepare(data, source, evidence_dir)
-    if not lowering.concurrent:
-        return None
-    return tuple(queue_split(lowering, profile, v, source=source) for v in views)

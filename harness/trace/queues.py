@@ -1,4 +1,4 @@
-"""Chrome trace of a TP/DP-overlap or offload iteration: the physical schedule, one thread per queue.
+"""The queue trace: Chrome trace of a TP/DP-overlap or offload iteration, the physical schedule, one thread per queue.
 
 Layout (opens in Perfetto / chrome://tracing):
 
@@ -30,60 +30,21 @@ and exposed time per queue and component. Bounded like every trace
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from harness.cost.views import CostView, pricer_for
-from harness.errors import InputError
 from harness.evidence.profile import EvidenceProfile
 from harness.ir.concrete import ConcretePlanIR
 from harness.schedule.physical import PhysicalSchedule, physical_schedule
 from harness.schedule.projection import calculon_projection
-from harness.trace import MAX_TRACE_EVENTS, MAX_TRACE_OPERATIONS, require_physical_trace, trace_size
+from harness.trace.bounds import (
+    MAX_TRACE_EVENTS,
+    MAX_TRACE_OPERATIONS,
+    check_queue_trace_size,
+    require_physical_trace,
+)
 
 EXPOSED = "exposed"
-
-
-def _jobs(program) -> int:
-    """Jobs a program's commands run as (harness.schedule.queues: a whole pass is two, a collective with local
-    work three)."""
-    count = 0
-    for c in program.commands:
-        if c.kind == "compute":
-            count += 2 if c.phase == "whole" else 1
-        else:
-            count += 3 if c.work is not None else 1
-    return count
-
-
-def queue_trace_size(concrete: ConcretePlanIR, task_microbatches: int) -> tuple[int, int]:
-    """(pipeline operations, an upper bound of the events) from the plan's shape and commands only.
-
-    Per recorded block at most four events per job: its interval (a background sync: one per stretch it
-    progressed, each ended by a job start or a memory phase), the compute queue's idle stretches, the pieces of
-    a transfer between memory phases; the step likewise.
-    """
-    s = concrete.schedule
-    operations, _ = trace_size(concrete, 0)  # a ConcretePlanIR carries the plan's schedule and tasks
-    recorded = s.chunks_per_stage * (2 if s.training else 1) * min(task_microbatches, s.microbatches)
-    per_block = 4 * max((_jobs(p) for p in concrete.programs if p.kind in ("forward", "backward")), default=0) + 8
-    step = concrete.program("optimizer")
-    dp = concrete.program("data_parallel")
-    tail = 4 * s.blocks_per_stage * ((_jobs(step) if step else 0) + (_jobs(dp) if dp else 0)) + 8
-    events = 4 * s.pipeline_parallel + 16 + operations + recorded * s.blocks_per_chunk * per_block + tail
-    return operations, events
-
-
-def check_queue_trace_size(concrete: ConcretePlanIR, source: str, *, task_microbatches: int = 1,
-                           max_operations: int = MAX_TRACE_OPERATIONS, max_events: int = MAX_TRACE_EVENTS) -> None:
-    """Refuse, before any scheduling, an iteration whose trace would exceed the work bounds."""
-    operations, events = queue_trace_size(concrete, task_microbatches)
-    if operations > max_operations:
-        raise InputError(source, "trace", f"the iteration has {operations} pipeline operations, more than the trace "
-                                          f"limit {max_operations} (--max-operations)")
-    if events > max_events:
-        raise InputError(source, "--task-microbatches", f"the queue trace would hold up to {events} events, more "
-                                                        f"than the limit {max_events}: trace fewer microbatches")
 
 
 def _us(seconds: float) -> float:

@@ -1,4 +1,4 @@
-"""Chrome trace event JSON of a simulated iteration (opens in Perfetto / chrome://tracing).
+"""The task trace: Chrome trace event JSON of a simulated iteration (opens in Perfetto / chrome://tracing).
 
 Layout: one process (``pid``) per pipeline stage, named ``stage <s>`` by
 ``process_name`` metadata; thread 0 runs the chunk operations. Every
@@ -25,16 +25,12 @@ forward blocks, the output tasks' backward before its backward blocks.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-from pathlib import Path
 from typing import Any
 
 from harness.cost.accumulation import accumulate_works, accumulation_applies, block_accumulation_s
 from harness.cost.output_layer import host_microbatch_s, output_tasks, per_microbatch_s, task_seconds
 from harness.cost.views import CostView, Pricer
-from harness.errors import InputError
-from harness.outputs import write_text
 from harness.estimate import cost_view
 from harness.evidence.profile import EvidenceProfile
 from harness.explain import Contributor, contributors
@@ -42,52 +38,9 @@ from harness.ir.model import ModelIR
 from harness.ir.portable import PortablePlanIR
 from harness.schedule.compose import chunk_times
 from harness.schedule.simulate import Simulation, StageOp, simulate
+from harness.trace.bounds import MAX_TRACE_OPERATIONS, check_trace_size, require_physical_trace
 
 OPS_TID, STEP_TID = 0, 1
-
-#: Work bounds of one trace (checked before simulating, :func:`check_trace_size`): pipeline operations
-#: (PP x chunks x microbatches x phases) and trace events (operations, nested blocks and tasks, metadata).
-#: Measured on the 2-core machine (a loaded one): gpt3-175B/seqsel with 4096 microbatches, 196,608 operations
-#: and about 205,000 events, takes 10 s and 250 MB peak (about 1.2 kB per event while the trace is built and
-#: written). The bounds keep a trace within about a dozen seconds and 400 MB; ``--max-operations`` raises the
-#: first for whoever has the time and memory.
-MAX_TRACE_OPERATIONS = 200_000
-MAX_TRACE_EVENTS = 300_000
-
-
-def trace_size(plan: PortablePlanIR, task_microbatches: int) -> tuple[int, int]:
-    """(pipeline operations, an upper bound of the trace events) of ``plan``, from its schedule shape only."""
-    s = plan.schedule
-    phases = 2 if s.training else 1
-    per_microbatch = s.pipeline_parallel * s.chunks_per_stage * phases
-    operations = per_microbatch * s.microbatches
-    nested_ops = per_microbatch * min(task_microbatches, s.microbatches)
-    events = 4 * s.pipeline_parallel + 2 + operations + nested_ops * (s.blocks_per_chunk * (len(plan.tasks) + 3) + 3)
-    return operations, events
-
-
-def check_trace_size(plan: PortablePlanIR, source: str, *, task_microbatches: int = 1,
-                     max_operations: int = MAX_TRACE_OPERATIONS, max_events: int = MAX_TRACE_EVENTS) -> None:
-    """Refuse, before any simulation, an iteration whose trace would exceed the work bounds. A raised
-    ``max_operations`` raises the events bound in proportion (the events grow with the operations); the error
-    names the option that would help: ``--task-microbatches`` when tasks are nested in more than one
-    microbatch, else ``--max-operations``."""
-    s = plan.schedule
-    max_events = max(max_events, round(max_events * max_operations / MAX_TRACE_OPERATIONS))
-    operations, events = trace_size(plan, task_microbatches)
-    if operations > max_operations:
-        raise InputError(source, "trace", f"the iteration has {operations} pipeline operations (PP {s.pipeline_parallel}"
-                                          f" x {s.chunks_per_stage} chunks x {s.microbatches} microbatches x "
-                                          f"{2 if s.training else 1} phases), more than the trace limit "
-                                          f"{max_operations} (--max-operations)")
-    if events > max_events and task_microbatches > 1:
-        raise InputError(source, "--task-microbatches", f"the trace would hold up to {events} events, more than "
-                                                        f"the limit {max_events}: nest tasks in fewer microbatches")
-    if events > max_events:
-        raise InputError(source, "--max-operations", f"the trace would hold up to {events} events, more than the "
-                                                     f"limit {max_events} ({max_operations} operations allowed): raise "
-                                                     f"--max-operations")
-
 
 def _ns(seconds: float) -> int:
     return round(seconds * 1e9)
@@ -234,21 +187,6 @@ def _require_physical(sim: Simulation, events: list[dict], source: str) -> None:
         "closed_form_bubble_s")}, source)
 
 
-def require_physical_trace(events: list[dict], figures: dict[str, float], source: str) -> None:
-    """The one check of a trace's figures and events (this module's task trace and
-    :mod:`harness.trace_queues`' queue trace): every figure, and every complete event's start, duration and
-    ``args.duration_s`` (where it has one), is a finite, non-negative number, or the trace is an
-    :class:`~harness.errors.InputError` naming ``source`` and the figure or event."""
-    for name, value in figures.items():
-        if not 0.0 <= value < math.inf:
-            raise InputError(source, f"trace.{name}", f"{value!r} is not a finite, non-negative figure")
-    for event in events:
-        if event["ph"] == "X" and not (0.0 <= event["ts"] < math.inf and 0.0 <= event["dur"] < math.inf
-                                       and 0.0 <= event["args"].get("duration_s", 0.0) < math.inf):
-            raise InputError(source, f"trace event {event['name']}", f"ts {event['ts']!r} / dur {event['dur']!r} "
-                                                                     "is not a finite, non-negative time")
-
-
 def build_trace(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView, *, task_microbatches: int = 1,
                 label: str = "", source: str = "<input>", max_operations: int = MAX_TRACE_OPERATIONS,
                 model: ModelIR | None = None) -> tuple[dict[str, Any], Simulation]:
@@ -272,9 +210,3 @@ def build_trace(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView, 
     _require_physical(sim, events, source)
     doc = {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {"label": label, "view": view.name, **summary}}
     return doc, sim
-
-
-def write_trace(doc: dict[str, Any], path: Path | str) -> None:
-    """Write the trace document atomically (strict JSON); an unwritable path is an InputError naming it."""
-    text = json.dumps(doc, separators=(",", ":"), allow_nan=False)
-    write_text(path, text, option="--output")

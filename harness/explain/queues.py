@@ -1,4 +1,4 @@
-"""Hidden and exposed time per queue of a TP/DP-overlap or offload layout.
+"""Hidden and exposed time per queue of a TP/DP-overlap or offload layout (``harness explain``'s gap mode).
 
 With overlap or offload, a component is no longer the sum of its tasks'
 times: part of a queue's work runs under the compute queue's work (hidden),
