@@ -297,7 +297,11 @@ def _sequence_parallel(draft: Draft, row_field: str, value: bool) -> None:
 
 
 def _distributed_optimizer(draft: Draft, row_field: str, value: bool) -> None:
-    draft.set("execution.optimizer_sharding", value and draft.run.parallel.dp > 1, row_field)
+    # Megatron-Core's distributed optimizer shards over the data x context group (its parameter layout over
+    # ``intra_dp_cp_group``: megatron/core/distributed/distributed_data_parallel.py at d98e8a64, lines 208-212
+    # and 284-290), so a CP > 1 row with DP 1 shards too
+    parallel = draft.run.parallel
+    draft.set("execution.optimizer_sharding", value and parallel.dp * (parallel.cp or 1) > 1, row_field)
 
 
 def _tp_comm_overlap(draft: Draft, row_field: str, value: bool | None) -> None:
