@@ -26,13 +26,15 @@ from harness.cases import EstimateInput, validate_input
 from harness.ir import blocks
 from harness.cost.accumulation import accumulation_s
 from harness.cost.outside import outside_work
+from harness.cost.output_layer import output_tasks
 from harness.cost.views import COST_VIEWS, CostView, PlanPricer, pricer_for
 from harness.errors import InputError
 from harness.evidence.profile import EvidenceProfile, load_profile
 from harness.ir.base import Frozen
 from harness.ir.concrete import ConcretePlanIR
 from harness.ir.model import ModelIR
-from harness.ir.portable import PortablePlanIR
+from harness.ir.portable import Message, PlanTask, PortablePlanIR
+from harness.passes import multi_token
 from harness.pipeline import Lowering, lower
 from harness.schedule import calculon_forms
 from harness.schedule.block import BlockTimes, block_times
@@ -185,19 +187,57 @@ def check_tiers(data: EstimateInput, profile: EvidenceProfile, source: str) -> N
 
 
 @dataclasses.dataclass(frozen=True)
+class MultiTokenHead:
+    """Multi-token prediction (``model.mtp_layers``): the layers and the work of each outside its block, once per
+    microbatch (:mod:`harness.passes.multi_token`)."""
+
+    layers: int
+    tasks: tuple[PlanTask, ...]
+    forward_messages: tuple[Message, ...]
+    backward_messages: tuple[Message, ...]
+
+
+@dataclasses.dataclass(frozen=True)
 class MixedBlocks:
-    """A model with dense and MoE blocks (harness.ir.blocks): the dense blocks' plan next to the MoE blocks' one,
-    and the ``(MoE blocks, dense blocks)`` each pipeline stage holds."""
+    """A model priced stage by stage (harness.ir.blocks): the dense blocks' plan next to the MoE blocks' one, the
+    ``(MoE blocks, dense blocks)`` each pipeline stage holds, and the MTP layers' head (None: no MTP; then every
+    stage holds the plan's blocks per stage and ``per_stage`` is None)."""
 
     dense: PortablePlanIR
     stages: tuple[tuple[int, int], ...]
+    per_stage: int | None = None  #: the blocks the composition counts per stage (MTP adds blocks to the last)
+    head: MultiTokenHead | None = None
 
 
-def _mixed(a, b, n_a: int, n_b: int, cls):
-    """Field-wise ``(n_a x a + n_b x b) / (n_a + n_b)``: the per-block average of a stage holding ``n_a`` blocks
-    like ``a`` and ``n_b`` like ``b`` (the composition multiplies it by the stage's blocks again)."""
-    n = n_a + n_b
-    return cls(*((n_a * getattr(a, f.name) + n_b * getattr(b, f.name)) / n for f in dataclasses.fields(cls)))
+#: The fields of BlockTimes and BlockMemory a stage has once, not once per block (the boundary transfers, the
+#: working space): averaged over the stage's blocks, never spread over the blocks the composition counts.
+_ONCE_PER_STAGE = frozenset({"pp_forward_s", "pp_backward_s", "activation_working_bytes"})
+
+
+def _mixed(a, b, n_a: int, n_b: int, cls, per_stage: int | None = None):
+    """Field-wise ``(n_a x a + n_b x b) / n`` with ``n = per_stage`` (None: ``n_a + n_b``): the per-block average
+    of a stage holding ``n_a`` blocks like ``a`` and ``n_b`` like ``b``, over the blocks the composition
+    multiplies it by again (a last stage with MTP blocks holds more than those; the fields it has once per stage,
+    :data:`_ONCE_PER_STAGE`, over ``n_a + n_b``)."""
+    held = n_a + n_b
+    n = held if per_stage is None else per_stage
+    return cls(*((n_a * getattr(a, f.name) + n_b * getattr(b, f.name)) / (held if f.name in _ONCE_PER_STAGE else n)
+                 for f in dataclasses.fields(cls)))
+
+
+def head_s(pricer, head: MultiTokenHead, model: ModelIR | None, planned: tuple[PlanTask, ...] | None
+           ) -> tuple[float, float]:
+    """(forward, backward) seconds of the MTP layers per microbatch outside their blocks: each layer's head
+    (tasks and TP messages) and its own output layer and loss (the main one's tasks again), ``layers`` times."""
+    forward = sum(pricer.work(t.forward).processing_s for t in head.tasks)
+    forward += sum(pricer.message_s(m) for m in head.forward_messages)
+    backward = sum(pricer.work(t.activation_grad).processing_s + pricer.work(t.weight_grad).processing_s
+                   for t in head.tasks)
+    backward += sum(pricer.message_s(m) for m in head.backward_messages)
+    for task in output_tasks(pricer, model, True, planned):
+        forward += pricer.work(task.forward).processing_s
+        backward += pricer.work(task.activation_grad).processing_s + pricer.work(task.weight_grad).processing_s
+    return head.layers * forward, head.layers * backward
 
 
 #: The BlockTimes fields of a block's own work (the stage's time): the boundary transfers are the stage's, once.
@@ -216,8 +256,8 @@ def mixed_memory(moe_plan: PortablePlanIR, mixed: MixedBlocks) -> StageMemory:
     """The memory of the stage with the largest tier-1 total, each stage from the blocks it holds (with the first
     stage's in-flight microbatches: an upper bound for the later stages of 1F1B)."""
     moe, dense = block_memory(moe_plan), block_memory(mixed.dense)
-    return max((stage_memory(moe_plan, _mixed(moe, dense, n, d, BlockMemory)) for n, d in mixed.stages),
-               key=lambda m: m.tier1_total)
+    return max((stage_memory(moe_plan, _mixed(moe, dense, n, d, BlockMemory, mixed.per_stage))
+                for n, d in mixed.stages), key=lambda m: m.tier1_total)
 
 
 def cost_view(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView, *,
@@ -245,15 +285,20 @@ def cost_view(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView, *,
     if mixed is not None:  # ``plan`` is the MoE blocks': the slowest stage's blocks, on average per block
         dense = block_times(mixed.dense, tuple(map(pricer.task, mixed.dense.tasks)), pricer)
         n_moe, n_dense = slowest_stage(block, dense, mixed.stages)
-        block = _mixed(block, dense, n_moe, n_dense, BlockTimes)
+        block = _mixed(block, dense, n_moe, n_dense, BlockTimes, mixed.per_stage)
     comp = compose(plan.schedule, block)
     work = outside_work(pricer, model, plan.schedule, plan.tasks, plan.bytes_per_element,
                         output_tasks=plan.output_tasks, vocabulary_weights=plan.vocabulary_weights)
     if work.accumulation_s is not None and mixed is not None:  # per block: the slowest stage's average
         dense_accumulation = accumulation_s(pricer, mixed.dense.tasks, plan.schedule, plan.bytes_per_element)
         dense_accumulation = dense_accumulation or (0.0, 0.0)
-        work = work._replace(accumulation_s=tuple((n_moe * a + n_dense * d) / (n_moe + n_dense)
+        per_stage = n_moe + n_dense if mixed.per_stage is None else mixed.per_stage
+        work = work._replace(accumulation_s=tuple((n_moe * a + n_dense * d) / per_stage
                                                   for a, d in zip(work.accumulation_s, dense_accumulation)))
+    if mixed is not None and mixed.head is not None and plan.schedule.training:  # MTP: once per microbatch
+        head = head_s(pricer, mixed.head, model, plan.output_tasks)
+        own = work.per_microbatch_s or (0.0, 0.0)
+        work = work._replace(per_microbatch_s=(own[0] + head[0], own[1] + head[1]))
     components, total = calculon_forms.with_outside_work(comp.components_s, comp.total_s, plan.schedule.microbatches,
                                                          work, portable=True)
     if components is not comp.components_s:
@@ -344,7 +389,7 @@ def estimate(data: EstimateInput, views: tuple[CostView, ...] = DEFAULT_VIEWS, *
     """Lower ``data`` and cost it under ``views`` with its evidence profile."""
     profile = load_profile(data.system, evidence_dir, referrer=source)
     check_tiers(data, profile, source)
-    if blocks.is_mixed(data.model):
+    if blocks.has_stages(data.model):
         return estimate_mixed(data, profile, views, source)
     return estimate_lowering(lower(data, source), profile, views, source)
 
@@ -357,7 +402,11 @@ def mixed_lowerings(data: EstimateInput, source: str = "<input>") -> tuple[Lower
     (moe_shape, moe_layout), (dense_shape, dense_layout) = blocks.variants(data.model, data.execution)
     moe = lower(EstimateInput(model=moe_shape, execution=moe_layout, system=data.system), source)
     dense = lower(EstimateInput(model=dense_shape, execution=dense_layout, system=data.system), source)
-    return moe, dense, MixedBlocks(dense.plan, tuple(blocks.stage_blocks(data.model, data.execution)))
+    mtp = data.model.mtp_layers
+    head = None if mtp is None else MultiTokenHead(
+        mtp, multi_token.head_tasks(data.model, data.execution), *multi_token.head_messages(data.model, data.execution))
+    return moe, dense, MixedBlocks(dense.plan, tuple(blocks.stage_blocks(data.model, data.execution)),
+                                   None if mtp is None else moe.plan.schedule.blocks_per_stage, head)
 
 
 def estimate_mixed(data: EstimateInput, profile: EvidenceProfile, views: tuple[CostView, ...] = DEFAULT_VIEWS,

@@ -13,7 +13,12 @@ Rules:
   stages of ``blocks / (PP x v)`` consecutive blocks each, and virtual stage ``c x PP + j`` is chunk ``c`` of
   stage ``j`` (Megatron-Core's interleaved layer assignment); a mixed model needs ``PP x v`` to divide the
   blocks (:func:`stage_problems`);
-- :func:`stage_blocks` counts, per stage, its MoE and its dense blocks.
+- :func:`stage_blocks` counts, per stage, its MoE and its dense blocks;
+- multi-token prediction (``model.mtp_layers``, Megatron-Core's MTP: the layers sit after the decoder on the
+  last pipeline stage) adds ``mtp_layers`` blocks of the model's last block's kind to the last stage
+  (:func:`stage_blocks`), whose blocks then number ``blocks / (PP x v) x v + mtp_layers``; the rest of each MTP
+  layer (its norms, projection and output layer) is :mod:`harness.passes.multi_token`'s. A MoE model with MTP
+  is priced through these stages even when every block is MoE (:func:`has_stages`).
 """
 
 from __future__ import annotations
@@ -32,21 +37,28 @@ def is_mixed(shape: TransformerShape) -> bool:
     return moe is not None and (moe.dense_blocks > 0 or moe.frequency != 1)
 
 
+def has_stages(shape: TransformerShape) -> bool:
+    """Whether the estimate prices the model stage by stage: dense and MoE blocks, or MTP layers on the last
+    stage."""
+    return is_mixed(shape) or (shape.moe is not None and shape.mtp_layers is not None)
+
+
 def variants(shape: TransformerShape, execution: ExecutionLayout
              ) -> tuple[tuple[TransformerShape, ExecutionLayout], tuple[TransformerShape, ExecutionLayout]]:
     """``((MoE shape, layout), (dense shape, layout))``: the uniform model of each kind of block."""
     moe = shape.moe
     assert moe is not None
     moe_shape = shape.model_copy(update={"moe": moe.model_copy(update={"dense_layers": None,
-                                                                       "layer_frequency": None})})
+                                                                       "layer_frequency": None}),
+                                         "mtp_layers": None})
     tiers = execution.network_tiers.model_copy(update={"expert": None, "expert_tensor": None})
     dense_layout = execution.model_copy(update={**{f: None for f in EXPERT_LAYOUT_FIELDS}, "network_tiers": tiers})
-    return (moe_shape, execution), (shape.model_copy(update={"moe": None}), dense_layout)
+    return (moe_shape, execution), (shape.model_copy(update={"moe": None, "mtp_layers": None}), dense_layout)
 
 
 def stage_problems(shape: TransformerShape, execution: ExecutionLayout) -> list[Problem]:
     """What a mixed model's stages need (module rules); empty for a uniform model."""
-    if not is_mixed(shape):
+    if not has_stages(shape):
         return []
     virtual = execution.pipeline_parallel * execution.pipeline_interleaving
     problems: list[Problem] = []
@@ -56,8 +68,12 @@ def stage_problems(shape: TransformerShape, execution: ExecutionLayout) -> list[
                                                         "and MoE blocks are not modelled yet"))
     e = execution
     if e.tp_overlap != "none" or e.dp_overlap or e.offload.weights or e.offload.activations or e.offload.optimizer:
-        problems.append(("model.moe.dense_layers", "dense and MoE blocks with TP/DP overlap or offload are not "
-                                                   "modelled yet (the ConcretePlanIR holds one kind of block)"))
+        if is_mixed(shape):
+            problems.append(("model.moe.dense_layers", "dense and MoE blocks with TP/DP overlap or offload are not "
+                                                       "modelled yet (the ConcretePlanIR holds one kind of block)"))
+        else:
+            problems.append(("model.mtp_layers", "multi-token prediction with TP/DP overlap or offload is not "
+                                                 "modelled yet (the ConcretePlanIR holds no MTP layer)"))
     return problems
 
 
@@ -71,4 +87,8 @@ def stage_blocks(shape: TransformerShape, execution: ExecutionLayout) -> list[tu
         held = [i for c in range(chunks) for i in range((c * pp + stage) * per_chunk, (c * pp + stage + 1) * per_chunk)]
         experts = sum(1 for i in held if moe is not None and moe.is_moe_block(i))
         out.append((experts, len(held) - experts))
+    if shape.mtp_layers:  # the MTP layers' blocks, of the last block's kind, on the last stage
+        experts, dense = out[-1]
+        last_moe = moe is not None and moe.is_moe_block(shape.blocks - 1)
+        out[-1] = (experts + shape.mtp_layers, dense) if last_moe else (experts, dense + shape.mtp_layers)
     return out

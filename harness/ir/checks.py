@@ -9,7 +9,7 @@ training with DP > 1, optimizer offload in training.
 
 from __future__ import annotations
 
-from harness.ir.blocks import is_mixed, stage_problems, variants
+from harness.ir.blocks import has_stages, stage_problems, variants
 from harness.ir.experts import expert_layout_problems
 from harness.ir.model import MAX_DEGREE, ExecutionLayout, TransformerShape, key_value_heads
 from harness.passes.patterns import unpriceable
@@ -23,7 +23,10 @@ def unsupported_features(shape: TransformerShape, execution: ExecutionLayout) ->
     registered sub-graph pattern lowers (:func:`harness.passes.patterns.unpriceable`: a core slot, the norm
     or the attention kernel matched by no pattern, or refused by the one selected, e.g. a QKV bias under TP
     overlap). TP/DP overlap and offload are priced through the ConcretePlanIR."""
-    if is_mixed(shape):  # dense and MoE blocks: each kind lowered as a uniform model of its own
+    if shape.mtp_layers is not None and shape.moe is None:
+        return [("model.mtp_layers", "multi-token prediction on a dense model is not modelled yet (it is priced "
+                                     "for MoE models, DeepSeek-V3's, through the stages of harness.ir.blocks)")]
+    if has_stages(shape):  # dense and MoE blocks, or MTP: each kind lowered as a uniform model of its own
         (moe_shape, moe_layout), (dense_shape, dense_layout) = variants(shape, execution)
         return (stage_problems(shape, execution) + unpriceable(moe_shape, moe_layout)
                 + unpriceable(dense_shape, dense_layout))

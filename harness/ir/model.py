@@ -220,9 +220,16 @@ class TransformerShape(StrictInput):
         "Mixture of experts (model.moe.*): the MoE blocks' MLP is routed (and shared) experts. Absent: every "
         "block dense."))
 
+    mtp_layers: int | None = Field(None, gt=0, le=MAX_BLOCKS, description=(
+        "Multi-token-prediction layers (DeepSeek-V3; Megatron-Core's MTP): extra blocks on the last pipeline "
+        "stage, each an RMSNorm of the next token's embedding and of the hidden state, a 2 x hidden -> hidden "
+        "projection, one more block of the model's last kind, a final norm, and its own output layer and loss "
+        "(harness.passes.multi_token). Needs model.moe (priced through the stages of harness.ir.blocks). Absent: "
+        "none."))
+
     ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({
         "vocabulary", "kv_heads", "mlp", "norm", "position", "qkv_bias", "qk_norm", "attention_dropout",
-        "sliding_window", "tied_embeddings", "mla", "moe"})  # shapes without them keep their digests
+        "sliding_window", "tied_embeddings", "mla", "moe", "mtp_layers"})  # shapes without them keep their digests
 
 
 class NetworkTiers(StrictInput):

@@ -318,7 +318,7 @@ def _fsdp(draft: Draft, row_field: str, value: bool) -> None:
 
 def _mtp_layers(draft: Draft, row_field: str, value: int | None) -> None:
     if value:
-        draft.refuse(row_field, f"{value} multi-token-prediction layers have no case field")
+        draft.set("model.mtp_layers", value, row_field)
 
 
 #: Row ``model.moe.router`` -> case ``model.moe.router``, by the score function its text starts with. The

@@ -707,6 +707,10 @@ class MixtureOfExpertsMLP(CorePattern):
             problems.append(("model.moe.dense_layers", "dense and MoE blocks (dense_layers, layer_frequency) "
                                                        "are not one plan: the estimate lowers each kind on its own "
                                                        "(harness.ir.blocks)"))
+        if shape.mtp_layers is not None:
+            problems.append(("model.mtp_layers", "multi-token-prediction layers are not one plan: the estimate adds "
+                                                 "them to the last stage (harness.ir.blocks, "
+                                                 "harness.passes.multi_token)"))
         if execution.tensor_parallel > 1 and not execution.sequence_parallel:
             problems.append(("execution.tp_communication", "a MoE block with TP > 1 without sequence parallelism "
                                                            "(rs_ag) is not modelled yet"))
