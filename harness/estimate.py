@@ -354,17 +354,24 @@ def estimate(data: EstimateInput, views: tuple[CostView, ...] = DEFAULT_VIEWS, *
     return estimate_lowering(lower(data, source), profile, views, source, digests=digests)
 
 
+def mixed_lowerings(data: EstimateInput, source: str = "<input>") -> tuple[Lowering, Lowering, MixedBlocks]:
+    """A model with dense and MoE blocks: the MoE blocks' lowering, the dense blocks' lowering and the
+    :class:`MixedBlocks` (the dense blocks' plan, the blocks per stage) the iteration is composed with
+    (:func:`estimate_mixed`, the megatron-core fit's evaluator)."""
+    validate_input(source, data)
+    (moe_shape, moe_layout), (dense_shape, dense_layout) = blocks.variants(data.model, data.execution)
+    moe = lower(EstimateInput(model=moe_shape, execution=moe_layout, system=data.system), source)
+    dense = lower(EstimateInput(model=dense_shape, execution=dense_layout, system=data.system), source)
+    return moe, dense, MixedBlocks(dense.plan, tuple(blocks.stage_blocks(data.model, data.execution)))
+
+
 def estimate_mixed(data: EstimateInput, profile: EvidenceProfile, views: tuple[CostView, ...] = DEFAULT_VIEWS,
                    source: str = "<input>", *, digests: bool = True) -> Estimate:
     """A model with dense and MoE blocks (:mod:`harness.ir.blocks`): each kind lowered as a uniform model, the
     iteration composed from the slowest stage's blocks (:func:`cost_view` with :class:`MixedBlocks`), the memory
     of the fullest stage (:func:`mixed_memory`); the workload figures and digests are the MoE blocks' plan's (the
     dense plan's digests under ``dense_*``). Portable plans only (harness.ir.blocks.stage_problems)."""
-    validate_input(source, data)
-    (moe_shape, moe_layout), (dense_shape, dense_layout) = blocks.variants(data.model, data.execution)
-    moe = lower(EstimateInput(model=moe_shape, execution=moe_layout, system=data.system), source)
-    dense = lower(EstimateInput(model=dense_shape, execution=dense_layout, system=data.system), source)
-    mixed = MixedBlocks(dense.plan, tuple(blocks.stage_blocks(data.model, data.execution)))
+    moe, dense, mixed = mixed_lowerings(data, source)
     plan = moe.plan
     stage = mixed_memory(plan, mixed)
     workload = workload_metrics(plan, block_memory(plan))

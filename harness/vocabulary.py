@@ -140,6 +140,8 @@ CURVE_FAMILIES = Vocabulary(
                             "the receiving stage all-gathers it.", "measured"),
     Term("gradient_accumulation", "Weight gradients accumulated by an unfused in-place add for every microbatch "
                                   "after the first (read two gradients, write one, per weight).", "measured"),
+    Term("grouped_gemm", "The local experts' grouped GEMM: each expert's GEMM of g operations at the matrix "
+                         "efficiency at g times g / (g + half_size_operations).", "measured"),
 )
 
 # --- parallel dimensions ---------------------------------------------------------------------------------------

@@ -403,3 +403,35 @@ def test_a_head_dim_that_is_neither_latent_width_is_refused_by_name(plain_stack)
     # the decoupled rope of another width than the row's latent attention's
     wrong = run_case(run_of(mla_row(model__position_embedding="rope (MLA decoupled rope dim 32)")), "h100_80g_nvl8")
     assert "without model.mla of that qk_pos_emb_head_dim" in dict(wrong.unsupported)["model.position_embedding"]
+
+
+def test_the_distributed_optimizer_shards_over_data_x_context(plain_stack):
+    """Megatron-Core shards the distributed optimizer over the data x context group (intra_dp_cp_group), so a
+    CP 2, DP 1 row with the distributed optimizer shards its optimizer state over its 2 context ranks; a DP 1,
+    CP 1 row has nobody to shard with."""
+    cp_row = gpt_row(parallel__cp=2, parallel__dp=1, parallel__tp_comm_overlap=False,
+                     batch__gradient_accumulation=256)
+    e = run_case(run_of(cp_row), "h100_80g_nvl8").input.execution
+    assert (e.context_parallel, e.data_parallel, e.optimizer_sharding) == (2, 1, True)
+    lone = gpt_row(parallel__cp=1, parallel__dp=1, parallel__pp=16, parallel__vp=6, parallel__tp_comm_overlap=False,
+                   batch__gradient_accumulation=256)
+    assert run_case(run_of(lone), "h100_80g_nvl8").input.execution.optimizer_sharding is False
+    off = gpt_row(parallel__cp=2, parallel__dp=1, parallel__distributed_optimizer=False,
+                  parallel__tp_comm_overlap=False, batch__gradient_accumulation=256)
+    assert run_case(run_of(off), "h100_80g_nvl8").input.execution.optimizer_sharding is False
+
+
+def test_a_stack_whose_moe_execution_the_case_cannot_state_refuses_its_moe_rows(monkeypatch):
+    """Megatron-Bridge's MoE rows (STACKS' moe_refusal) are unsupported naming stack.moe_execution; the same
+    stack's dense rows, and another stack's MoE rows, are not refused for it."""
+    bridge = STACKS["NVIDIA-NeMo/Megatron-Bridge"]
+    assert bridge.moe_refusal is not None and "28.2 s" in bridge.moe_refusal
+    monkeypatch.setitem(STACKS, REPOSITORY, Stack("materialized", True, "test stack", moe_refusal="varies by release"))
+    moe = {"experts": 8, "top_k": 2, "expert_ffn_hidden": 49152, "shared_experts": 0, "shared_expert_ffn_hidden": 0,
+           "dense_layers": 0, "layer_freq": 1, "capacity_factor": None, "token_dropping": False}
+    row = gpt_row(model__moe=moe, parallel__ep=2)
+    case = run_case(run_of(row), "h100_80g_nvl8")
+    assert case.input is None and ("stack.moe_execution", "varies by release") in case.unsupported
+    assert all(field != "stack.moe_execution" for field, _ in run_case(run_of(gpt_row()), "h100_80g_nvl8").unsupported)
+    monkeypatch.setitem(STACKS, REPOSITORY, Stack("materialized", True, "test stack"))
+    assert all(field != "stack.moe_execution" for field, _ in run_case(run_of(row), "h100_80g_nvl8").unsupported)

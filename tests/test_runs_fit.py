@@ -15,7 +15,8 @@ import pytest
 
 from harness.cost.views import COST_VIEWS, Pricer
 from harness.evidence.profile import load_profile
-from harness.ir.portable import Work
+from harness.estimate import estimate
+from harness.ir.portable import Message, Work
 from harness.measurements.corpus import read_corpus
 from harness.measurements.oracle import MeasurementsOracle
 from harness.measurements.runs_crossval import group_key, held_out, release_of
@@ -166,3 +167,58 @@ def test_the_megatron_core_structure_refuses_a_corpus_of_another_datatype(tmp_pa
     status, _, err = run_cli(capsys, "evidence", "fit", "--structure", "megatron-core", "--base", "b200",
                              "--measurements", corpus, "--output", tmp_path / "b200_x.yaml")
     one_error_line(status, err, "execution.datatype", "float16: the megatron-core structure fits runs of bf16")
+
+
+def _moe(records):
+    return next(r for r in records if r.model.moe is not None and r.execution.pipeline_parallel == 1)
+
+
+def test_the_experts_parameters_are_exercised_by_a_moe_record_and_the_all_to_all_only_on_tier_0(b200_records):
+    grouped, all_to_all = BY_NAME["grouped_gemm_half_size"], BY_NAME["nvlink_all_to_all_efficiency"]
+    moe = _moe(b200_records)  # SimuMax DeepSeek: EP 8 inside the node
+    assert moe.execution.expert_parallel == 8 and moe.execution.network_tiers.expert == 0
+    assert exercised(grouped, moe) and exercised(all_to_all, moe)
+    dense = _first(b200_records, tensor_parallel=8)
+    assert not exercised(grouped, dense) and not exercised(all_to_all, dense)
+    gathered = moe.model_copy(update={"execution": moe.execution.model_copy(update={"moe_dispatcher": "allgather"})})
+    assert exercised(grouped, gathered) and not exercised(all_to_all, gathered)
+    across = moe.model_copy(update={"execution": moe.execution.model_copy(update={
+        "network_tiers": moe.execution.network_tiers.model_copy(update={"expert": 1})})})
+    assert not exercised(all_to_all, across)
+
+
+def test_the_experts_values_sit_where_the_pricer_reads_them():
+    """A grouped GEMM of 16 experts of g = 2 x 1024 x 2048 x 1536 = 6.442e9 operations each, at bf16
+    efficiency 0.5 and half size 3e9: 16 g / (2.25e15 x 0.5 x g / (g + 3e9)); an all-to-all of 64 MiB over 8
+    GPUs on NVLink at 0.2: (1 - 1/8) x 64 MiB / (900e9 x 0.2) + the tier's latency (the all_gather ring
+    volume of the template), the tier's own efficiency (0.3) left to its other collectives."""
+    base = load_profile("b200")
+    profile = with_values(template(base, "t"), {"matrix_max_efficiency": 0.5, "nvlink_efficiency": 0.3,
+                                                "grouped_gemm_half_size": 3e9, "nvlink_all_to_all_efficiency": 0.2})
+    assert profile.grouped_gemm.half_size_operations == 3e9
+    pricer = Pricer(profile, COST_VIEWS["system_evidence"], "bfloat16")
+    g = 2 * 1024 * 2048 * 1536
+    work = Work.trusted(operations=16 * g, bytes_read=0.0, bytes_written=0.0, engine="matrix", gemm_operations=g)
+    assert pricer.work(work).compute_s == pytest.approx(16 * g / (2.25e15 * 0.5 * g / (g + 3e9)), rel=1e-12)
+    tier = profile.networks[0]
+    assert tier.bandwidth_bytes_per_s == 900e9
+    size = 64 * 2**20
+    a2a = Message(collective="all_to_all", message_bytes=size, participants=8, network_tier=0)
+    assert pricer.message_s(a2a) == pytest.approx(tier.latency_s + (1 - 1 / 8) * size / (900e9 * 0.2), rel=1e-12)
+    gather = Message(collective="all_gather", message_bytes=size, participants=8, network_tier=0)
+    assert pricer.message_s(gather) == pytest.approx(tier.latency_s + (1 - 1 / 8) * size / (900e9 * 0.3), rel=1e-12)
+
+
+def test_the_fits_evaluator_prices_a_model_of_dense_and_moe_blocks_as_the_estimate_does(b200_records):
+    """SimuMax's DeepSeek rows (a dense first block, then MoE blocks): the design lowers each kind on its own,
+    as ``estimate`` does (harness.estimate.estimate_mixed)."""
+    moe = _moe(b200_records)
+    assert moe.model.moe.dense_layers == 1
+    profile = with_values(template(load_profile("b200"), "t"), {"grouped_gemm_half_size": 3e9,
+                                                                 "nvlink_all_to_all_efficiency": 0.2})
+    design = RunsDesign([moe], profile)
+    assert design.mixed[0] is not None
+    real = estimate(moe.estimate_input(profile.name).model_copy(update={"system": "b200"}))  # the data-sheet base
+    on_base = RunsDesign([moe], load_profile("b200")).predict(load_profile("b200"))[0]
+    assert on_base == real.views["system_evidence"].total_s
+    assert design.check(profile) <= 1e-12

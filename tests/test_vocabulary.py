@@ -30,7 +30,8 @@ def test_the_vocabularies_name_what_the_documentation_names():
     # Written out here, independently of the module, so that a rename or a reordering is a visible decision.
     assert VIEWS == ("peak_only", "system_evidence")
     assert CURVE_FAMILIES == ("matrix", "vector", "memory", "network", "launch", "output_layer",
-                              "collective_curves", "hierarchical", "partitioned_p2p", "gradient_accumulation")
+                              "collective_curves", "hierarchical", "partitioned_p2p", "gradient_accumulation",
+                              "grouped_gemm")
     assert CURVE_FAMILIES.of_kind("calculon") == ("matrix", "vector", "memory", "network")
     assert COMPONENTS == ("forward", "backward", "optimizer", "recompute", "tensor_parallel", "pipeline_parallel",
                           "data_parallel", "recommunication", "pipeline_bubble", "forward_offload", "backward_offload")
@@ -91,9 +92,9 @@ def test_a_new_component_without_its_calculon_field_fails_at_import():
     assert "must name exactly the timing components" in run.stderr and "missing ['host_transfer']" in run.stderr
 
 
-def test_a_new_component_and_an_eleventh_curve_family_reach_the_concrete_plan_and_the_plots():
+def test_a_new_component_and_a_new_curve_family_reach_the_concrete_plan_and_the_plots():
     """The ConcretePlanIR's command components and the plot palettes derive from the vocabulary: a new pipeline
-    component is a command component (the bubble never is), and a new family (the eleventh, beyond the nine
+    component is a command component (the bubble never is), and a new family (one beyond the vocabulary's
     colours Set1 has) gets a colour of its own."""
     code = ("import importlib, typing, harness.vocabulary as v, harness.ir.concrete as c\n"
             "original = v.COMPONENTS\n"
@@ -110,7 +111,7 @@ def test_a_new_component_and_an_eleventh_curve_family_reach_the_concrete_plan_an
     assert run.returncode == 0, run.stderr
     components, colours = run.stdout.splitlines()
     assert components.split() == [*(n for n in COMPONENTS if n != "pipeline_bubble"), "host_transfer"]
-    assert colours == f"host_memory {len(CURVE_FAMILIES) + 1}" == "host_memory 11"
+    assert colours == f"host_memory {len(CURVE_FAMILIES) + 1}" == "host_memory 12"
 
 
 def test_the_package_does_not_shadow_the_estimate_module():

@@ -17,7 +17,9 @@ A view reads only the PortablePlanIR and an evidence profile. It prices:
   the tier's efficiency (or its measured ``all_to_all`` curve, family
   ``collective_curves``, where the profile has one);
 - a grouped GEMM (a work with ``gemm_operations``, the local experts'): its
-  operations at the efficiency of one of its GEMMs' size, not of the total.
+  operations at the efficiency of one of its GEMMs' size, not of the total
+  (times family ``grouped_gemm``'s factor at that size, where the profile
+  has it and the view applies it).
 
 A view names the *curve families* whose evidence it applies
 (``harness.vocabulary.CURVE_FAMILIES``: ``matrix``, ``vector`` operation-size
@@ -57,7 +59,10 @@ keeps it the naive baseline of peaks, latencies and volume models):
   message plus an all-gather of the message over the TP group on its tier
   (unless the plan already sends the 1/TP sequence shard, or the message is
   the zero-byte inference slot);
-- ``gradient_accumulation``: priced by :mod:`harness.cost.accumulation`.
+- ``gradient_accumulation``: priced by :mod:`harness.cost.accumulation`;
+- ``grouped_gemm``: a grouped GEMM's efficiency is the engine's at one
+  expert's GEMM size ``g`` times ``g / (g + half_size_operations)``
+  (:class:`harness.evidence.families.GroupedGemm`).
 """
 
 from __future__ import annotations
@@ -252,6 +257,7 @@ class Pricer:
         self._measured_collectives = "collective_curves" in view.curves
         self._hierarchical = profile.hierarchical_collectives is not None and "hierarchical" in view.curves
         self._partitioned_p2p = profile.partitioned_p2p is not None and "partitioned_p2p" in view.curves
+        self._grouped_gemm = profile.grouped_gemm if "grouped_gemm" in view.curves else None
         # id(instance) -> price, with the instance held alive by its memo (one
         # table per pass kind: the optimizer step runs on the vector engine)
         self._priced: session.IdentityMemo[PassCost] = session.IdentityMemo("work prices", memo_limit)
@@ -285,6 +291,8 @@ class Pricer:
                     engine, self._engine(engines, engine, datatype), datatype)
             peak, curve, what = resolved
         eff = 1.0 if curve is None else curve.efficiency(gemm_operations or operations, *what)
+        if gemm_operations is not None and self._grouped_gemm is not None and engine == "matrix":
+            eff *= self._grouped_gemm.factor(gemm_operations)  # family grouped_gemm
         return operations / (peak * eff)  # seconds(), inline: the hot path of a first pass
 
     def memory_s(self, size_bytes: float) -> float:

@@ -34,6 +34,14 @@ Rules:
   that time outside its operations (loading and broadcasting the batch, which
   synchronizes the host with the device, and the training engine's
   bookkeeping): once per microbatch, in the ``forward`` component.
+- ``GroupedGemm``: the local experts' grouped GEMM (a MoE block's experts, each
+  on its own tokens) runs each expert's GEMM of ``g`` operations at the matrix
+  engine's efficiency at ``g`` times ``g / (g + half_size_operations)``: a
+  saturating curve in one expert's GEMM size, like the GEMM curve's, for the
+  fixed cost a grouped kernel pays per expert (its tiles over few tokens, the
+  per-expert offsets and the uneven tail) on top of one GEMM of that size.
+  It multiplies, so it applies to every datatype's engine alike; a GEMM that
+  is not grouped is priced as before.
 - ``OutputLayer``: the target's default vocabulary: a model that does not
   state one gets the output (logit) layer and loss of that vocabulary, once
   per microbatch (the tasks and their rules: :mod:`harness.passes.output_layer`,
@@ -118,6 +126,18 @@ class SaturatingCurve(_Strict):
     def at(self, size):
         """``max_efficiency x size / (size + half_size)``: the one form, for a float or a numpy array."""
         return self.max_efficiency * size / (size + self.half_size)
+
+
+class GroupedGemm(_Strict):
+    """The grouped GEMM's own efficiency by one expert's GEMM size (family ``grouped_gemm``, module rules)."""
+
+    half_size_operations: float = Field(gt=0, le=MAX_SIZE, allow_inf_nan=False,
+                                        description="Operations of one expert's GEMM at which a grouped GEMM runs at "
+                                                    "half the matrix engine's efficiency at that size.")
+
+    def factor(self, gemm_operations: float) -> float:
+        """``g / (g + half_size_operations)`` of one expert's GEMM of ``g`` operations (> 0)."""
+        return gemm_operations / (gemm_operations + self.half_size_operations)
 
 
 class SizePoint(_Strict):

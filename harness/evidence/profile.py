@@ -79,6 +79,7 @@ from harness.evidence.families import (
     DerivedProvenance,
     FitProvenance,
     GradientAccumulation,
+    GroupedGemm,
     HierarchicalCollectives,
     LaunchOverhead,
     MAX_SIZE,
@@ -284,6 +285,9 @@ class EvidenceProfile(Artifact):
     gradient_accumulation: GradientAccumulation | None = Field(
         None, description="Unfused in-place weight-gradient accumulation per microbatch after the first (family "
                           "gradient_accumulation).")
+    grouped_gemm: GroupedGemm | None = Field(
+        None, description="The local experts' grouped GEMM's efficiency by one expert's GEMM size (family "
+                          "grouped_gemm).")
     fit: FitProvenance | None = Field(None, description="How the revision was fitted to measurements.")
     derived: DerivedProvenance | None = Field(
         None, description="Derived from another profile by removing measured families (harness evidence derive); "
@@ -316,7 +320,8 @@ class EvidenceProfile(Artifact):
 #: The profile section of each measured family (harness.vocabulary.CURVE_FAMILIES, kind "measured") that is one
 #: optional section; ``collective_curves`` is the tiers' ``measured_collectives``.
 FAMILY_SECTIONS = {"launch": "launch", "output_layer": "output_layer", "hierarchical": "hierarchical_collectives",
-                   "partitioned_p2p": "partitioned_p2p", "gradient_accumulation": "gradient_accumulation"}
+                   "partitioned_p2p": "partitioned_p2p", "gradient_accumulation": "gradient_accumulation",
+                   "grouped_gemm": "grouped_gemm"}
 MEASURED_FAMILY_NAMES = (*FAMILY_SECTIONS, "collective_curves")
 CURVE_FAMILIES.require([*CURVE_FAMILIES.of_kind("calculon"), *MEASURED_FAMILY_NAMES],
                        "harness.evidence.profile.MEASURED_FAMILY_NAMES")

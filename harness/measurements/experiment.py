@@ -29,7 +29,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from harness.cost.views import COST_VIEWS
+from harness.cost.views import COST_VIEWS, profile_families
 from harness.errors import HarnessError, InputError
 from harness.estimate import estimate_lowering
 from harness.inputs import real_path
@@ -148,6 +148,13 @@ def fit_revision(inputs: FitInputs, base: EvidenceProfile, name: str, *, layer_w
 MOVES = ("processing_mode", *CURVE_FAMILIES)
 
 
+def moves_of(fitted: EvidenceProfile) -> tuple[str, ...]:
+    """The moves base -> ``fitted`` the attribution splits over: the processing mode and every curve family
+    ``fitted`` defines (a family it lacks moves nothing: ``a100_measured`` lacks ``grouped_gemm``), in
+    :data:`MOVES` order."""
+    return ("processing_mode", *profile_families(fitted))
+
+
 def hybrid(base: EvidenceProfile, fitted: EvidenceProfile, moved: frozenset[str], datatype: str) -> EvidenceProfile:
     """``base`` with the parts of ``fitted`` named in ``moved`` (processing mode, or a curve family)."""
     update: dict[str, Any] = {}
@@ -182,8 +189,9 @@ def attribution(design: Design, base: EvidenceProfile, fitted: EvidenceProfile, 
     iterations = cv.iteration_targets(design) & np.isfinite(measured)
     classes = cv.target_node_classes(design, island)
     values: dict[frozenset[str], np.ndarray] = {}
-    for size in range(len(MOVES) + 1):
-        for moved in itertools.combinations(MOVES, size):
+    moves = moves_of(fitted)
+    for size in range(len(moves) + 1):
+        for moved in itertools.combinations(moves, size):
             key = frozenset(moved)
             values[key] = cv.errors_pct(design.predict(hybrid(base, fitted, key, design.datatype)),
                                         np.where(iterations, measured, 1.0))
@@ -192,8 +200,8 @@ def attribution(design: Design, base: EvidenceProfile, fitted: EvidenceProfile, 
         mask = iterations & (classes == c)
         if not mask.any():
             continue
-        out[c] = {"bias_pct": shapley({k: float(np.mean(v[mask])) for k, v in values.items()}, MOVES),
-                  "mape_pct": shapley({k: float(np.mean(np.abs(v[mask]))) for k, v in values.items()}, MOVES)}
+        out[c] = {"bias_pct": shapley({k: float(np.mean(v[mask])) for k, v in values.items()}, moves),
+                  "mape_pct": shapley({k: float(np.mean(np.abs(v[mask]))) for k, v in values.items()}, moves)}
     return out
 
 

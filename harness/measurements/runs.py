@@ -20,7 +20,9 @@ Rules (each one an entry of the table):
   reach the case.
 - **The stack** (:data:`STACKS`, chosen by the repository of ``source.where``): what every row of that
   software runs without the row saying so (the fused attention kernel; the data-parallel gradient
-  reduction overlapped with the backward pass), each with the source line that says so.
+  reduction overlapped with the backward pass), each with the source line that says so; and whether the
+  stack's mixture-of-experts rows are priced (``stack.moe_execution``: Megatron-Bridge's are not, its MoE
+  execution changes by release in ways the case does not state).
 - **The recipe** (:data:`RECIPES`, chosen by the file ``extra.model_cite`` names): the attention dropout,
   which rows do not state; 0 sets ``model.attention_dropout: 0`` (no dropout primitive), a nonzero
   probability is today's behaviour; a recipe not in the table refuses the row (``model.attention_dropout``).
@@ -69,6 +71,9 @@ class Stack:
     attention_kernel: str
     dp_overlap: bool
     citation: str
+    #: Why the stack's mixture-of-experts rows are not priced (None: they are): its MoE execution depends on
+    #: facts of the release that the case does not state.
+    moe_refusal: str | None = None
 
 
 STACKS = {
@@ -80,7 +85,14 @@ STACKS = {
         "--use-distributed-optimizer without --overlap-grad-reduce")),
     "NVIDIA-NeMo/Megatron-Bridge": Stack("flash", True, (
         "Megatron-Bridge performance recipes: Transformer Engine fused attention; CommOverlapConfig enables "
-        "the data-parallel gradient overlap with the distributed optimizer when DP > 1")),
+        "the data-parallel gradient overlap with the distributed optimizer when DP > 1"),
+        moe_refusal=(
+            "its MoE execution changes by release in ways the case does not state (the token dispatcher backend: "
+            "alltoall, DeepEP or HybridEP; dropless dispatch with host-synchronised token counts or token dropping "
+            "padded to capacity; the CUDA-graph scope; the all-to-all overlapped with compute; fp8 attention): the "
+            "same Qwen3-30B-A3B layout measures 14.5 s (25.09) and 28.2 s (25.11) on 8 B200 at micro batch 1, "
+            "12.5 s and 24.9 s on 16 H100, 11.0 s (25.11) and 6.4 s (26.06) on 8 GB200, where the case is the "
+            "same (docs/modern-evidence.md)")),
 }
 
 
@@ -285,7 +297,11 @@ def _sequence_parallel(draft: Draft, row_field: str, value: bool) -> None:
 
 
 def _distributed_optimizer(draft: Draft, row_field: str, value: bool) -> None:
-    draft.set("execution.optimizer_sharding", value and draft.run.parallel.dp > 1, row_field)
+    # Megatron-Core's distributed optimizer shards over the data x context group (its parameter layout over
+    # ``intra_dp_cp_group``: megatron/core/distributed/distributed_data_parallel.py at d98e8a64, lines 208-212
+    # and 284-290), so a CP > 1 row with DP 1 shards too
+    parallel = draft.run.parallel
+    draft.set("execution.optimizer_sharding", value and parallel.dp * (parallel.cp or 1) > 1, row_field)
 
 
 def _tp_comm_overlap(draft: Draft, row_field: str, value: bool | None) -> None:
@@ -481,6 +497,8 @@ def run_case(run: MeasuredRun, system: str, source: str = "<runs>") -> RunCase:
     else:
         feature("execution.attention_kernel", "materialized")(draft, "stack.attention_kernel", stack.attention_kernel)
         draft.set("execution.dp_overlap", stack.dp_overlap and run.parallel.dp > 1, "stack.dp_overlap")
+        if stack.moe_refusal is not None and run.model.moe is not None:
+            draft.refuse("stack.moe_execution", stack.moe_refusal)
     recipe = RECIPES.get(recipe_file(run) or "")
     if recipe is None:
         draft.refuse("model.attention_dropout", f"not stated by the row, and no recipe fact for {recipe_file(run)!r} "

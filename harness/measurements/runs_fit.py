@@ -21,9 +21,13 @@ Fixed structure (:func:`template`):
 
 Fitted parameters (:data:`PARAMETERS`, each bounded to a physical range; only those the training records
 exercise, :func:`exercised`: a float8 GEMM efficiency needs an fp8 row, an NVLink efficiency a row with a
-tier-0 group of more than one GPU): the bf16 matrix engine's maximum efficiency (GEMMs and the flash
-attention kernel), the float8 matrix engine's maximum efficiency (the fp8 recipes' linear GEMMs), tier 0's
-(NVLink's) efficiency. Nothing per model, per row or per release.
+tier-0 group of more than one GPU, the grouped-GEMM half size a mixture-of-experts row, the all-to-all
+efficiency a row whose expert group is on tier 0): the bf16 matrix engine's maximum efficiency (GEMMs and the
+flash attention kernel), the float8 matrix engine's maximum efficiency (the fp8 recipes' linear GEMMs), tier
+0's (NVLink's) efficiency, the local experts' grouped GEMM's half size (family ``grouped_gemm``: the
+efficiency of each expert's GEMM of ``g`` operations times ``g / (g + half size)``), and the MoE all-to-all's
+efficiency inside one NVLink domain (a flat ``all_to_all`` curve on tier 0). Nothing per model, per row or
+per release.
 
 Objective: as :func:`harness.measurements.fit.fit_design` (soft-L1 on ``log(predicted / measured)``, bounded
 trust-region reflective, one-node and multi-node runs weighing the same in total, values rounded to 5
@@ -41,8 +45,23 @@ import numpy as np
 
 from harness.cost.views import COST_VIEWS, CostView, pricer_for
 from harness.errors import HarnessError, InputError
-from harness.estimate import check_tiers, concrete_iteration, cost_view, estimate_lowering
-from harness.evidence.families import FitProvenance, HierarchicalCollectives, SaturatingCurve
+from harness.estimate import (
+    check_tiers,
+    concrete_iteration,
+    cost_view,
+    estimate_lowering,
+    estimate_mixed,
+    mixed_lowerings,
+)
+from harness.ir import blocks
+from harness.evidence.families import (
+    CollectiveCurve,
+    FitProvenance,
+    GroupedGemm,
+    HierarchicalCollectives,
+    SaturatingCurve,
+    SizePoint,
+)
 from harness.evidence.profile import Curve, EvidenceProfile
 from harness.measurements.corpus import IterationRecord
 from harness.measurements.design import Target
@@ -75,6 +94,13 @@ PARAMETERS = (
     Parameter("nvlink_efficiency", "networks.0.efficiency", 0.1, 0.95, 0.6, False, "fraction of bandwidth",
               "Fraction of the NVLink bandwidth per GPU that the collectives and p2p inside one NVLink domain "
               "reach (NCCL's algorithm bandwidth over its peak)."),
+    Parameter("grouped_gemm_half_size", "grouped_gemm.half_size_operations", 1e7, 1e11, 1e9, True, "operations",
+              "One expert's GEMM size at which the local experts' grouped GEMM runs at half the matrix engine's "
+              "efficiency at that size (family grouped_gemm): the grouped kernel's fixed cost per expert."),
+    Parameter("nvlink_all_to_all_efficiency", "networks.0.measured_collectives.all_to_all", 0.05, 0.95, 0.5, False,
+              "fraction of bandwidth",
+              "Fraction of the NVLink bandwidth per GPU that the MoE token dispatch and combine all-to-all reach "
+              "inside one NVLink domain (a flat all_to_all curve on tier 0, family collective_curves)."),
 )
 
 
@@ -88,6 +114,12 @@ def exercised(parameter: Parameter, record: IterationRecord) -> bool:
     """Whether ``record``'s estimate depends on ``parameter`` (see the module rules)."""
     if parameter.name == "matrix_float8_max_efficiency":
         return quantized_datatype(record) == "float8"
+    if parameter.name == "grouped_gemm_half_size":
+        return record.model.moe is not None
+    if parameter.name == "nvlink_all_to_all_efficiency":
+        e = record.execution
+        return (record.model.moe is not None and e.expert_degree > 1 and e.moe_dispatcher != "allgather"
+                and getattr(e.network_tiers, "expert", None) == 0)
     if parameter.name == "nvlink_efficiency":
         e = record.execution
         degrees = {"tensor": e.tensor_parallel, "pipeline": e.pipeline_parallel, "data": e.data_parallel,
@@ -140,7 +172,21 @@ def with_values(profile: EvidenceProfile, values: dict[str, float]) -> EvidenceP
     networks = list(profile.networks)
     if "nvlink_efficiency" in values:
         networks[0] = networks[0].model_copy(update={"efficiency": values["nvlink_efficiency"]})
-    return profile.model_copy(update={"matrix": matrix, "networks": tuple(networks)})
+    if "nvlink_all_to_all_efficiency" in values:
+        networks[0] = networks[0].model_copy(update={"measured_collectives": {
+            **(networks[0].measured_collectives or {}), "all_to_all": all_to_all_curve(
+                values["nvlink_all_to_all_efficiency"])}})
+    update = {"matrix": matrix, "networks": tuple(networks)}
+    if "grouped_gemm_half_size" in values:
+        update["grouped_gemm"] = GroupedGemm(half_size_operations=values["grouped_gemm_half_size"])
+    return profile.model_copy(update=update)
+
+
+def all_to_all_curve(efficiency: float) -> tuple[CollectiveCurve, ...]:
+    """A flat ``all_to_all`` curve: ``efficiency`` for every message of one byte or more, every group of two or
+    more (family collective_curves; the MoE dispatch and combine messages are megabytes)."""
+    return (CollectiveCurve(participants=2, points=(SizePoint(size_bytes=1.0, efficiency=efficiency),),
+                            source=f"{STRUCTURE} fit: the MoE all-to-all's efficiency inside one NVLink domain"),)
 
 
 class RunsDesign:
@@ -153,12 +199,21 @@ class RunsDesign:
         self.template = template_profile
         self.datatype = "bfloat16"
         self.targets = tuple(Target(i, "iteration", 0) for i in range(len(self.records)))
-        self.lowerings = []
+        self.lowerings, self.inputs, mixed = [], [], []
         for record in self.records:
             data = record.estimate_input(template_profile.name)
             check_tiers(data, template_profile, record.id)
-            self.lowerings.append(lower(data, record.id))
-        self.concretes = tuple(lo.concrete() if lo.concurrent else None for lo in self.lowerings)
+            self.inputs.append(data)
+            if blocks.is_mixed(data.model):  # dense and MoE blocks: each kind lowered on its own (estimate_mixed)
+                lowering, _, dense = mixed_lowerings(data, record.id)
+                mixed.append(dense)
+            else:
+                lowering = lower(data, record.id)
+                mixed.append(None)
+            self.lowerings.append(lowering)
+        self.mixed = tuple(mixed)
+        self.concretes = tuple(lo.concrete() if lo.concurrent and m is None else None
+                               for lo, m in zip(self.lowerings, self.mixed))
 
     def per_target(self, values: dict[int, tuple[float, ...]]) -> np.ndarray:
         return np.array([values[t.record][t.value] if t.record in values else np.nan for t in self.targets])
@@ -166,9 +221,9 @@ class RunsDesign:
     def predict(self, profile: EvidenceProfile, view: CostView = SYSTEM_EVIDENCE_VIEW) -> np.ndarray:
         """Every record's iteration seconds under ``profile`` and ``view`` (the estimate's figures)."""
         out = np.empty(len(self.records))
-        for i, (lowering, concrete) in enumerate(zip(self.lowerings, self.concretes)):
+        for i, (lowering, concrete, mixed) in enumerate(zip(self.lowerings, self.concretes, self.mixed)):
             if concrete is None:
-                out[i] = cost_view(lowering.plan, profile, view, model=lowering.model)[1].total_s
+                out[i] = cost_view(lowering.plan, profile, view, model=lowering.model, mixed=mixed)[1].total_s
             else:
                 pricer = pricer_for(profile, view, lowering.plan.datatype)
                 out[i] = concrete_iteration(concrete, pricer, lowering.model).total_s
@@ -178,8 +233,10 @@ class RunsDesign:
         """The largest relative difference between :meth:`predict` and :func:`~harness.estimate.estimate_lowering`."""
         predicted = self.predict(profile)
         worst = 0.0
-        for value, lowering in zip(predicted, self.lowerings):
-            real = estimate_lowering(lowering, profile, (SYSTEM_EVIDENCE_VIEW,)).views["system_evidence"].total_s
+        for value, lowering, data, mixed in zip(predicted, self.lowerings, self.inputs, self.mixed):
+            estimated = (estimate_lowering(lowering, profile, (SYSTEM_EVIDENCE_VIEW,)) if mixed is None
+                         else estimate_mixed(data, profile, (SYSTEM_EVIDENCE_VIEW,)))
+            real = estimated.views["system_evidence"].total_s
             worst = max(worst, abs(value - real) / real)
         return worst
 
