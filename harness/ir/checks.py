@@ -10,7 +10,7 @@ training with DP > 1, optimizer offload in training.
 from __future__ import annotations
 
 from harness.ir.blocks import is_mixed, stage_problems, variants
-from harness.ir.experts import folding_problems
+from harness.ir.experts import expert_layout_problems
 from harness.ir.model import MAX_DEGREE, ExecutionLayout, TransformerShape, key_value_heads
 from harness.passes.patterns import unpriceable
 from harness.passes.precision import RECIPES
@@ -101,10 +101,10 @@ def vocabulary_problems(s: TransformerShape) -> list[Problem]:
 
 def expert_problems(s: TransformerShape, e: ExecutionLayout) -> list[Problem]:
     """The expert layout's rules: the expert fields need model.moe; the model has at least one MoE block;
-    Megatron-Core's folding constraints (:func:`harness.ir.experts.folding_problems`: EP divides the experts,
-    ETP their width, ETP x EP divides TP x CP x DP); the shared experts split over TP like the dense MLP; EP > 1
-    and ETP > 1 need their group's network tier; EP > 1 with TP > 1 needs sequence parallelism (Megatron-Core's
-    argument check: the dispatcher permutes sequence-sharded tokens)."""
+    Megatron-Core's layout constraints (:func:`harness.ir.experts.expert_layout_problems`, which the search
+    enumerates by too: EP divides the experts, ETP their width, ETP x EP divides TP x CP x DP, EP > 1 with TP > 1
+    needs sequence parallelism, EP > 1 not in float16); the shared experts split over TP like the dense MLP;
+    EP > 1 and ETP > 1 need their group's network tier."""
     tiers = e.network_tiers
     given = {"expert_parallel": e.expert_parallel, "expert_tensor_parallel": e.expert_tensor_parallel,
              "moe_dispatcher": e.moe_dispatcher, "network_tiers.expert": tiers.expert,
@@ -119,8 +119,10 @@ def expert_problems(s: TransformerShape, e: ExecutionLayout) -> list[Problem]:
         problems.append(("model.moe.dense_layers", f"no MoE block among the {s.blocks} blocks (dense_layers="
                                                    f"{moe.dense_blocks}, layer_frequency={moe.frequency})"))
     ep, etp, tp = e.expert_degree, e.expert_tensor_degree, e.tensor_parallel
-    problems += folding_problems(tensor=tp, context=e.context_degree, data=e.data_parallel, experts=moe.experts,
-                                 expert_ffn=moe.expert_ffn, expert_parallel=ep, expert_tensor_parallel=etp)
+    problems += expert_layout_problems(tensor=tp, context=e.context_degree, data=e.data_parallel,
+                                       experts=moe.experts, expert_ffn=moe.expert_ffn, expert_parallel=ep,
+                                       expert_tensor_parallel=etp, sequence_parallel=e.sequence_parallel,
+                                       datatype=e.datatype)
     if moe.shared_width % tp:
         problems.append(("execution.tensor_parallel", f"TP={tp} does not divide the shared experts' width "
                                                       f"{moe.shared_width} (shared_experts x shared_expert_ffn)"))
@@ -128,10 +130,6 @@ def expert_problems(s: TransformerShape, e: ExecutionLayout) -> list[Problem]:
         if degree > 1 and getattr(tiers, name) is None:
             problems.append((f"execution.network_tiers.{name}", f"{name} parallelism of {degree} needs the tier "
                                                                 "of its group"))
-    if ep > 1 and tp > 1 and not e.sequence_parallel:
-        problems.append(("execution.tp_communication", f"expert_parallel={ep} with tensor_parallel={tp} needs "
-                                                       "sequence parallelism (tp_communication: rs_ag), as "
-                                                       "Megatron-Core requires"))
     return problems
 
 

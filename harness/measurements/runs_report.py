@@ -44,8 +44,7 @@ class RevisionSpec:
 
 REVISIONS = {
     "b200_measured": RevisionSpec("b200", "runs-b200.jsonl"),
-    "h100_measured": RevisionSpec("h100_sxm_80g", "runs-h100_sxm_80g.jsonl",
-                                  ("matrix_max_efficiency", "grouped_gemm_half_size")),
+    "h100_measured": RevisionSpec("h100_sxm_80g", "runs-h100_sxm_80g.jsonl", ("matrix_max_efficiency", "matrix_float8_max_efficiency", "grouped_gemm_half_size")),
     "gb200_measured": RevisionSpec("gb200_nvl72", "runs-gb200.jsonl", fixed_from="b200_measured",
                                    fixed=("matrix_max_efficiency", "nvlink_efficiency")),
 }

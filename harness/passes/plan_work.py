@@ -110,12 +110,12 @@ def expert_data_parallel(e: ExecutionLayout) -> int:
     return e.tensor_parallel * e.context_degree * e.data_parallel // (e.expert_degree * e.expert_tensor_degree)
 
 
-def member_stride(shape, e: ExecutionLayout, tier: int) -> int | None:
+def member_stride(shape, e: ExecutionLayout) -> int | None:
     """The stride between the group's members a shape's messages carry (its ``MEMBER_STRIDE`` dimension's
-    degree), on a tier above the first only (a group on tier 0 has no tier below to split over); None for the
-    other shapes."""
+    degree; on any tier: the search prices a plan lowered on tier 0 on every placement); None for the other
+    shapes."""
     dimension = getattr(shape, "MEMBER_STRIDE", None)
-    return None if dimension is None or tier == 0 else mesh.degree(e, dimension)
+    return None if dimension is None else mesh.degree(e, dimension)
 
 
 def _ring_messages(s, b: int, tier: int, backward: bool) -> TaskMessages:
@@ -174,7 +174,7 @@ class TransformerPlanWork(ModulePass[DistributedTaskIR, PortablePlanIR]):
                 messages = _ring_messages(task.shape, b, tier, training and task.phase == "forward")
             else:
                 messages = _task_messages(task.shape, b, tier, training and task.phase == "forward",
-                                          member_stride(task.shape, e, tier))
+                                          member_stride(task.shape, e))
         if task.phase == "forward" and training:
             passes = dict(forward=facts.forward, activation_grad=facts.activation_grad,
                           weight_grad=facts.weight_grad, optimizer=facts.optimizer)
