@@ -410,11 +410,14 @@ def test_a_deepseek_v3_like_model_estimates_with_dense_and_moe_blocks_on_differe
             assert view.total_s > 0 and view.components_s.tensor_parallel > 0 and view.memory_bytes.weight > 0
 
 
-def test_the_search_refuses_a_moe_model_naming_model_moe(tmp_path):
+def test_the_search_takes_a_moe_model_and_refuses_dense_and_moe_blocks_naming_dense_layers(tmp_path):
     from harness.search.request import load_model
 
     path = tmp_path / "qwen.yaml"
     path.write_text(yaml.safe_dump({"model": QWEN3_30B_A3B}))
+    assert load_model(path).moe.experts == 128  # every block MoE: searched (tests/test_search_experts.py)
+    mixed = {**QWEN3_30B_A3B, "moe": {**QWEN3_30B_A3B["moe"], "dense_layers": 1}}
+    path.write_text(yaml.safe_dump({"model": mixed}))
     with pytest.raises(UnsupportedFeatureError) as error:
         load_model(path)
-    assert error.value.field == "model.moe" and "\n" not in str(error.value)
+    assert error.value.field == "model.moe.dense_layers" and "\n" not in str(error.value)

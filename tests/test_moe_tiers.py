@@ -37,8 +37,9 @@ def test_an_expert_all_to_all_on_the_upper_tier_carries_its_members_stride():
     on_nvlink = plan_of(case(execution=dict(expert_parallel=8, network_tiers=dict(tensor=0, pipeline=1, data=1,
                                                                                   expert=0))))
     local = task(on_nvlink, "mlp.dispatch").messages.forward_base
-    assert local.member_stride_processors is None  # no tier below to split over
-    assert "member_stride_processors" not in local.model_dump()  # absent if None: digests kept
+    assert local.member_stride_processors == 1  # the layout's fact on any tier (the search re-tiers plans)
+    gradients = on_nvlink.data_parallel.messages[0]  # any other message: no stride, absent from its dump
+    assert "member_stride_processors" not in gradients.model_dump()  # (absent if None: digests kept)
 
 
 def test_ep_16_over_two_nodes_sends_its_own_nodes_part_on_nvlink_and_the_rest_on_infiniband(measured):
@@ -99,6 +100,14 @@ def test_the_split_is_the_families_one_rule_for_every_collective():
     assert hierarchical_parts("all_gather", 8e8, 12, 8) == ((8e8, 8), (1e8, 2))
     assert hierarchical_parts("all_to_all", 8e8, 16, 8) == ((4e8, 8), (8e8, 2))
     assert hierarchical_parts("all_to_all", 8e8, 32, 4) == ((1e8, 4), (8e8, 8))
+
+
+def test_a_group_on_the_first_tier_is_priced_whole_there(measured):
+    """EP 8 on tier 0 (one NVLink island): no tier below, no split, as before."""
+    message = Message(collective="all_to_all", message_bytes=1e8, participants=8, network_tier=0,
+                      member_stride_processors=1)
+    pricer = Pricer(measured, COST_VIEWS["system_evidence"], "bfloat16")
+    assert pricer.message_s(message) == pytest.approx(1e-5 + 1e8 * (1 - 1 / 8) / NVLINK, rel=1e-12)
 
 
 def test_a_group_placed_above_the_island_it_fits_in_is_priced_where_placed(measured):

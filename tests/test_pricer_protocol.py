@@ -23,7 +23,7 @@ from conftest import CASES_DIR
 def pricers():
     pricer = Pricer(load_profile("a100_80g"), COST_VIEWS["system_evidence"], "float16")
     plan = lower(load_case(CASES_DIR / "gpt3-175B_full.yaml").estimate_input()).plan
-    placements = np.array([[0, 1, 1, 0], [1, 1, 1, 0]], dtype=np.int64)  # tensor, pipeline, data, context
+    placements = np.array([[0, 1, 1, 0, 0, 0], [1, 1, 1, 0, 0, 0]], dtype=np.int64)  # PLACED_DIMENSIONS
     return pricer, {"Pricer": pricer, "PlacementPricer": PlacementPricer(pricer, plan, placements, 2),
                     "ZeroNetworkPricer": ZeroNetworkPricer(pricer), "TierPricer": TierPricer(pricer, {"tensor": 1})}
 

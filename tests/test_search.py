@@ -37,7 +37,7 @@ from harness.search.pareto import pareto_frontier
 from harness.search.reference import reference_row, reference_search
 from harness.search.results import COMPONENTS, Candidate, TopK
 from harness.search.run import run_search, space
-from harness.search.space import FUSED_CHOICES, SpaceOptions, layouts
+from harness.search.space import FUSED_CHOICES, PLACED_DIMENSIONS, SpaceOptions, layouts
 
 MEGATRON_22B = TransformerShape(hidden=6144, feedforward=24576, sequence_length=2048, attention_heads=64,
                                 head_size=96, blocks=48)
@@ -512,7 +512,7 @@ def test_the_pruning_bound_is_below_every_total_and_is_the_total_without_network
         problem = small_problem(load_profile("a100_80g"), processors, prune=False)
         context, checked = Context(problem), 0
         for layout in space(problem):
-            placements = np.array(layout.placements, dtype=np.int64).reshape(-1, 4)  # PLACED_DIMENSIONS: tensor, pipeline, data, context
+            placements = np.array(layout.placements, dtype=np.int64).reshape(-1, len(PLACED_DIMENSIONS))
             options = [option_of(inner) for inner in layout.inner]
             for inner in layout.inner:
                 for microbatch in layout.microbatches:

@@ -162,12 +162,18 @@ def best_case_text(args, problem, best) -> str:
     from harness.interop.case_document import case_text
 
     calculon = {k: v for k, v in best.execution.items() if k not in EXTENSION_COLUMNS}
-    extension, beyond = best.execution, {}
-    if "context_par" in extension:  # the fields beyond Calculon's space
-        beyond = {"context_parallel": extension["context_par"],
-                  "network_tiers": {"context": extension["context_par_net"]}}
-    if "precision" in extension:
-        beyond["precision"] = extension["precision"]
+    extension, beyond, tiers = best.execution, {}, {}
+    for degree, net, field, tier in (("context_par", "context_par_net", "context_parallel", "context"),
+                                     ("expert_par", "expert_par_net", "expert_parallel", "expert"),
+                                     ("expert_tensor_par", "expert_tensor_par_net", "expert_tensor_parallel",
+                                      "expert_tensor")):  # the fields beyond Calculon's space
+        if degree in extension:
+            beyond[field], tiers[tier] = extension[degree], extension[net]
+    if tiers:
+        beyond["network_tiers"] = tiers
+    for key, field in (("precision", "precision"), ("moe_dispatcher", "moe_dispatcher")):
+        if key in extension:
+            beyond[field] = extension[key]
     data = input_from_calculon_execution(problem.shape, calculon, problem.profile.name, "--emit-case", beyond)
     case_id = f"search/{Path(args.model).stem}-p{problem.processors}-b{best.execution['batch_size']}"
     return case_text(case_id, data, f"The best execution of `harness search --model {args.model} --system "
@@ -192,7 +198,11 @@ def layout_words(e: dict) -> str:
             f"fused_activation {str(e['fused_activation']).lower()}, offload {'+'.join(offload)}, network_tiers "
             f"{e['tensor_par_net']}/{e['pipeline_par_net']}/{e['data_par_net']}"
             + (f", context_parallel {e['context_par']} (tier {e['context_par_net']})" if "context_par" in e else "")
-            + (f", precision {e['precision']}" if "precision" in e else ""))
+            + (f", precision {e['precision']}" if "precision" in e else "")
+            + (f", expert_parallel {e['expert_par']} (tier {e['expert_par_net']})" if "expert_par" in e else "")
+            + (f", expert_tensor_parallel {e['expert_tensor_par']} (tier {e['expert_tensor_par_net']})"
+               if "expert_tensor_par" in e else "")
+            + (f", moe_dispatcher {e['moe_dispatcher']}" if "moe_dispatcher" in e else ""))
 
 
 def near_duplicate_groups(best: list) -> list[list[int]]:

@@ -10,7 +10,7 @@ training with DP > 1, optimizer offload in training.
 from __future__ import annotations
 
 from harness.ir.blocks import is_mixed, stage_problems, variants
-from harness.ir.experts import folding_problems
+from harness.ir.experts import expert_layout_problems
 from harness.ir.model import MAX_DEGREE, ExecutionLayout, TransformerShape, key_value_heads
 from harness.passes.patterns import unpriceable
 from harness.passes.precision import RECIPES
@@ -67,6 +67,29 @@ def context_problems(s: TransformerShape, e: ExecutionLayout) -> list[Problem]:
     return problems
 
 
+def fsdp_problems(s: TransformerShape, e: ExecutionLayout) -> list[Problem]:
+    """Fully sharded data parallelism's rules: training, its weights sharded with the optimizer state
+    (optimizer_sharding) over data x context ranks (DP x CP > 1); priced by the portable plan only (its gathers
+    overlap the blocks' compute by their own rule, harness.schedule.block.fsdp_exposure, not by the
+    ConcretePlanIR's once-per-iteration DP sync: no TP/DP overlap or offload with it); dense models only."""
+    if not e.fsdp:
+        return []
+    problems: list[Problem] = []
+    if not e.training:
+        problems.append(("execution.fsdp", "fully sharded data parallelism needs training: true"))
+    if not e.optimizer_sharding or e.data_parallel * e.context_degree == 1:
+        problems.append(("execution.fsdp", "fully sharded data parallelism needs optimizer_sharding: true and "
+                                           "data_parallel x context_parallel > 1"))
+    for name, on in (("tp_overlap", e.tp_overlap != "none"), ("dp_overlap", e.dp_overlap),
+                     ("offload", e.offload.weights or e.offload.activations or e.offload.optimizer)):
+        if on:
+            problems.append((f"execution.{name}", f"{name} with fsdp is not modelled yet (FSDP's own prefetch "
+                                                  "overlaps its gathers with the blocks' compute)"))
+    if s.moe is not None:
+        problems.append(("execution.fsdp", "fsdp with model.moe is not modelled yet"))
+    return problems
+
+
 def vocabulary_problems(s: TransformerShape) -> list[Problem]:
     """Stating ``tied_embeddings`` counts the embedding and output-layer weights (harness.passes.output_layer):
     their rows are the vocabulary's, which the shape must then state."""
@@ -78,10 +101,10 @@ def vocabulary_problems(s: TransformerShape) -> list[Problem]:
 
 def expert_problems(s: TransformerShape, e: ExecutionLayout) -> list[Problem]:
     """The expert layout's rules: the expert fields need model.moe; the model has at least one MoE block;
-    Megatron-Core's folding constraints (:func:`harness.ir.experts.folding_problems`: EP divides the experts,
-    ETP their width, ETP x EP divides TP x CP x DP); the shared experts split over TP like the dense MLP; EP > 1
-    and ETP > 1 need their group's network tier; EP > 1 with TP > 1 needs sequence parallelism (Megatron-Core's
-    argument check: the dispatcher permutes sequence-sharded tokens)."""
+    Megatron-Core's layout constraints (:func:`harness.ir.experts.expert_layout_problems`, which the search
+    enumerates by too: EP divides the experts, ETP their width, ETP x EP divides TP x CP x DP, EP > 1 with TP > 1
+    needs sequence parallelism, EP > 1 not in float16); the shared experts split over TP like the dense MLP;
+    EP > 1 and ETP > 1 need their group's network tier."""
     tiers = e.network_tiers
     given = {"expert_parallel": e.expert_parallel, "expert_tensor_parallel": e.expert_tensor_parallel,
              "moe_dispatcher": e.moe_dispatcher, "network_tiers.expert": tiers.expert,
@@ -96,8 +119,10 @@ def expert_problems(s: TransformerShape, e: ExecutionLayout) -> list[Problem]:
         problems.append(("model.moe.dense_layers", f"no MoE block among the {s.blocks} blocks (dense_layers="
                                                    f"{moe.dense_blocks}, layer_frequency={moe.frequency})"))
     ep, etp, tp = e.expert_degree, e.expert_tensor_degree, e.tensor_parallel
-    problems += folding_problems(tensor=tp, context=e.context_degree, data=e.data_parallel, experts=moe.experts,
-                                 expert_ffn=moe.expert_ffn, expert_parallel=ep, expert_tensor_parallel=etp)
+    problems += expert_layout_problems(tensor=tp, context=e.context_degree, data=e.data_parallel,
+                                       experts=moe.experts, expert_ffn=moe.expert_ffn, expert_parallel=ep,
+                                       expert_tensor_parallel=etp, sequence_parallel=e.sequence_parallel,
+                                       datatype=e.datatype)
     if moe.shared_width % tp:
         problems.append(("execution.tensor_parallel", f"TP={tp} does not divide the shared experts' width "
                                                       f"{moe.shared_width} (shared_experts x shared_expert_ffn)"))
@@ -105,10 +130,6 @@ def expert_problems(s: TransformerShape, e: ExecutionLayout) -> list[Problem]:
         if degree > 1 and getattr(tiers, name) is None:
             problems.append((f"execution.network_tiers.{name}", f"{name} parallelism of {degree} needs the tier "
                                                                 "of its group"))
-    if ep > 1 and tp > 1 and not e.sequence_parallel:
-        problems.append(("execution.tp_communication", f"expert_parallel={ep} with tensor_parallel={tp} needs "
-                                                       "sequence parallelism (tp_communication: rs_ag), as "
-                                                       "Megatron-Core requires"))
     return problems
 
 
@@ -135,7 +156,7 @@ def layout_problems(shape: TransformerShape, execution: ExecutionLayout) -> list
     if e.processors > MAX_DEGREE:
         problems.append(("execution", f"TP x PP x DP x CP = {e.processors} processors exceeds the bound {MAX_DEGREE} (2^24)"))
     problems += context_problems(s, e) + vocabulary_problems(s)
-    problems += expert_problems(s, e)
+    problems += expert_problems(s, e) + fsdp_problems(s, e)
     if e.precision is not None:
         recipe = RECIPES[e.precision]
         from_recipe = recipe.layout_datatype

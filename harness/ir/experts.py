@@ -1,4 +1,4 @@
-"""Mixture-of-experts arithmetic (issue 21), not yet wired into the estimate path.
+"""Mixture-of-experts arithmetic (issue 21): the rules the MoE block, the layout checks and the search share.
 
 Rules (Megatron-Core MoE semantics: megatron/core/transformer/moe/moe_layer.py, token_dispatcher.py,
 experts.py; parallel folding: attention on TP x CP x DP, experts on ETP x EP x expert-DP over the same GPUs):
@@ -9,7 +9,11 @@ experts.py; parallel folding: attention on TP x CP x DP, experts on ETP x EP x e
   busiest expert (which prices the slowest rank) holds ``load_imbalance`` times that mean;
 - **folding constraints** (Megatron-Core's parallel_state): the expert-data-parallel degree is
   processors / (PP x ETP x EP) and must be a whole number, i.e. ETP x EP divides TP x CP x DP; EP divides the
-  number of experts (each EP rank holds experts / EP whole experts); ETP divides expert_ffn.
+  number of experts (each EP rank holds experts / EP whole experts); ETP divides expert_ffn;
+- **layout constraints** (:func:`expert_layout_problems`, the folding ones and Megatron-LM's argument checks):
+  EP > 1 with TP > 1 needs sequence parallelism (megatron/core/transformer/transformer_config.py: "When using
+  expert parallelism and tensor parallelism, sequence parallelism must be used"); EP > 1 is not supported with
+  fp16 training (megatron/training/arguments.py: "Expert parallelism is not supported with fp16 training").
 """
 
 from __future__ import annotations
@@ -52,4 +56,22 @@ def folding_problems(*, tensor: int, context: int, data: int, experts: int, expe
     if (tensor * context * data) % (ep * etp):
         problems.append(("execution.expert_parallel", f"ETP x EP = {etp * ep} does not divide TP x CP x DP = "
                                                       f"{tensor * context * data} (no whole expert-data-parallel group)"))
+    return problems
+
+
+def expert_layout_problems(*, tensor: int, context: int, data: int, experts: int, expert_ffn: int,
+                           expert_parallel: int, expert_tensor_parallel: int, sequence_parallel: bool,
+                           datatype: str | None) -> list[Problem]:
+    """Every constraint Megatron-Core puts on an expert layout (module rules; the estimate's and the search's one
+    definition); ``datatype`` None: the fp16 rule is not checked. Empty when valid."""
+    problems = folding_problems(tensor=tensor, context=context, data=data, experts=experts, expert_ffn=expert_ffn,
+                                expert_parallel=expert_parallel, expert_tensor_parallel=expert_tensor_parallel)
+    ep = expert_parallel
+    if ep > 1 and tensor > 1 and not sequence_parallel:
+        problems.append(("execution.tp_communication", f"expert_parallel={ep} with tensor_parallel={tensor} needs "
+                                                       "sequence parallelism (tp_communication: rs_ag), as "
+                                                       "Megatron-Core requires"))
+    if ep > 1 and datatype == "float16":
+        problems.append(("execution.datatype", f"expert_parallel={ep} in float16: Megatron-LM does not support "
+                                               "expert parallelism with fp16 training (use bfloat16)"))
     return problems

@@ -30,6 +30,7 @@ with the overlap rules switched off).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from typing import Any
 
 import numpy as np
@@ -107,6 +108,8 @@ class Variants:
     weights: np.ndarray
     activations: np.ndarray
     optimizer: np.ndarray
+    expert: np.ndarray | None = None  #: the expert dimensions' tiers (None: 0, a dense plan's)
+    expert_tensor: np.ndarray | None = None
 
     @classmethod
     def product(cls, options: list[tuple[bool, bool, bool, bool]], placements: np.ndarray) -> "Variants":
@@ -116,11 +119,36 @@ class Variants:
         tiers = np.tile(placements, (len(options), 1))
         column = {d: tiers[:, i] for i, d in enumerate(PLACED_DIMENSIONS)}
         return cls(column["tensor"], column["pipeline"], column["data"], column["context"], opts[:, 0], opts[:, 1],
-                   opts[:, 2], opts[:, 3])
+                   opts[:, 2], opts[:, 3], column["expert"], column["expert_tensor"])
 
     def tiers(self) -> dict[str, np.ndarray]:
         """The tier of each placed dimension, per variant."""
-        return {"tensor": self.tensor, "pipeline": self.pipeline, "data": self.data, "context": self.context}
+        zero = np.zeros_like(self.tensor)
+        return {"tensor": self.tensor, "pipeline": self.pipeline, "data": self.data, "context": self.context,
+                "expert": zero if self.expert is None else self.expert,
+                "expert_tensor": zero if self.expert_tensor is None else self.expert_tensor}
+
+
+#: The placed dimensions a block's task messages span (the tensor group's, and a MoE block's expert groups'):
+#: the projection's block sums are computed once per combination of their tiers (:func:`block_tier_combinations`).
+BLOCK_DIMENSIONS = ("tensor", "expert", "expert_tensor")
+
+
+def block_tier_combinations(sizes: dict[str, int], networks: int) -> list[dict[str, int]]:
+    """The tiers of :data:`BLOCK_DIMENSIONS` the block sums are computed for: every tier of the tensor group
+    (as for a dense plan: one per tier, in order), times every tier of each expert dimension of degree above 1
+    (tier 0 otherwise)."""
+    ranges = [range(networks) if d == "tensor" or sizes.get(d, 1) > 1 else range(1) for d in BLOCK_DIMENSIONS]
+    return [dict(zip(BLOCK_DIMENSIONS, combination)) for combination in itertools.product(*ranges)]
+
+
+def block_tier_index(sizes: dict[str, int], networks: int, tiers: dict[str, np.ndarray]) -> np.ndarray:
+    """Each variant's index in :func:`block_tier_combinations` (for a dense plan: its tensor tier)."""
+    index = np.zeros_like(tiers["tensor"])
+    for d in BLOCK_DIMENSIONS:  # row-major over the combinations' ranges
+        width = networks if d == "tensor" or sizes.get(d, 1) > 1 else 1
+        index = index * width + (tiers[d] if width > 1 else 0)
+    return index
 
 
 def offload_memory(plan: PortablePlanIR, block: BlockMemory, stage: StageMemory,
@@ -171,12 +199,16 @@ def project(plan: PortablePlanIR, block: BlockMemory, pricer: Pricer, sums: list
     s = plan.schedule
     sizes = {use.dimension: use.group_size for use in plan.network_use}
     tiers = variants.tiers()
-    tn = variants.tensor  # the block sums are per tensor tier (their messages span the tensor group)
+    tn = variants.tensor
     pn = mesh.group_tier_of(sizes, tiers, plan.pipeline.spans)
     dn = mesh.group_tier_of(sizes, tiers, plan.data_parallel.spans) if plan.data_parallel is not None else None
+    expert = plan.data_parallel.expert if plan.data_parallel is not None else None  # a MoE plan's expert gradients
+    en = mesh.group_tier_of(sizes, tiers, expert.spans) if expert is not None else None
 
-    k = BlockSums(**{field.name: np.array([getattr(x, field.name) for x in sums], dtype=float)[tn]
-                     for field in dataclasses.fields(BlockSums)})  # each variant's TP tier's sums
+    # the block sums are per tier of the groups their messages span (the tensor group; a MoE block's expert groups)
+    combination = block_tier_index(sizes, networks, tiers)
+    k = BlockSums(**{field.name: np.array([getattr(x, field.name) for x in sums], dtype=float)[combination]
+                     for field in dataclasses.fields(BlockSums)})
 
     def by_tier(values: list[float], tiers: np.ndarray) -> np.ndarray:
         return np.array(values, dtype=float)[tiers]
@@ -204,8 +236,12 @@ def project(plan: PortablePlanIR, block: BlockMemory, pricer: Pricer, sums: list
             for message in plan.data_parallel.messages:
                 block_sync_s += pricer.message_on_tier_s(message, t)
             sync.append(block_sync_s)
+        block_s = by_tier(sync, dn)
+        if expert is not None:  # the expert gradients after the dense ones, as in the estimate's program
+            for message in expert.messages:
+                block_s = block_s + by_tier([pricer.message_on_tier_s(message, t) for t in range(networks)], en)
         dp = forms.DataParallelSync(
-            block_s=by_tier(sync, dn), processor_usage=by_tier([n.processor_usage for n in pricer.profile.networks],
+            block_s=block_s, processor_usage=by_tier([n.processor_usage for n in pricer.profile.networks],
                                                                dn),
             sharding=len(plan.data_parallel.messages) == 2, overlap=variants.dp_overlap, same_tier_as_tp=dn == tn,
             same_tier_as_pp=dn == pn)

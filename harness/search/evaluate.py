@@ -71,13 +71,13 @@ from harness.schedule.memory import (
     stage_memory,
 )
 from harness.schedule.projection import block_sums
-from harness.search.concurrent import TierPricer, Variants, offload_memory, project
+from harness.search.concurrent import TierPricer, Variants, block_tier_combinations, offload_memory, project
 from harness.search.pareto import pareto_frontier
 from harness.search.placement import PlacementPricer, ZeroNetworkPricer
 from harness.search.results import (COMPONENTS, MEMORY, Candidate, Counts, GroupOutcome, RowBuffer, TopK,
                                     calculon_execution)
-from harness.search.space import PLACED_DIMENSIONS, GroupLayout, Inner, SpaceOptions, degrees
-from harness.vocabulary import SYSTEM_EVIDENCE
+from harness.search.space import PLACED_DIMENSIONS, GroupLayout, Inner, SpaceOptions, degrees, network_tiers
+from harness.vocabulary import PARALLEL_DIMENSIONS, SYSTEM_EVIDENCE
 
 #: The view the search ranks by: the evidence profile as is.
 VIEW = COST_VIEWS[SYSTEM_EVIDENCE]
@@ -115,7 +115,10 @@ Option = tuple[bool, bool, bool, bool]  # (dp_overlap, weight, activation, optim
 def beyond_calculon(g) -> dict[str, Any]:
     """The layout fields of a group outside Calculon's space (absent when Calculon's)."""
     return {**({"context_parallel": g.cp} if g.cp > 1 else {}),
-            **({"precision": g.precision} if g.precision is not None else {})}
+            **({"precision": g.precision} if g.precision is not None else {}),
+            **({"expert_parallel": g.ep} if g.ep > 1 else {}),
+            **({"expert_tensor_parallel": g.etp} if g.etp > 1 else {}),
+            **({"moe_dispatcher": g.dispatcher} if g.dispatcher is not None else {})}
 
 
 def option_of(inner: Inner) -> Option:
@@ -158,7 +161,7 @@ class _Plan:
             microbatch=microbatch, pipeline_interleaving=g.interleaving, datatype=problem.datatype,
             recompute=g.recompute, tp_communication=g.tp_comm, seq_par_ag_redo=inner.seq_par_ag_redo,
             optimizer_sharding=g.optimizer_sharding, fused_activation=inner.fused_activation, attention="multihead",
-            network_tiers={"tensor": 0, "pipeline": 0, "data": 0, **({"context": 0} if g.cp > 1 else {})},
+            network_tiers=network_tiers(g, (0,) * len(PLACED_DIMENSIONS)),
             training=True, tp_overlap=inner.tp_overlap, **beyond_calculon(g))
         problems = layout_problems(problem.shape, execution)
         if problems:
@@ -217,14 +220,17 @@ class _Plan:
                 or memory_problem(2, figures["tier2_total"], profile.memory_tier2.capacity_bytes))
 
     def block_sums(self) -> list:
-        """The projection's block sums on every TP tier (shared by the plan's interleavings)."""
+        """The projection's block sums on every TP tier (and, for a MoE plan, every tier of its expert groups:
+        :func:`harness.search.concurrent.block_tier_combinations`), shared by the plan's interleavings."""
         key = (self.family, self.tp_overlap)
         sums = self.context.block_sums.get(key)
         if sums is None:
             tiles = self.layout.group.tp if self.tp_overlap != "none" else 1
+            sizes = {use.dimension: use.group_size for use in self.plan.network_use}
             sums = self.context.block_sums[key] = [
-                block_sums(self.plan.tasks, True, self.plan.bytes_per_element, tier, tiles, self.tp_overlap == "pipe",
-                           self.context.tier_pricer(tier)) for tier in range(self.problem.networks)]
+                block_sums(self.plan.tasks, True, self.plan.bytes_per_element, tiers["tensor"], tiles,
+                           self.tp_overlap == "pipe", self.context.tier_pricer(tiers))
+                for tiers in block_tier_combinations(sizes, self.problem.networks)]
         return sums
 
     def bound(self) -> float | None:
@@ -265,15 +271,17 @@ class Context:
     def __init__(self, problem: SearchProblem) -> None:
         self.problem = problem
         self.pricer = pricer_for(problem.profile, VIEW, problem.datatype)
-        self._tier_pricers: dict[int, TierPricer] = {}
+        self._tier_pricers: dict[tuple[int, ...], TierPricer] = {}
         self.lowerings: dict[tuple, tuple] = {}
         self.block_sums: dict[tuple, list] = {}
 
-    def tier_pricer(self, tier: int) -> TierPricer:
-        """The pricer of a plan's task messages with the tensor group on ``tier`` (the block sums' tier)."""
-        pricer = self._tier_pricers.get(tier)
+    def tier_pricer(self, tiers: dict[str, int]) -> TierPricer:
+        """The pricer of a plan's task messages with the tensor (and expert) groups on ``tiers`` (the block
+        sums')."""
+        key = tuple(tiers.values())
+        pricer = self._tier_pricers.get(key)
         if pricer is None:
-            pricer = self._tier_pricers[tier] = TierPricer(self.pricer, {"tensor": tier})
+            pricer = self._tier_pricers[key] = TierPricer(self.pricer, tiers)
         return pricer
 
     def forget(self) -> None:
@@ -291,8 +299,7 @@ def evaluate_group(problem: SearchProblem, layout: GroupLayout, best: TopK,
     placements = np.array(layout.placements, dtype=np.int64).reshape(-1, len(PLACED_DIMENSIONS))
     n = len(placements)
     sizes = degrees(g)
-    net_reasons = [network_problem([(tier, sizes[d]) for tier, d in zip(pl, PLACED_DIMENSIONS) if sizes[d] > 1],
-                                   problem.profile) for pl in layout.placements]
+    net_reasons = [placement_problem(pl, sizes, problem.profile) for pl in layout.placements]
     net_ok = np.array([r is None for r in net_reasons])
     counts = Counts()
     rows = RowBuffer(problem, layout) if problem.collect_rows else None
@@ -351,6 +358,19 @@ def evaluate_group(problem: SearchProblem, layout: GroupLayout, best: TopK,
     return GroupOutcome(g.index, counts, local.entries(), rows.finish() if rows is not None else None,
                         (np.concatenate([r for r, _ in points]), np.concatenate([m for _, m in points]))
                         if points else None, pareto_frontier(frontier))
+
+
+#: The placed dimensions that re-partition the same processors (the expert layout): checked as a layout of their
+#: own, as the estimate does (harness.schedule.memory.network_infeasibility).
+FOLDED = frozenset(PARALLEL_DIMENSIONS.of_kind("folded"))
+
+
+def placement_problem(placement: tuple[int, ...], sizes: dict[str, int], profile: EvidenceProfile) -> str | None:
+    """Why one tier placement does not fit the profile's networks, or None: the unfolded groups, then the folded
+    ones (a dense group's placement has no folded group: Calculon's check)."""
+    groups = [(tier, d) for tier, d in zip(placement, PLACED_DIMENSIONS) if sizes[d] > 1]
+    return (network_problem([(tier, sizes[d]) for tier, d in groups if d not in FOLDED], profile)
+            or network_problem([(tier, sizes[d]) for tier, d in groups if d in FOLDED], profile))
 
 
 def _offer(problem: SearchProblem, layout: GroupLayout, inner: Inner, microbatch: int, first: int,

@@ -64,6 +64,10 @@ class PlacementPricer:
         if plan.data_parallel is not None:
             data = self.group_tiers(plan.data_parallel.spans)
             self._dimension.update({id(m): data for m in plan.data_parallel.messages})
+            expert = plan.data_parallel.expert  # a MoE plan's expert weights' gradients, over expert-DP
+            if expert is not None:
+                spans = self.group_tiers(expert.spans)
+                self._dimension.update({id(m): spans for m in expert.messages})
         weights = plan.vocabulary_weights  # harness.cost.output_layer.per_iteration_s prices its messages
         if weights is not None:
             gradient = self.group_tiers(weights.spans)

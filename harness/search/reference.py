@@ -23,20 +23,19 @@ from harness.pipeline import lower
 from harness.search.evaluate import VIEW, SearchProblem, beyond_calculon, calculon_execution
 from harness.search.results import COMPONENTS, MEMORY, Candidate, Counts, TopK
 from harness.search.run import space
-from harness.search.space import GroupLayout
+from harness.search.space import GroupLayout, network_tiers
 
 
 def estimate_execution(problem: SearchProblem, layout: GroupLayout, inner: int, microbatch: int,
                        placement: int) -> Estimate | None:
     """The estimate of one execution of the space (None: the estimate refuses the layout)."""
     g, choice = layout.group, layout.inner[inner]
-    tn, pn, dn, cn = layout.placements[placement]
     execution = ExecutionLayout(
         tensor_parallel=g.tp, pipeline_parallel=g.pp, data_parallel=g.dp, global_batch=g.batch,
         microbatch=layout.microbatches[microbatch], pipeline_interleaving=g.interleaving, datatype=problem.datatype,
         recompute=g.recompute, tp_communication=g.tp_comm, seq_par_ag_redo=choice.seq_par_ag_redo,
         optimizer_sharding=g.optimizer_sharding, fused_activation=choice.fused_activation,
-        network_tiers={"tensor": tn, "pipeline": pn, "data": dn, **({"context": cn} if g.cp > 1 else {})},
+        network_tiers=network_tiers(g, layout.placements[placement]),
         **beyond_calculon(g), training=True, tp_overlap=choice.tp_overlap,
         dp_overlap=choice.dp_overlap, offload={"weights": choice.weight_offload,
                                                "activations": choice.activations_offload,

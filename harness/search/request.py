@@ -29,6 +29,7 @@ from harness import inputs
 from harness.errors import InputError, UnsupportedFeatureError
 from harness.evidence.profile import EvidenceProfile, load_profile
 from harness.interop.calculon_format import MODEL_FIELDS
+from harness.ir.blocks import is_mixed
 from harness.ir.model import BYTES_PER_ELEMENT, MAX_BATCH, MAX_DEGREE, TransformerShape
 from harness.passes.precision import RECIPES
 from harness.search.evaluate import SearchProblem
@@ -64,9 +65,10 @@ def load_model(path: Path | str) -> TransformerShape:
         raise InputError(str(path), "<root>", f"a model file must be a mapping, got {inputs.describe(data)}")
     if "model" in data and isinstance(data["model"], dict):
         shape = inputs.validate(TransformerShape, data["model"], str(path), document=document, prefix=("model",))
-        if shape.moe is not None:  # its layouts would need EP / ETP / the dispatcher, which it does not enumerate
-            raise UnsupportedFeatureError(str(path), "model.moe", "the search does not cover the expert layout "
-                                                                  "(expert_parallel, expert_tensor_parallel) yet")
+        if shape.moe is not None and is_mixed(shape):  # the estimate prices it stage by stage (estimate_mixed)
+            raise UnsupportedFeatureError(str(path), "model.moe.dense_layers", "the search covers models whose "
+                                          "blocks are all MoE; dense and MoE blocks (dense_layers, layer_frequency) "
+                                          "are estimated by `harness estimate` only")
         return shape
     if not set(MODEL_FIELDS) & set(data):
         raise InputError(str(path), "<root>", "neither a Calculon model JSON nor a case YAML with a model section")
@@ -119,7 +121,7 @@ def search_problem(model: Path | str, system: str, processors: int, max_batch: i
                              f"evidence profile {profile.name} has no {datatype} {family} engine")
     if precision == "all":
         options = dataclasses.replace(options, precisions=precision_choices(profile, datatype))
-    if not groups(shape, processors, max_batch, options):
+    if not groups(shape, processors, max_batch, options, datatype):
         raise InputError("<command line>", "--procs",
                          f"no layout of {Path(model).name} fits {processors} processors with batch <= {max_batch} "
                          f"(TP must divide hidden={shape.hidden} and heads={shape.attention_heads}, PP the "

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from harness.search.space import PLACED_DIMENSIONS
 from harness.vocabulary import COMPONENTS, MEMORY_FIGURES, SEARCH_STATUSES
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -188,7 +189,7 @@ class RowBuffer:
     def __init__(self, problem: SearchFacts, layout: "GroupLayout") -> None:
         self.problem = problem
         self.layout = layout
-        self.placements = np.array(layout.placements, dtype=np.int64).reshape(-1, 4)  # PLACED_DIMENSIONS
+        self.placements = np.array(layout.placements, dtype=np.int64).reshape(-1, len(PLACED_DIMENSIONS))
         self._chunks: list[tuple[int, tuple, np.ndarray, np.ndarray, np.ndarray | None]] = []
         self._reasons: dict[str | None, int] = {None: 0}
 
@@ -197,7 +198,7 @@ class RowBuffer:
         return np.array([table.setdefault(r, len(table)) for r in reasons], dtype=np.int32)
 
     def _fixed(self, inner: "Inner", microbatch: int) -> tuple:
-        fixed = calculon_execution(self.problem, self.layout, inner, microbatch, (0, 0, 0, 0))
+        fixed = calculon_execution(self.problem, self.layout, inner, microbatch, (0,) * len(PLACED_DIMENSIONS))
         return tuple(fixed[name] for name in EXECUTION_COLUMNS)
 
     def add_unestimated(self, inner: "Inner", microbatch: int, first: int, status: str,
@@ -233,11 +234,15 @@ class RowBuffer:
         fixed = list(zip(*(c[1] for c in self._chunks))) if count else [()] * len(EXECUTION_COLUMNS)
         for name, values in zip(EXECUTION_COLUMNS, fixed):
             columns[name] = np.repeat(np.array(values, dtype=object), n)
-        for j, name in enumerate(("tensor_par_net", "pipeline_par_net", "data_par_net", "context_par_net")):
+        for j, name in enumerate(("tensor_par_net", "pipeline_par_net", "data_par_net", "context_par_net",
+                                  "expert_par_net", "expert_tensor_par_net")):  # PLACED_DIMENSIONS
             columns[name] = np.tile(self.placements[:, j], count)
         g = self.layout.group
         columns["context_par"] = np.full(count * n, g.cp, dtype=np.int64)
         columns["precision"] = np.full(count * n, g.precision, dtype=object)
+        columns["expert_par"] = np.full(count * n, g.ep, dtype=np.int64)
+        columns["expert_tensor_par"] = np.full(count * n, g.etp, dtype=np.int64)
+        columns["moe_dispatcher"] = np.full(count * n, g.dispatcher, dtype=object)
         status = np.concatenate([c[2] for c in self._chunks]) if count else np.zeros(0, np.int8)
         columns["status"] = pa.DictionaryArray.from_arrays(pa.array(status), pa.array(STATUSES)).cast(pa.string())
         reasons = np.concatenate([c[3] for c in self._chunks]) if count else np.zeros(0, np.int32)
@@ -269,15 +274,20 @@ def row_schema() -> "pyarrow.Schema":
         fields.append(pa.field(name, pa.string() if name in strings else pa.bool_() if name in booleans
                                else pa.int64()))
     fields += [pa.field("context_par", pa.int64()), pa.field("context_par_net", pa.int64()),
-               pa.field("precision", pa.string())]  # EXTENSION_COLUMNS
+               pa.field("precision", pa.string()), pa.field("expert_par", pa.int64()),
+               pa.field("expert_par_net", pa.int64()), pa.field("expert_tensor_par", pa.int64()),
+               pa.field("expert_tensor_par_net", pa.int64()), pa.field("moe_dispatcher", pa.string())
+               ]  # EXTENSION_COLUMNS
     fields += [pa.field("status", pa.string()), pa.field("reason", pa.string())]
     fields += [pa.field(name, pa.float64()) for name in FIGURE_COLUMNS]
     return pa.schema(fields)
 
 
-#: The execution fields outside Calculon's space (harness.search.space.SpaceOptions): in a candidate's execution
-#: only when they hold other than Calculon's value (CP 1, no precision recipe), as row columns always.
-EXTENSION_COLUMNS = ("context_par", "context_par_net", "precision")
+#: The execution fields outside Calculon's space (harness.search.space.SpaceOptions, a MoE model's expert layout):
+#: in a candidate's execution only when they hold other than Calculon's value (CP 1, no precision recipe, EP 1,
+#: ETP 1, the alltoall dispatcher), as row columns always.
+EXTENSION_COLUMNS = ("context_par", "context_par_net", "precision", "expert_par", "expert_par_net",
+                     "expert_tensor_par", "expert_tensor_par_net", "moe_dispatcher")
 
 
 def calculon_execution(problem: SearchFacts, layout: "GroupLayout", inner: "Inner", microbatch: int,
@@ -286,7 +296,10 @@ def calculon_execution(problem: SearchFacts, layout: "GroupLayout", inner: "Inne
     :data:`EXTENSION_COLUMNS` that hold other than Calculon's value."""
     g = layout.group
     extension = {**({"context_par": g.cp, "context_par_net": int(tiers[3])} if g.cp > 1 else {}),
-                 **({"precision": g.precision} if g.precision is not None else {})}
+                 **({"precision": g.precision} if g.precision is not None else {}),
+                 **({"expert_par": g.ep, "expert_par_net": int(tiers[4])} if g.ep > 1 else {}),
+                 **({"expert_tensor_par": g.etp, "expert_tensor_par_net": int(tiers[5])} if g.etp > 1 else {}),
+                 **({"moe_dispatcher": g.dispatcher} if g.dispatcher is not None else {})}
     return {
         "num_procs": problem.processors, "tensor_par": g.tp, "pipeline_par": g.pp, "data_par": g.dp,
         "tensor_par_net": int(tiers[0]), "pipeline_par_net": int(tiers[1]), "data_par_net": int(tiers[2]),

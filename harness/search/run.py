@@ -89,7 +89,7 @@ class SearchRun:
 
 def space(problem: SearchProblem) -> list[GroupLayout]:
     return list(layouts(problem.shape, problem.processors, problem.max_batch, problem.options, problem.networks,
-                        problem.has_tier2))
+                        problem.has_tier2, problem.datatype))
 
 
 def evaluate_chunk(problem: SearchProblem, chunk: list[list[GroupLayout]], token: str,

@@ -28,6 +28,11 @@ Rules (the space, not Calculon's code):
   sequence into 2 x CP chunks; PP and DP share ``procs / (TP x CP)``, optimizer sharding is tried when
   DP x CP > 1, the microbatch sizes follow the rank's ``sequence / CP`` tokens, and CP's tier is placed last);
   ``precisions`` nests the mixed-precision recipes innermost of a group (each a group of its own);
+- a mixture-of-experts model (``model.moe``; automatically, no option: a dense model's space and positions are
+  unchanged) nests its expert layouts innermost of a group (:func:`expert_layouts`): ETP over the divisors of
+  the expert width, EP over the divisors of the experts, within Megatron-Core's constraints
+  (:func:`harness.ir.experts.expert_layout_problems`, the estimate's rules), and with EP x ETP > 1 the dispatcher
+  alltoall (None, the default) then allgather; the expert and expert-tensor tiers are placed after CP's;
 - ``mbs_break`` (Calculon's ``-m``) stops a microbatch loop at the first size
   whose executions (all tier placements) are all infeasible; positions are
   those of the unbroken nesting.
@@ -42,6 +47,7 @@ import dataclasses
 import itertools
 from typing import Iterator
 
+from harness.ir.experts import expert_layout_problems
 from harness.ir.model import TransformerShape
 
 RECOMPUTE_ORDER = ("full", "attn_only", "none")
@@ -114,6 +120,9 @@ class Group:
     tp_comm: str
     cp: int = 1  #: context-parallel degree (1 in Calculon's space)
     precision: str | None = None  #: mixed-precision recipe (None in Calculon's space)
+    ep: int = 1  #: expert-parallel degree (1: a dense model, or no EP)
+    etp: int = 1  #: expert-tensor-parallel degree
+    dispatcher: str | None = None  #: MoE token dispatcher: None (alltoall, the default) or allgather
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,10 +150,35 @@ def context_parallelisms(processors: int, tp: int, shape: TransformerShape, opti
     return [c for c in divisors(processors // tp) if shape.sequence_length % (2 * c) == 0]
 
 
+#: The MoE token dispatchers the search tries when EP x ETP > 1, in order (None: alltoall, the case default).
+DISPATCHERS = (None, "allgather")
+
+
+def expert_layouts(shape: TransformerShape, tp: int, cp: int, dp: int, tp_comm: str,
+                   datatype: str | None) -> list[tuple[int, int, str | None]]:
+    """``(EP, ETP, dispatcher)`` of a group: ``(1, 1, None)`` for a dense model; for a MoE model every ETP
+    dividing the expert width and EP dividing the experts (ETP outer, both ascending) that Megatron-Core accepts
+    with this TP, CP, DP and TP communication (:func:`harness.ir.experts.expert_layout_problems`), each with
+    every dispatcher of :data:`DISPATCHERS` when EP x ETP > 1."""
+    moe = shape.moe
+    if moe is None:
+        return [(1, 1, None)]
+    out = []
+    for etp in divisors(moe.expert_ffn):
+        for ep in divisors(moe.experts):
+            if expert_layout_problems(tensor=tp, context=cp, data=dp, experts=moe.experts,
+                                      expert_ffn=moe.expert_ffn, expert_parallel=ep, expert_tensor_parallel=etp,
+                                      sequence_parallel=tp_comm == "rs_ag", datatype=datatype):
+                continue
+            out += [(ep, etp, d) for d in (DISPATCHERS if ep * etp > 1 else (None,))]
+    return out
+
+
 def groups(shape: TransformerShape, processors: int, max_batch: int,
-           options: SpaceOptions = SpaceOptions()) -> list[Group]:
+           options: SpaceOptions = SpaceOptions(), datatype: str | None = None) -> list[Group]:
     """Every group, in Calculon's order; with the options beyond Calculon's space, CP nests inside TP (PP and
-    DP then share ``procs / (TP x CP)``) and the precision recipe innermost."""
+    DP then share ``procs / (TP x CP)``) and the precision recipe innermost, then a MoE model's expert layouts
+    (``datatype``: the layout's, which Megatron-Core's expert rules read; None: not checked)."""
     out = []
     for tp in tensor_parallelisms(processors, shape):
         for cp in context_parallelisms(processors, tp, shape, options):
@@ -157,8 +191,9 @@ def groups(shape: TransformerShape, processors: int, max_batch: int,
                     for recompute, sharding, comm, precision in itertools.product(
                             RECOMPUTE_ORDER, (True, False) if dp * cp > 1 else (False,), TP_COMM_ORDER,
                             options.precisions):
-                        out.append(Group(len(out), tp, pp, dp, interleaving, batch, recompute, sharding, comm, cp,
-                                         precision))
+                        for ep, etp, dispatcher in expert_layouts(shape, tp, cp, dp, comm, datatype):
+                            out.append(Group(len(out), tp, pp, dp, interleaving, batch, recompute, sharding, comm,
+                                             cp, precision, ep, etp, dispatcher))
     return out
 
 
@@ -175,13 +210,24 @@ def inner_choices(group: Group, options: SpaceOptions, has_tier2: bool) -> list[
 
 
 #: The parallel dimensions the search places on network tiers: the columns of a placement, in this order
-#: (context last: a group without CP has one context tier, 0, so Calculon's placements and positions stay).
-PLACED_DIMENSIONS = ("tensor", "pipeline", "data", "context")
+#: (context, then the expert dimensions last: a group without CP or experts has one tier for each, 0, so
+#: Calculon's placements and positions stay).
+PLACED_DIMENSIONS = ("tensor", "pipeline", "data", "context", "expert", "expert_tensor")
+#: The placed dimensions a case states a tier for only when its degree is above 1 (harness.ir.model.NetworkTiers).
+OPTIONAL_TIERS = ("context", "expert", "expert_tensor")
 
 
 def degrees(group: Group) -> dict[str, int]:
     """The degree of each :data:`PLACED_DIMENSIONS` in ``group``."""
-    return {"tensor": group.tp, "pipeline": group.pp, "data": group.dp, "context": group.cp}
+    return {"tensor": group.tp, "pipeline": group.pp, "data": group.dp, "context": group.cp,
+            "expert": group.ep, "expert_tensor": group.etp}
+
+
+def network_tiers(group: Group, placement: tuple[int, ...]) -> dict[str, int]:
+    """A layout's ``network_tiers`` for one placement: tensor, pipeline and data, and each of
+    :data:`OPTIONAL_TIERS` whose degree is above 1."""
+    sizes = degrees(group)
+    return {d: int(t) for d, t in zip(PLACED_DIMENSIONS, placement) if d not in OPTIONAL_TIERS or sizes[d] > 1}
 
 
 def tier_placements(group: Group, networks: int) -> list[tuple[int, ...]]:
@@ -219,6 +265,6 @@ def group_layout(group: Group, shape: TransformerShape, options: SpaceOptions, n
 
 
 def layouts(shape: TransformerShape, processors: int, max_batch: int, options: SpaceOptions, networks: int,
-            has_tier2: bool) -> Iterator[GroupLayout]:
-    for group in groups(shape, processors, max_batch, options):
+            has_tier2: bool, datatype: str | None = None) -> Iterator[GroupLayout]:
+    for group in groups(shape, processors, max_batch, options, datatype):
         yield group_layout(group, shape, options, networks, has_tier2)
