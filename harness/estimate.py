@@ -108,7 +108,9 @@ class Estimate(Frozen):
     reason: str | None = Field(description="Why infeasible (figures are still given).")
     system: str = Field(description="Evidence profile name.")
     evidence_revision: str = Field(description="SHA-256 of the evidence profile's canonical content.")
-    digests: dict[str, str] = Field(description="ModelIR, DistributedTaskIR and PortablePlanIR digests.")
+    digests: dict[str, str] | None = Field(description="ModelIR, DistributedTaskIR and PortablePlanIR digests "
+                                                       "(None: not asked for, as by the batch, whose entries do not "
+                                                       "report them; computing them writes the IRs' canonical text).")
     views: dict[str, ViewEstimate] = Field(description="Estimate per cost view.")
 
     def views_json(self) -> dict[str, Any]:
@@ -364,8 +366,10 @@ def view_estimate(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView
 
 
 def estimate_lowering(lowering: Lowering, profile: EvidenceProfile,
-                      views: tuple[CostView, ...] = DEFAULT_VIEWS, source: str = "<input>") -> Estimate:
-    """Both views of a lowering; every figure checked by :func:`require_physical`."""
+                      views: tuple[CostView, ...] = DEFAULT_VIEWS, source: str = "<input>", *,
+                      digests: bool = True) -> Estimate:
+    """Both views of a lowering; every figure checked by :func:`require_physical`; the IR digests unless not
+    ``digests``."""
     plan = lowering.plan
     block: BlockMemory = block_memory(plan)
     stage = stage_memory(plan, block)
@@ -378,20 +382,21 @@ def estimate_lowering(lowering: Lowering, profile: EvidenceProfile,
         reason = concrete_infeasibility(plan, concrete, profile)
     return require_physical(Estimate(
         status="infeasible" if reason else "ok", reason=reason, system=profile.name,
-        evidence_revision=profile.revision(), digests=lowering.digests(),
+        evidence_revision=profile.revision(), digests=lowering.digests() if digests else None,
         views={v.name: view_estimate(plan, profile, v, workload, stage, concrete, lowering.model, matrix_flops)
                for v in views},
     ), profile, source)
 
 
 def estimate(data: EstimateInput, views: tuple[CostView, ...] = DEFAULT_VIEWS, *, source: str = "<input>",
-             evidence_dir: Path | None = None) -> Estimate:
-    """Lower ``data`` and cost it under ``views`` with its evidence profile."""
+             evidence_dir: Path | None = None, digests: bool = True) -> Estimate:
+    """Lower ``data`` and cost it under ``views`` with its evidence profile (``digests``: with the IR digests;
+    a caller that does not report them saves writing the IRs' canonical text)."""
     profile = load_profile(data.system, evidence_dir, referrer=source)
     check_tiers(data, profile, source)
     if blocks.has_stages(data.model):
-        return estimate_mixed(data, profile, views, source)
-    return estimate_lowering(lower(data, source), profile, views, source)
+        return estimate_mixed(data, profile, views, source, digests=digests)
+    return estimate_lowering(lower(data, source), profile, views, source, digests=digests)
 
 
 def mixed_lowerings(data: EstimateInput, source: str = "<input>") -> tuple[Lowering, Lowering, MixedBlocks]:
@@ -410,7 +415,7 @@ def mixed_lowerings(data: EstimateInput, source: str = "<input>") -> tuple[Lower
 
 
 def estimate_mixed(data: EstimateInput, profile: EvidenceProfile, views: tuple[CostView, ...] = DEFAULT_VIEWS,
-                   source: str = "<input>") -> Estimate:
+                   source: str = "<input>", *, digests: bool = True) -> Estimate:
     """A model with dense and MoE blocks (:mod:`harness.ir.blocks`): each kind lowered as a uniform model, the
     iteration composed from the slowest stage's blocks (:func:`cost_view` with :class:`MixedBlocks`), the memory
     of the fullest stage (:func:`mixed_memory`); the workload figures and digests are the MoE blocks' plan's (the
@@ -421,10 +426,10 @@ def estimate_mixed(data: EstimateInput, profile: EvidenceProfile, views: tuple[C
     workload = workload_metrics(plan, block_memory(plan))
     matrix_flops = matrix_flops_per_block(moe.distributed)
     reason = infeasibility(plan, stage, profile)
-    digests = {**moe.digests(), **{f"dense_{k}": v for k, v in dense.digests().items()}}
+    both = {**moe.digests(), **{f"dense_{k}": v for k, v in dense.digests().items()}} if digests else None
     return require_physical(Estimate(
         status="infeasible" if reason else "ok", reason=reason, system=profile.name,
-        evidence_revision=profile.revision(), digests=digests,
+        evidence_revision=profile.revision(), digests=both,
         views={v.name: view_estimate(plan, profile, v, workload, stage, None, moe.model, matrix_flops, mixed)
                for v in views},
     ), profile, source)

@@ -48,23 +48,30 @@ _PLAN_WORK = pipeline_pass(TransformerPlanWork.name)
 
 @dataclasses.dataclass(frozen=True)
 class Lowering:
-    """Every IR of one input and the checkpoints between them."""
+    """Every IR of one input, and the passes between them (their checkpoints on demand)."""
 
     model: ModelIR
     distributed: DistributedTaskIR
     plan: PortablePlanIR
-    checkpoints: tuple[PassCheckpoint, ...]
+    #: each pass that ran with its input and output IR, in order (:attr:`checkpoints` is derived from them)
+    steps: tuple[tuple[ModulePass, Artifact, Artifact], ...] = dataclasses.field(compare=False, repr=False)
 
     @classmethod
-    def of(cls, irs: tuple[Artifact, ...], checkpoints: tuple[PassCheckpoint, ...]) -> "Lowering":
-        """The lowering of a pipeline run: its input ModelIR, each IR the passes produced, their checkpoints."""
+    def of(cls, passes: tuple[ModulePass, ...], irs: tuple[Artifact, ...]) -> "Lowering":
+        """The lowering of a pipeline run: ``passes`` and every IR (the input ModelIR, then each pass's output)."""
         def one(kind: type[Artifact]) -> Artifact:
             found = [ir for ir in irs if isinstance(ir, kind)]
             if len(found) != 1:
                 raise TypeError(f"the pipeline produced {len(found)} {kind.__name__} (expected one)")
             return found[0]
 
-        return cls(one(ModelIR), one(DistributedTaskIR), one(PortablePlanIR), checkpoints)
+        return cls(one(ModelIR), one(DistributedTaskIR), one(PortablePlanIR), tuple(zip(passes, irs, irs[1:])))
+
+    @property
+    def checkpoints(self) -> tuple[PassCheckpoint, ...]:
+        """One checkpoint per pass (its input and output digests): computed when asked, not by the lowering, so
+        a caller that reports no digest (the batch) never writes the IRs' canonical text."""
+        return tuple(pass_.checkpoint(ir, out) for pass_, ir, out in self.steps)
 
     def digests(self, concrete: bool = False) -> dict[str, str]:
         """IR digests; with ``concrete`` the ConcretePlanIR's too (its canonical text is the largest of all, so
@@ -109,18 +116,23 @@ def lower_model(model: ModelIR) -> Lowering:
     cached = memo.get(key)
     if cached is not None:
         return cached
-    return memo.put(key, Lowering.of(*run_pipeline(PIPELINE, model)))
+    return memo.put(key, Lowering.of(PIPELINE, lowered_irs(PIPELINE, model)))
+
+
+def lowered_irs(passes: tuple[ModulePass, ...], ir: Artifact) -> tuple[Artifact, ...]:
+    """Every IR from ``ir`` through ``passes`` (input first), each pass's requires and ensures checked."""
+    irs = [ir]
+    for pass_ in passes:
+        ir = _checked(pass_, ir)
+        irs.append(ir)
+    return tuple(irs)
 
 
 def run_pipeline(passes: tuple[ModulePass, ...], ir: Artifact) -> tuple[tuple[Artifact, ...],
                                                                         tuple[PassCheckpoint, ...]]:
     """Every IR from ``ir`` through ``passes`` (input first) and one checkpoint per pass."""
-    irs, checkpoints = [ir], []
-    for pass_ in passes:
-        ir, checkpoint = pass_.run(ir)
-        irs.append(ir)
-        checkpoints.append(checkpoint)
-    return tuple(irs), tuple(checkpoints)
+    irs = lowered_irs(passes, ir)
+    return irs, tuple(pass_.checkpoint(a, b) for pass_, a, b in zip(passes, irs, irs[1:]))
 
 
 def lower(data: EstimateInput, source: str = "<input>") -> Lowering:

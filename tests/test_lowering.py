@@ -142,3 +142,23 @@ def test_lower_prints_the_canonical_text_its_digest_is_computed_from(stage, caps
     assert json_module.loads(text) == wrapped["ir"]
     assert main(["lower", case, "--stage", stage]) == 0
     assert capsys.readouterr().out.rstrip().endswith(f"sha256:{wrapped['digest']}")
+
+
+def test_an_estimate_without_digests_has_the_same_figures_and_writes_no_plan_text():
+    """``estimate(..., digests=False)`` (the batch, whose entries report no digest) gives the same figures and
+    never digests the DistributedTaskIR or the PortablePlanIR (the lowering's checkpoints are derived on demand);
+    the default estimate reports the lowering's three digests."""
+    from harness.estimate import clear_caches, estimate
+
+    data = load_case(CASES_DIR / "megatron-22B_seqsel.yaml").estimate_input()
+    clear_caches()
+    quick = estimate(data, digests=False)
+    low = lower(data)  # the session's lowering, the one the estimate used
+    assert quick.digests is None
+    assert low.distributed.__pydantic_private__["_digest"] is None
+    assert low.plan.__pydantic_private__["_digest"] is None
+    full = estimate(data)
+    assert full.digests == {"model_ir": low.model.digest(), "distributed_task_ir": low.distributed.digest(),
+                            "portable_plan_ir": low.plan.digest()}
+    assert full.model_dump(exclude={"digests"}) == quick.model_dump(exclude={"digests"})
+    assert [c.output_digest for c in low.checkpoints] == [low.distributed.digest(), low.plan.digest()]

@@ -70,13 +70,14 @@ def test_option_types_are_checked_when_the_pass_is_built():
 
 
 def test_a_checkpoint_records_the_options_that_differ_from_the_defaults(model):
-    irs, checkpoints = run_pipeline(parse_pipeline("transformer-distribute{block=mlp,attention},transformer-plan-work",
-                                                   PASSES), model)
+    passes = parse_pipeline("transformer-distribute{block=mlp,attention},transformer-plan-work", PASSES)
+    irs, checkpoints = run_pipeline(passes, model)
     assert [c.pass_options for c in checkpoints] == [{"block": ("mlp", "attention")}, {}]
     assert checkpoints[0].to_data()["pass_options"] == {"block": ["mlp", "attention"]}
     default = lower(load_case(CASES_DIR / "megatron-22B_seqsel.yaml").estimate_input())
     assert [c.pass_options for c in default.checkpoints] == [{}, {}]
-    reordered = Lowering.of(irs, checkpoints)
+    reordered = Lowering.of(passes, irs)
+    assert reordered.checkpoints == checkpoints
     assert [t.name for t in reordered.distributed.tasks][:2] == ["mlp.fork", "mlp.layer_norm"]
     assert reordered.distributed.digest() != default.distributed.digest()
     # the same tasks in another order: the same block work
@@ -107,7 +108,7 @@ def test_the_model_selects_the_core_patterns_through_the_ordinary_pipeline(model
     pattern is selected, fc1 is the fused gate+up linear of width 2 x feedforward (Megatron-Core's linear_fc1)."""
     swiglu = _with(model, {"mlp": "swiglu"})
     irs, checkpoints = run_pipeline(PIPELINE, swiglu)
-    lowering = Lowering.of(irs, checkpoints)
+    lowering = Lowering.of(PIPELINE, irs)
     names = [t.name for t in lowering.distributed.tasks if t.phase == "forward"]
     assert names[-7:] == ["mlp.tp_f", "mlp.fc1", "mlp.swiglu", "mlp.fc2", "mlp.tp_g", "mlp.dropout", "mlp.residual"]
     s, e = model.shape, model.execution

@@ -132,7 +132,7 @@ def batch_entry_json(entry: BatchLine, views=DEFAULT_VIEWS, source: str = "<batc
         return {"id": entry.id, "status": entry.status, "reason": entry.reason, "views": {}}
     where = f"{source}:{entry.line}"
     try:
-        return estimate_json(entry.id, estimate(entry.input, views, source=where))
+        return estimate_json(entry.id, estimate(entry.input, views, source=where, digests=False))
     except HarnessError as error:
         field = error.field if isinstance(error, InputError) else "<estimate>"
         message = error.message if isinstance(error, InputError) else str(error)

@@ -69,6 +69,9 @@ def load_model(path: Path | str) -> TransformerShape:
             raise UnsupportedFeatureError(str(path), "model.moe.dense_layers", "the search covers models whose "
                                           "blocks are all MoE; dense and MoE blocks (dense_layers, layer_frequency) "
                                           "are estimated by `harness estimate` only")
+        if shape.mtp_layers is not None:  # the MTP layers are priced stage by stage too
+            raise UnsupportedFeatureError(str(path), "model.mtp_layers", "the search does not cover "
+                                          "multi-token-prediction layers; `harness estimate` prices them")
         return shape
     if not set(MODEL_FIELDS) & set(data):
         raise InputError(str(path), "<root>", "neither a Calculon model JSON nor a case YAML with a model section")
