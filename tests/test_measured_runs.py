@@ -134,7 +134,6 @@ def test_a_feature_is_set_when_the_case_format_has_it_else_refused_by_name(plain
 
 
 @pytest.mark.parametrize("changes, field", [
-    ({"parallel__fsdp": True}, "parallel.fsdp"),
     ({"model__position_embedding": "rope (50% of head dim)"}, "model.position_embedding"),
     ({"recompute__granularity": None}, "recompute.granularity"),
     ({"recompute__layers": 4}, "recompute.layers"),
@@ -201,7 +200,7 @@ def test_cli_estimates_a_row_as_its_case_file_and_reports_the_error(plain_stack,
     (tmp_path / "cases").mkdir()
     case_file = tmp_path / "case.yaml"
     case_file.write_text(CASE_YAML.replace("h100_80g_nvl8", bf16_profile))
-    rows = _write_runs(tmp_path, [gpt_row(), gpt_row(id="fsdp", parallel__fsdp=True)])
+    rows = _write_runs(tmp_path, [gpt_row(), gpt_row(id="mtp", model__mtp_layers=1)])
     status, out, err = run_cli(capsys, "--project", tmp_path, "estimate", case_file, "--json")
     assert status == 0, err
     by_hand = json.loads(out)[0]
@@ -214,10 +213,10 @@ def test_cli_estimates_a_row_as_its_case_file_and_reports_the_error(plain_stack,
     assert first["total_s"] == expected["system_evidence"]
     assert first["views"]["peak_only"]["total_s"] == expected["peak_only"]
     assert first["error_pct"] == pytest.approx(100 * (expected["system_evidence"] - 20.0) / 20.0)
-    assert second["status"] == "unsupported" and second["reason"].startswith("parallel.fsdp: ")
+    assert second["status"] == "unsupported" and second["reason"].startswith("model.mtp_layers: ")
     assert second["total_s"] is None and second["measured_s"] == 20.0
     assert "2 rows: 1 ok, 0 infeasible, 1 unsupported, 0 invalid" in out
-    assert "unsupported, by the first field refused: parallel.fsdp 1" in out
+    assert "unsupported, by the first field refused: model.mtp_layers 1" in out
 
 
 def _profile_with_bfloat16(tmp_path) -> str:
@@ -322,13 +321,13 @@ def test_a_partial_rotary_embedding_is_rope_only_under_the_fused_kernel(plain_st
 
 
 def test_evidence_import_runs_writes_the_rows_of_one_gpu_as_iteration_records(plain_stack, tmp_path, capsys):
-    rows = _write_runs(tmp_path, [gpt_row(), gpt_row(id="fsdp", parallel__fsdp=True),
+    rows = _write_runs(tmp_path, [gpt_row(), gpt_row(id="mtp", model__mtp_layers=1),
                                   gpt_row(id="b200", system__gpu="b200", measured__iteration_s=9.5)])
     out = tmp_path / "corpus.jsonl"
     status, printed, err = run_cli(capsys, "evidence", "import", "runs", rows, "--gpu", "h100_sxm_80g",
                                    "--output", out)
     assert status == 0, err
-    assert "1 iteration records" in printed and "left out 1: parallel.fsdp" in printed
+    assert "1 iteration records" in printed and "left out 1: model.mtp_layers" in printed
     assert "left out 1: other GPU" in printed
     from harness.measurements.corpus import read_corpus
 
@@ -435,3 +434,17 @@ def test_a_stack_whose_moe_execution_the_case_cannot_state_refuses_its_moe_rows(
     assert all(field != "stack.moe_execution" for field, _ in run_case(run_of(gpt_row()), "h100_80g_nvl8").unsupported)
     monkeypatch.setitem(STACKS, REPOSITORY, Stack("materialized", True, "test stack"))
     assert all(field != "stack.moe_execution" for field, _ in run_case(run_of(row), "h100_80g_nvl8").unsupported)
+
+
+def test_a_fully_sharded_row_is_execution_fsdp_with_its_own_overlap(plain_stack):
+    """Megatron-FSDP rows (parallel.fsdp) set execution.fsdp; their gathers overlap by FSDP's prefetch, so the
+    stack's DP overlap is off; with TP overlap (not modelled with FSDP) the row is unsupported naming the row
+    field, not invalid."""
+    row = gpt_row(parallel__fsdp=True, parallel__tp_comm_overlap=False)
+    case = run_case(run_of(row), "h100_80g_nvl8")
+    assert case.unsupported == () and case.invalid is None, case
+    e = case.input.execution
+    assert (e.fsdp, e.dp_overlap, e.optimizer_sharding) == (True, False, True)
+    assert run_case(run_of(gpt_row(parallel__tp_comm_overlap=False)), "h100_80g_nvl8").input.execution.fsdp is None
+    overlapped = run_case(run_of(gpt_row(parallel__fsdp=True)), "h100_80g_nvl8")
+    assert overlapped.invalid is None and "parallel.tp_comm_overlap" in dict(overlapped.unsupported)

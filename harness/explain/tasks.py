@@ -61,8 +61,13 @@ class Contributor:
 def contributors(plan: PortablePlanIR, pricer: Pricer) -> tuple[Contributor, ...]:
     """Every task and plan-level message, each with its own block times."""
     out = []
+    dp = plan.data_parallel
+    sharded = dp is not None and bool(dp.fully_sharded)
+    # fully sharded: the gathers' exposed time depends on the whole block's compute, so the tasks are timed
+    # without it and it is one contributor of its own (the difference of the whole block's times)
+    tasks_plan = plan.trusted_replace(data_parallel=None) if sharded else plan
     for task in plan.tasks:
-        own = block_times(plan, (pricer.task(task),), pricer)
+        own = block_times(tasks_plan, (pricer.task(task),), pricer)
         msgs = task.messages
         sent = tuple(m for m in ((msgs.forward_base, msgs.backward_base) if msgs else ()) if m is not None)
         out.append(Contributor(task.name, task.primitive, task.phase,
@@ -73,7 +78,13 @@ def contributors(plan: PortablePlanIR, pricer: Pricer) -> tuple[Contributor, ...
             out.append(Contributor(f"pipeline.{label}", msg.collective, "pipeline",
                                    dataclasses.replace(ZERO_BLOCK, **{field: pricer.boundary_s(msg, plan)}), None,
                                    (msg,)))
-    for msg in plan.data_parallel.all_messages if plan.data_parallel else ():
+    if sharded:
+        costs = tuple(map(pricer.task, plan.tasks))
+        whole, plain = block_times(plan, costs, pricer), block_times(tasks_plan, costs, pricer)
+        out.append(Contributor("data_parallel.fsdp", "all_gather", "data_parallel", dataclasses.replace(
+            ZERO_BLOCK, forward_s=whole.forward_s - plain.forward_s,
+            activation_grad_s=whole.activation_grad_s - plain.activation_grad_s), None, dp.messages))
+    for msg in plan.data_parallel.all_messages if plan.data_parallel and not sharded else ():
         out.append(Contributor(f"data_parallel.{msg.collective}", msg.collective, "data_parallel",
                                dataclasses.replace(ZERO_BLOCK, dp_s=pricer.message_s(msg)), None, (msg,)))
     return tuple(out)

@@ -67,6 +67,29 @@ def context_problems(s: TransformerShape, e: ExecutionLayout) -> list[Problem]:
     return problems
 
 
+def fsdp_problems(s: TransformerShape, e: ExecutionLayout) -> list[Problem]:
+    """Fully sharded data parallelism's rules: training, its weights sharded with the optimizer state
+    (optimizer_sharding) over data x context ranks (DP x CP > 1); priced by the portable plan only (its gathers
+    overlap the blocks' compute by their own rule, harness.schedule.block.fsdp_exposure, not by the
+    ConcretePlanIR's once-per-iteration DP sync: no TP/DP overlap or offload with it); dense models only."""
+    if not e.fsdp:
+        return []
+    problems: list[Problem] = []
+    if not e.training:
+        problems.append(("execution.fsdp", "fully sharded data parallelism needs training: true"))
+    if not e.optimizer_sharding or e.data_parallel * e.context_degree == 1:
+        problems.append(("execution.fsdp", "fully sharded data parallelism needs optimizer_sharding: true and "
+                                           "data_parallel x context_parallel > 1"))
+    for name, on in (("tp_overlap", e.tp_overlap != "none"), ("dp_overlap", e.dp_overlap),
+                     ("offload", e.offload.weights or e.offload.activations or e.offload.optimizer)):
+        if on:
+            problems.append((f"execution.{name}", f"{name} with fsdp is not modelled yet (FSDP's own prefetch "
+                                                  "overlaps its gathers with the blocks' compute)"))
+    if s.moe is not None:
+        problems.append(("execution.fsdp", "fsdp with model.moe is not modelled yet"))
+    return problems
+
+
 def vocabulary_problems(s: TransformerShape) -> list[Problem]:
     """Stating ``tied_embeddings`` counts the embedding and output-layer weights (harness.passes.output_layer):
     their rows are the vocabulary's, which the shape must then state."""
@@ -133,7 +156,7 @@ def layout_problems(shape: TransformerShape, execution: ExecutionLayout) -> list
     if e.processors > MAX_DEGREE:
         problems.append(("execution", f"TP x PP x DP x CP = {e.processors} processors exceeds the bound {MAX_DEGREE} (2^24)"))
     problems += context_problems(s, e) + vocabulary_problems(s)
-    problems += expert_problems(s, e)
+    problems += expert_problems(s, e) + fsdp_problems(s, e)
     if e.precision is not None:
         recipe = RECIPES[e.precision]
         from_recipe = recipe.layout_datatype

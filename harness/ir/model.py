@@ -307,10 +307,17 @@ class ExecutionLayout(StrictInput):
         "expert-parallel group to dispatch, another to combine) or allgather (every token gathered over the "
         "group, the expert outputs reduce-scattered back). Absent: alltoall."))
 
+    fsdp: bool | None = Field(None, description=(
+        "Fully sharded data parallelism (Megatron-FSDP's optim_grads_params, ZeRO-3; needs optimizer_sharding and "
+        "DP x CP > 1): each block's weights sharded over the data x context group, all-gathered before its forward "
+        "and again before its backward in every microbatch (the next block's gather prefetched under the current "
+        "block's compute), its weight gradients reduce-scattered after its backward in every microbatch; no "
+        "gradient sync at the end of the iteration. Absent or false: the weights replicated over DP."))
+
     #: layouts without these keep their digests
     ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"attention_kernel", "context_parallel", "cp_comm",
                                                          "precision", "expert_parallel", "expert_tensor_parallel",
-                                                         "moe_dispatcher"})
+                                                         "moe_dispatcher", "fsdp"})
 
     @property
     def context_degree(self) -> int:

@@ -189,7 +189,7 @@ class DataParallelTraffic(Frozen):
     """Gradient synchronization per block (training with DP > 1) over the group of ranks holding the same
     weights (:attr:`spans`)."""
 
-    ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"group", "expert"})  # dense traffic keeps its digests
+    ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"group", "expert", "fully_sharded"})  # digests kept
 
     gradient_bytes: float = Field(ge=0, description="Logical gradient message of one block.")
     messages: tuple[Message, ...] = Field(description="all_reduce, or reduce_scatter + all_gather with optimizer sharding.")
@@ -198,6 +198,10 @@ class DataParallelTraffic(Frozen):
     expert: ExpertGradientTraffic | None = Field(None, description=(
         "Mixture of experts: the expert weights' gradient sync over the expert-data-parallel group; the fields "
         "above are then the dense weights'. Absent: every weight is dense."))
+    fully_sharded: bool | None = Field(None, description=(
+        "Fully sharded data parallelism (execution.fsdp): the messages are the weights' all-gather before the "
+        "forward, again before the backward, and the gradients' reduce-scatter after it, each sent in every "
+        "microbatch (harness.schedule.block.fsdp_exposure); absent: one gradient sync per iteration."))
 
     @property
     def spans(self) -> Group:

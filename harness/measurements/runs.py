@@ -312,8 +312,8 @@ def _tp_comm_overlap(draft: Draft, row_field: str, value: bool | None) -> None:
 
 
 def _fsdp(draft: Draft, row_field: str, value: bool) -> None:
-    if value:
-        draft.refuse(row_field, "fully sharded data parallelism (weights gathered per layer) has no case field")
+    if value:  # Megatron-FSDP (optim_grads_params): the case's fsdp, its own overlap in place of the stack's
+        feature("execution.fsdp", None)(draft, row_field, True)
 
 
 def _mtp_layers(draft: Draft, row_field: str, value: int | None) -> None:
@@ -496,7 +496,9 @@ def run_case(run: MeasuredRun, system: str, source: str = "<runs>") -> RunCase:
         draft.refuse("source.where", f"no stack rule for {repository!r} (known: {', '.join(STACKS)})")
     else:
         feature("execution.attention_kernel", "materialized")(draft, "stack.attention_kernel", stack.attention_kernel)
-        draft.set("execution.dp_overlap", stack.dp_overlap and run.parallel.dp > 1, "stack.dp_overlap")
+        # a fully sharded row overlaps its gathers by FSDP's own prefetch (execution.fsdp), not the DP sync's
+        draft.set("execution.dp_overlap", stack.dp_overlap and run.parallel.dp > 1 and not run.parallel.fsdp,
+                  "stack.dp_overlap")
         if stack.moe_refusal is not None and run.model.moe is not None:
             draft.refuse("stack.moe_execution", stack.moe_refusal)
     recipe = RECIPES.get(recipe_file(run) or "")

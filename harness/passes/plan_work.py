@@ -9,7 +9,9 @@ Derives exact workload facts per task from the rules in
   the TP collectives are split (rs_ag, p2p_rs_ag); training sends it back in
   the backward pass;
 - the data-parallel message of a block is its weight bytes: one all-reduce, or
-  a reduce-scatter plus an all-gather with optimizer sharding; a MoE block's
+  a reduce-scatter plus an all-gather with optimizer sharding, or with
+  ``fsdp`` the weights' two all-gathers and the gradients' reduce-scatter of
+  every microbatch (``FSDP_MESSAGES``, ``fully_sharded``); a MoE block's
   expert weights (grouped GEMMs) are reduced (and, with optimizer sharding,
   their optimizer state sharded) over the expert-data-parallel group instead
   (TP x CP x DP / (EP x ETP) ranks: ``DataParallelTraffic.expert``), the dense
@@ -86,6 +88,12 @@ def _task_messages(s: CollectiveShape | OverlappedLinearShape, b: int, tier: int
         backward_base=message(s.base_backward) if backward else None,
         backward_edge=message(s.edge_backward) if backward else None,
         group=None if s.GROUP == mesh.TENSOR else s.GROUP))
+
+
+#: A fully sharded block's messages in every microbatch (``execution.fsdp``; Megatron-FSDP's optim_grads_params):
+#: the weights all-gathered before the forward, again before the backward, the gradients reduce-scattered after
+#: it (harness.schedule.block.fsdp_exposure reads them in this order).
+FSDP_MESSAGES: tuple[CollectiveOp, ...] = ("all_gather", "all_gather", "reduce_scatter")
 
 
 #: The group weight gradients are reduced over (:func:`harness.ir.mesh.gradient_group`, one definition).
@@ -257,6 +265,8 @@ class TransformerPlanWork(ModulePass[DistributedTaskIR, PortablePlanIR]):
         gradient = sum(t.capacity.weight_bytes for t in tasks if not expert_weights(t.primitive))
         experts = sum(t.capacity.weight_bytes for t in tasks if expert_weights(t.primitive))
         ops = ("reduce_scatter", "all_gather") if e.optimizer_sharding else ("all_reduce",)
+        if e.fsdp:  # every microbatch: the weights gathered for the forward and the backward, gradients scattered
+            ops = FSDP_MESSAGES
         expert = None
         if experts and expert_data_parallel(e) > 1:  # the expert weights' gradients, over expert-DP
             tier = mesh.group_tier(e, EXPERT_GRADIENT_SPANS)
@@ -268,7 +278,7 @@ class TransformerPlanWork(ModulePass[DistributedTaskIR, PortablePlanIR]):
             gradient_bytes=gradient,
             messages=tuple(Message.trusted(collective=op, message_bytes=gradient, participants=participants,
                                            network_tier=mesh.group_tier(e, spans)) for op in ops),
-            group=None if spans == mesh.DATA else spans, expert=expert,
+            group=None if spans == mesh.DATA else spans, expert=expert, fully_sharded=True if e.fsdp else None,
         )
 
     @staticmethod

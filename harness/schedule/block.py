@@ -85,6 +85,18 @@ def hidden_tasks(messages: TaskMessages, names) -> tuple[str, ...]:
     return tuple(n for n in messages.hides_behind if n in names)
 
 
+def fsdp_exposure(gather_s, regather_s, scatter_s, forward_s, backward_s):
+    """(forward, backward) exposed time of one fully sharded block in one microbatch (``execution.fsdp``): its
+    weights' all-gather (``gather_s``) is prefetched under the previous block's forward, so ``max(0, gather -
+    forward)`` of it shows; in the backward pass the next block's gather (``regather_s``) and this block's
+    gradient reduce-scatter (``scatter_s``) share the data-parallel link under a block's backward
+    (``backward_s``: recompute, activation and weight gradients): ``max(0, regather + scatter - backward)``
+    (Megatron-FSDP prefetches one unit ahead in both passes and reduce-scatters a unit's gradients right after
+    its weight gradient, docs/user-guide/features/megatron_fsdp.md). Steady state: a stage's first gather and
+    last reduce-scatter of a microbatch, which nothing precedes or follows, are not counted apart."""
+    return np.maximum(0.0, gather_s - forward_s), np.maximum(0.0, regather_s + scatter_s - backward_s)
+
+
 def block_times(plan: PortablePlanIR, costs: tuple[TaskCost, ...], pricer: Pricer) -> BlockTimes:
     forward_s = recompute_s = activation_grad_s = weight_grad_s = optimizer_s = 0.0
     tp_forward_base_s = tp_forward_edge_s = tp_backward_base_s = tp_backward_edge_s = 0.0
@@ -126,7 +138,15 @@ def block_times(plan: PortablePlanIR, costs: tuple[TaskCost, ...], pricer: Price
             if recomputed & set(hidden):
                 recompute_s += exposed
             activation_grad_s += exposed_backward
-    dp_s = sum(pricer.message_s(m) for m in plan.data_parallel.all_messages) if plan.data_parallel else 0.0
+    dp = plan.data_parallel
+    dp_s = sum(pricer.message_s(m) for m in dp.all_messages) if dp else 0.0
+    if dp is not None and dp.fully_sharded:  # gathered and scattered every microbatch, under the blocks' compute
+        gather, regather, scatter = (pricer.message_s(m) for m in dp.messages)
+        exposed_forward, exposed_backward = fsdp_exposure(gather, regather, scatter, forward_s,
+                                                          recompute_s + activation_grad_s + weight_grad_s)
+        forward_s += exposed_forward
+        activation_grad_s += exposed_backward
+        dp_s = 0.0  # no gradient sync at the end of the iteration
     return BlockTimes(forward_s, recompute_s, activation_grad_s, weight_grad_s, optimizer_s, tp_forward_base_s,
                       tp_forward_edge_s, tp_backward_base_s, tp_backward_edge_s, recomm_base_s, recomm_edge_s,
                       pricer.boundary_s(plan.pipeline.forward, plan), pricer.boundary_s(plan.pipeline.backward, plan),

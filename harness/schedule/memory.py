@@ -20,7 +20,9 @@ states ``tied_embeddings`` (the plan's ``vocabulary_weights``,
 the element datatype, after optimizer sharding: no Calculon rule applies to
 them) and their optimizer state once. A quantizing precision recipe's weight
 copies (``quantized_weight_bytes``, :mod:`harness.passes.precision`) join the
-block's weights. Tier-1 total = weights + activations +
+block's weights. Fully sharded (``execution.fsdp``): the weights are the stage's shard of every block
+(``1 / (DP x CP)``) and :data:`FSDP_GATHERED_BLOCKS` blocks gathered whole (with their quantized copies); the
+gradients and optimizer state as with optimizer sharding. Tier-1 total = weights + activations +
 checkpoints + weight gradients + optimizer + activation gradients. The stored
 activations and the gradients follow Calculon 0.1.0's accounting, named in
 :mod:`harness.calculon_compat`. The figures are those of
@@ -36,6 +38,12 @@ from harness import calculon_compat as compat
 from harness.evidence.profile import EvidenceProfile
 from harness.ir.portable import NO_CAPACITY, PortablePlanIR
 from harness.vocabulary import MEMORY_FIGURES, PARALLEL_DIMENSIONS
+
+
+#: Blocks whose weights a fully sharded stage holds gathered at once (``execution.fsdp``): the running one and the
+#: prefetched next one (Megatron-FSDP: "at least two FSDP units worth of un-sharded weight memory", with their
+#: quantized copies; docs/user-guide/features/megatron_fsdp.md).
+FSDP_GATHERED_BLOCKS = 2
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -101,6 +109,11 @@ def stage_memory(plan: PortablePlanIR, block: BlockMemory) -> StageMemory:
     vocabulary = NO_CAPACITY if plan.vocabulary_weights is None else plan.vocabulary_weights.capacity
     weight = (block.weight_bytes * blocks + vocabulary.weight_bytes if not block.quantized_weight_bytes
               else (block.weight_bytes + block.quantized_weight_bytes) * blocks + vocabulary.weight_bytes)
+    dp = plan.data_parallel
+    if dp is not None and dp.fully_sharded:  # its shard of every block, and the gathered blocks whole
+        gathered = min(FSDP_GATHERED_BLOCKS, blocks)
+        weight = (block.weight_bytes * blocks / dp.messages[0].participants
+                  + (block.weight_bytes + block.quantized_weight_bytes) * gathered + vocabulary.weight_bytes)
     if not s.training:
         act = block.activation_working_bytes
         return StageMemory(weight, act, 0, 0, 0, 0, weight + act)
