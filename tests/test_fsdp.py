@@ -112,3 +112,18 @@ def test_explain_by_task_gives_the_gathers_exposed_time_to_one_contributor():
     (fsdp,) = [c for c in parts if c.name == "data_parallel.fsdp"]
     plain = block_times(plan(), tuple(pricer.task(t) for t in plan().tasks), pricer)
     assert fsdp.block.forward_s == pytest.approx(whole.forward_s - plain.forward_s, rel=1e-12) and fsdp.block.forward_s > 0
+
+
+@pytest.mark.parametrize("changes", [dict(fsdp=True), dict(context_parallel=2, network_tiers={
+    "tensor": 0, "pipeline": 0, "data": 1, "context": 0}, global_batch=8)])
+def test_the_trace_of_a_fully_sharded_or_context_parallel_plan_is_strict_json(tmp_path, changes):
+    """Their block times hold the exposures max(0, ...) of plain floats (they were numpy scalars, and the trace's
+    `exact` flag a numpy bool that json refused)."""
+    import json
+
+    from harness.trace import trace_lowering, write_trace
+
+    lowering = lower(EstimateInput(model=SHAPE, execution={**LAYOUT, **changes}, system="a100_80g"))
+    trace = trace_lowering(lowering, load_profile("a100_80g"), COST_VIEWS["peak_only"])
+    write_trace(trace.doc, tmp_path / "trace.json")
+    assert isinstance(json.loads((tmp_path / "trace.json").read_text())["otherData"]["exact"], bool)

@@ -62,10 +62,16 @@ class BlockTimes:
     dp_s: float  # one block's data-parallel gradient synchronisation
 
 
+def _positive(x):
+    """``max(0, x)``: a float for a float, elementwise for the search's arrays (a float stays a plain float, so
+    that block times and what is derived from them, a trace's JSON, hold no numpy scalars)."""
+    return np.maximum(0.0, x) if np.ndim(x) else float(np.maximum(0.0, x))
+
+
 def ring_exposed_s(step_s, hidden_s, steps: int):
     """Exposed time of a ring of ``steps`` message steps of ``step_s`` each, hidden behind ``steps + 1`` equal
     chunks of ``hidden_s`` (the first chunk runs on local data)."""
-    return steps * np.maximum(0.0, step_s - hidden_s / (steps + 1))
+    return steps * _positive(step_s - hidden_s / (steps + 1))
 
 
 def ring_exposure(messages: TaskMessages, ring: dict, hidden: list[dict]) -> tuple[float, float]:
@@ -94,7 +100,7 @@ def fsdp_exposure(gather_s, regather_s, scatter_s, forward_s, backward_s):
     (Megatron-FSDP prefetches one unit ahead in both passes and reduce-scatters a unit's gradients right after
     its weight gradient, docs/user-guide/features/megatron_fsdp.md). Steady state: a stage's first gather and
     last reduce-scatter of a microbatch, which nothing precedes or follows, are not counted apart."""
-    return np.maximum(0.0, gather_s - forward_s), np.maximum(0.0, regather_s + scatter_s - backward_s)
+    return _positive(gather_s - forward_s), _positive(regather_s + scatter_s - backward_s)
 
 
 def block_times(plan: PortablePlanIR, costs: tuple[TaskCost, ...], pricer: Pricer) -> BlockTimes:
