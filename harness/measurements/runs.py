@@ -21,8 +21,9 @@ Rules (each one an entry of the table):
 - **The stack** (:data:`STACKS`, chosen by the repository of ``source.where``): what every row of that
   software runs without the row saying so (the fused attention kernel; the data-parallel gradient
   reduction overlapped with the backward pass), each with the source line that says so; and whether the
-  stack's mixture-of-experts rows are priced (``stack.moe_execution``: Megatron-Bridge's are not, its MoE
-  execution changes by release in ways the case does not state).
+  stack's mixture-of-experts rows may be fitted (``stack.moe_execution``: Megatron-Bridge's are estimated but
+  never fitted, :attr:`RunCase.unfitted`: its MoE execution changes by release in ways the case does not
+  state).
 - **The recipe** (:data:`RECIPES`, chosen by the file ``extra.model_cite`` names): the attention dropout,
   which rows do not state; 0 sets ``model.attention_dropout: 0`` (no dropout primitive), a nonzero
   probability is today's behaviour; a recipe not in the table refuses the row (``model.attention_dropout``).
@@ -71,9 +72,10 @@ class Stack:
     attention_kernel: str
     dp_overlap: bool
     citation: str
-    #: Why the stack's mixture-of-experts rows are not priced (None: they are): its MoE execution depends on
-    #: facts of the release that the case does not state.
-    moe_refusal: str | None = None
+    #: Why the stack's mixture-of-experts rows are estimated but never fitted (None: they are fitted): its MoE
+    #: execution depends on facts of the release that the case does not state, so the same case measures
+    #: differently from release to release; the estimate prices the case, a fit would learn the release.
+    moe_unfitted: str | None = None
 
 
 STACKS = {
@@ -86,7 +88,7 @@ STACKS = {
     "NVIDIA-NeMo/Megatron-Bridge": Stack("flash", True, (
         "Megatron-Bridge performance recipes: Transformer Engine fused attention; CommOverlapConfig enables "
         "the data-parallel gradient overlap with the distributed optimizer when DP > 1"),
-        moe_refusal=(
+        moe_unfitted=(
             "its MoE execution changes by release in ways the case does not state (the token dispatcher backend: "
             "alltoall, DeepEP or HybridEP; dropless dispatch with host-synchronised token counts or token dropping "
             "padded to capacity; the CUDA-graph scope; the all-to-all overlapped with compute; fp8 attention): the "
@@ -163,6 +165,7 @@ class Draft:
         self.origin: dict[str, str] = {}  # case path -> row field
         self.features: set[str] = set()  # case paths set by a feature (a value the case format may not hold yet)
         self.unsupported: list[tuple[str, str]] = []  # (row field, why)
+        self.unfitted: list[tuple[str, str]] = []  # (row field, why): estimated, never a fit's record
 
     def set(self, case_path: str, value: Any, row_field: str) -> None:
         section, *rest = case_path.split(".")
@@ -174,6 +177,9 @@ class Draft:
 
     def refuse(self, row_field: str, why: str) -> None:
         self.unsupported.append((row_field, why))
+
+    def leave_out_of_fit(self, row_field: str, why: str) -> None:
+        self.unfitted.append((row_field, why))
 
 
 def value_of(run: MeasuredRun, row_field: str) -> Any:
@@ -476,6 +482,9 @@ class RunCase:
     input: EstimateInput | None
     unsupported: tuple[tuple[str, str], ...]  # (row field, why), in table order
     invalid: tuple[str, str] | None = None  # (field, message): the row describes no valid case
+    #: (row field, why): the case is estimated, but the row is never a record of a fitted corpus (its
+    #: measurement depends on software facts the case does not state: :attr:`Stack.moe_unfitted`)
+    unfitted: tuple[tuple[str, str], ...] = ()
 
     @property
     def reason(self) -> str | None:
@@ -499,8 +508,8 @@ def run_case(run: MeasuredRun, system: str, source: str = "<runs>") -> RunCase:
         # a fully sharded row overlaps its gathers by FSDP's own prefetch (execution.fsdp), not the DP sync's
         draft.set("execution.dp_overlap", stack.dp_overlap and run.parallel.dp > 1 and not run.parallel.fsdp,
                   "stack.dp_overlap")
-        if stack.moe_refusal is not None and run.model.moe is not None:
-            draft.refuse("stack.moe_execution", stack.moe_refusal)
+        if stack.moe_unfitted is not None and run.model.moe is not None:
+            draft.leave_out_of_fit("stack.moe_execution", stack.moe_unfitted)
     recipe = RECIPES.get(recipe_file(run) or "")
     if recipe is None:
         draft.refuse("model.attention_dropout", f"not stated by the row, and no recipe fact for {recipe_file(run)!r} "
@@ -534,4 +543,4 @@ def run_case(run: MeasuredRun, system: str, source: str = "<runs>") -> RunCase:
         if NOT_MODELLED in error.message:  # a valid layout the harness does not price yet (harness.ir.checks)
             return RunCase(None, ((row_field, f"{error.field}: {error.message}"),))
         return RunCase(None, (), (row_field, error.message))
-    return RunCase(case, ())
+    return RunCase(case, (), unfitted=tuple(draft.unfitted))

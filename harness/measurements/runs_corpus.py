@@ -11,7 +11,9 @@ Rules:
   names the row's precision, source (``source.where``) and software release (``software: ...``, last: the
   release a leave-one-release-out cross-validation groups by);
 - a row the harness cannot price (``unsupported``, with its fields) or that describes no valid case is
-  not a record: the import prints the count by first field refused, so nothing is dropped unseen;
+  not a record: the import prints the count by first field refused, so nothing is dropped unseen; nor is
+  a row whose case is estimated but never fitted (``RunCase.unfitted``, e.g. ``stack.moe_execution``:
+  counted under that field);
 - zero records is an error (an import of nothing is not a success); a bad file is one line naming the
   file, row and field, before anything is written; the corpus is written atomically.
 """
@@ -57,6 +59,9 @@ def import_runs(path: Path | str, runs: list[MeasuredRun], gpu: str) -> tuple[li
         case = run_case(run, gpu, str(path))
         if case.input is None:
             left_out[case.unsupported[0][0] if case.unsupported else f"invalid: {case.reason}"] += 1
+            continue
+        if case.unfitted:  # estimable, but its measurement is not evidence of the hardware (runs.Stack)
+            left_out[case.unfitted[0][0]] += 1
             continue
         records.append(IterationRecord(
             kind="iteration", id=f"{Path(path).name}:rows.{index}",

@@ -7,6 +7,9 @@ Per row (:func:`estimate_runs`), in file order, ``{"id", "status", "reason", "to
   thinks the layout does not fit the system, e.g. its memory), ``unsupported`` (the row has a feature the
   harness cannot price: ``reason`` names the row field(s), :mod:`harness.measurements.runs`; no figures) or
   ``invalid`` (the row describes no valid case, or the estimate failed for it: ``reason`` says why);
+  an ``ok`` row whose case is estimated but never fitted (:attr:`~harness.measurements.runs.RunCase.unfitted`:
+  its measurement depends on software facts the case does not state) has ``reason``
+  ``"never fitted: FIELD: why"`` and is counted in the summary under that field;
 - ``total_s`` and ``error_pct`` are those of the chosen view (``--view``, default ``system_evidence``),
   ``error_pct = 100 x (total_s - measured_s) / measured_s``; ``views`` holds both views'.
 
@@ -22,7 +25,8 @@ An evidence profile that cannot price a row's datatype is ``unsupported`` (the p
 :func:`summary` groups the rows with figures by GPU, model family (the first word of the display name,
 up to its first ``-``: ``Llama``, ``Qwen3``, ``GPT``; display only, after estimating) and precision:
 count, MAPE (mean of ``|error_pct|``) and signed bias (mean of ``error_pct``), per view; and counts the
-unsupported rows by the first field refused and by every field refused. Nothing is fitted here.
+unsupported rows by the first field refused and by every field refused, and the never-fitted rows by
+field. Nothing is fitted here.
 """
 
 from __future__ import annotations
@@ -60,6 +64,7 @@ class RowResult:
     reason: str | None
     totals_s: dict[str, float]
     fields: tuple[str, ...] = ()
+    unfitted: tuple[str, ...] = ()  # the row fields that keep an estimated row out of every fit
 
     def error_pct(self, view: str) -> float | None:
         total = self.totals_s.get(view)
@@ -111,7 +116,11 @@ def estimate_run(run: MeasuredRun, system: str, source: str, profiles: dict, vie
         return RowResult(run, "invalid", f"{error.field}: {error.message}", {})
     except HarnessError as error:
         return RowResult(run, "invalid", str(error), {})
-    return RowResult(run, est.status, est.reason, {v: est.views[v].total_s for v in est.views})
+    reason = est.reason
+    if case.unfitted and reason is None:
+        reason = "never fitted: " + "; ".join(f"{field}: {why}" for field, why in case.unfitted)
+    return RowResult(run, est.status, reason, {v: est.views[v].total_s for v in est.views},
+                     unfitted=tuple(field for field, _ in case.unfitted))
 
 
 def estimate_runs(runs: Iterable[MeasuredRun], system: str, source: str, views=DEFAULT_VIEWS) -> list[RowResult]:
@@ -143,6 +152,10 @@ def summary(results: list[RowResult]) -> list[str]:
                      + ", ".join(f"{field} {count}" for field, count in first.most_common()))
         lines.append("unsupported, by every field refused: "
                      + ", ".join(f"{field} {count}" for field, count in every.most_common()))
+    unfitted = Counter(field for r in results for field in dict.fromkeys(r.unfitted))
+    if unfitted:
+        lines.append("estimated, never fitted (not in any fitted corpus): "
+                     + ", ".join(f"{field} {count}" for field, count in unfitted.most_common()))
     for reason, count in Counter(r.reason for r in results if r.status == "invalid").most_common():
         lines.append(f"invalid ({count}): {reason}")
     estimated = [r for r in results if r.totals_s]
