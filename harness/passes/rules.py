@@ -157,17 +157,26 @@ _NONE = _work(0, 0, 0, "vector")
 _NONE_MATRIX = _work(0, 0, 0, "matrix")
 
 
+def _quantized(s: LinearShape | OverlappedLinearShape, b: int, shards: int, facts: tuple, weights: int, output: int,
+               activation_grad_bytes: int) -> PrimitiveFacts:
+    """A quantized GEMM's facts (a linear's or an overlapped linear's): the recipe's three works and kept
+    activation (``facts``, harness.passes.precision), the weights' optimizer step and the capacity with the
+    quantized weight copy."""
+    forward, activation_grad, weight_grad, kept = facts
+    return PrimitiveFacts(
+        forward=forward, activation_grad=activation_grad, weight_grad=weight_grad,
+        optimizer=_optimizer(weights, 2 * weights, b, shards),
+        capacity=_capacity(b, shards, weights=weights, activation=kept, output=output,
+                           activation_grad=activation_grad_bytes, moments=2 * weights
+                           ).trusted_replace(quantized_weight_bytes=precision.weight_copy_bytes(s)))
+
+
 def linear(s: LinearShape, b: int, shards: int) -> PrimitiveFacts:
     ops = 2 * s.m * s.n * s.k
     x, matrix, y = s.m * s.n, s.n * s.k, s.m * s.k
     w = matrix + (s.k if s.bias else 0)
     if s.precision is not None:  # quantized GEMMs (harness.passes.precision)
-        forward, activation_grad, weight_grad, kept = precision.linear_facts(s, b)
-        return PrimitiveFacts(
-            forward=forward, activation_grad=activation_grad, weight_grad=weight_grad,
-            optimizer=_optimizer(w, 2 * w, b, shards),
-            capacity=_capacity(b, shards, weights=w, activation=kept, output=y, activation_grad=y * b,
-                               moments=2 * w).trusted_replace(quantized_weight_bytes=precision.weight_copy_bytes(s)))
+        return _quantized(s, b, shards, precision.linear_facts(s, b), w, y, y * b)
     return PrimitiveFacts(
         forward=_work(ops, (x + w) * b, y * b, "matrix"),
         activation_grad=_work(ops, (matrix + y) * b, x * b, "matrix"),
@@ -295,12 +304,7 @@ def overlapped_linear(s: OverlappedLinearShape, b: int, shards: int) -> Primitiv
     w = matrix + (s.k if s.bias else 0)
     act, grad = s.activation_elements, s.activation_grad_elements
     if s.precision is not None:  # quantized GEMMs (harness.passes.precision), as a linear's
-        forward, activation_grad, weight_grad, kept = precision.overlapped_linear_facts(s, b)
-        return PrimitiveFacts(
-            forward=forward, activation_grad=activation_grad, weight_grad=weight_grad,
-            optimizer=_optimizer(w, 2 * w, b, shards),
-            capacity=_capacity(b, shards, weights=w, activation=kept, output=y, activation_grad=grad * b,
-                               moments=2 * w).trusted_replace(quantized_weight_bytes=precision.weight_copy_bytes(s)))
+        return _quantized(s, b, shards, precision.overlapped_linear_facts(s, b), w, y, grad * b)
     return PrimitiveFacts(
         forward=_work(ops, (x + w) * b, y * b, "matrix"),
         activation_grad=_work(ops, (matrix + grad) * b, act * b, "matrix"),
