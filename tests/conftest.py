@@ -13,6 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from harness.cases import EstimateInput
+from harness.errors import HarnessError
+from harness.estimate import check_tiers, estimate_lowering
+from harness.ir.checks import layout_problems
+from harness.pipeline import lower
 from harness.pytest_plugin import goldens_dir
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -111,3 +116,18 @@ def calculon_figures(case_name: str, view: str) -> dict[str, float]:
 def original_datadir(request) -> Path:
     """pytest-regressions goldens live under goldens/<test module>/, not beside the tests."""
     return goldens_dir(request.config) / Path(request.node.fspath).stem
+
+
+def brute_force_outcome(shape, execution, profile) -> tuple[str, float | None]:
+    """What the estimate says of one layout, the way a brute-force enumeration in a search test compares it
+    with the search's row: ``("invalid", None)`` for a layout the checks or the tiers refuse, else the status
+    and the system-evidence total."""
+    if layout_problems(shape, execution):
+        return ("invalid", None)
+    data = EstimateInput(model=shape, execution=execution, system=profile.name)
+    try:
+        check_tiers(data, profile, "<test>")
+        est = estimate_lowering(lower(data), profile)
+    except HarnessError:
+        return ("invalid", None)
+    return (est.status, est.views["system_evidence"].total_s)

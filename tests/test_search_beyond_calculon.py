@@ -13,18 +13,14 @@ import json
 import pyarrow as pa
 import pytest
 
-from harness.cases import EstimateInput
 from harness.cli import main
-from harness.errors import HarnessError
-from harness.estimate import check_tiers, estimate_lowering
 from harness.evidence.profile import load_profile
-from harness.ir.checks import layout_problems
 from harness.ir.model import ExecutionLayout, TransformerShape
-from harness.pipeline import lower
 from harness.search.evaluate import SearchProblem
 from harness.search.request import precision_choices
 from harness.search.run import run_search
 from harness.search.space import SpaceOptions, groups
+from conftest import brute_force_outcome
 
 SHAPE = TransformerShape(hidden=512, feedforward=2048, sequence_length=512, attention_heads=8, head_size=64, blocks=2)
 
@@ -74,17 +70,7 @@ def brute_force(profile, precisions):
                         **({"context_parallel": cp} if cp > 1 else {}),
                         **({"precision": precision} if precision else {}))
                     key = (tp, cp, pp, dp, recompute, sharding, comm, precision, redo, microbatch, tn, pn, dn, cn)
-                    if layout_problems(SHAPE, execution):
-                        out[key] = ("invalid", None)
-                        continue
-                    data = EstimateInput(model=SHAPE, execution=execution, system=profile.name)
-                    try:
-                        check_tiers(data, profile, "<test>")
-                        est = estimate_lowering(lower(data), profile)
-                    except HarnessError:
-                        out[key] = ("invalid", None)
-                        continue
-                    out[key] = (est.status, est.views["system_evidence"].total_s)
+                    out[key] = brute_force_outcome(SHAPE, execution, profile)
     return out
 
 

@@ -16,15 +16,14 @@ import pyarrow as pa
 import pytest
 
 from harness.cases import EstimateInput
-from harness.errors import HarnessError
-from harness.estimate import check_tiers, estimate_lowering
+from harness.estimate import estimate_lowering
 from harness.evidence.profile import load_profile
-from harness.ir.checks import layout_problems
 from harness.ir.model import ExecutionLayout, TransformerShape
 from harness.pipeline import lower
 from harness.search.evaluate import SearchProblem
 from harness.search.run import run_search
 from harness.search.space import SpaceOptions, expert_layouts, groups
+from conftest import brute_force_outcome
 
 # 4 experts of width 256, top 2: EP over {1, 2, 4}, ETP over the divisors of 256 (on 2 processors: 1 or 2)
 SHAPE = TransformerShape(hidden=512, feedforward=2048, sequence_length=512, attention_heads=8, head_size=64, blocks=2,
@@ -97,17 +96,7 @@ def brute_force(profile):
                             **({"moe_dispatcher": dispatcher} if dispatcher else {}))
                         key = (tp, pp, dp, recompute, sharding, comm, ep, etp, dispatcher, redo, dpo, tpo, microbatch,
                                tn, pn, dn, en, etn)
-                        if layout_problems(SHAPE, execution):
-                            out[key] = ("invalid", None)
-                            continue
-                        data = EstimateInput(model=SHAPE, execution=execution, system=profile.name)
-                        try:
-                            check_tiers(data, profile, "<test>")
-                            est = estimate_lowering(lower(data), profile)
-                        except HarnessError:
-                            out[key] = ("invalid", None)
-                            continue
-                        out[key] = (est.status, est.views["system_evidence"].total_s)
+                        out[key] = brute_force_outcome(SHAPE, execution, profile)
     return out
 
 
