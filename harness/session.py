@@ -238,6 +238,17 @@ def current() -> Session:
     return found
 
 
+def interned(cls: type) -> Memo:
+    """The current session's table of shared instances of ``cls`` (``current().interned(cls)`` in one call:
+    :meth:`harness.ir.base.Frozen.trusted` asks for it once per interned construction, ~100 per estimate)."""
+    found = _CURRENT.get(None)
+    if found is not None:
+        table = found._interned.get(cls)
+        if table is not None:
+            return table
+    return current().interned(cls)
+
+
 @contextlib.contextmanager
 def using(session: Session) -> Iterator[Session]:
     """Make ``session`` the current one inside the block (the previous one after it)."""

@@ -81,7 +81,7 @@ class Frozen(BaseModel):
         spec = cls.__dict__.get(CONSTRUCTION) or _construction(cls)
         values = fields if tuple(fields) == spec.names else spec.complete(cls, fields)
         if spec.key is not None:
-            table = session.current().interned(cls)
+            table = session.interned(cls)
             key = spec.key(values)
             shared = table.get(key)
             if shared is not None:
