@@ -79,3 +79,71 @@ def test_a_batch_process_loads_only_the_estimate_command(tmp_path):
     assert not present, present
     assert not [m for m in loaded if m.startswith("harness.commands.") and m not in
                 ("harness.commands.estimate", "harness.commands.case_arguments")]
+
+
+# ---------------------------------------------------------------------------------------------- batch output
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from harness.commands.estimate import _plain_json, indented_json  # noqa: E402
+
+
+def _values(keys, leaves):
+    return st.recursive(leaves, lambda inner: st.one_of(st.lists(inner, max_size=4),
+                                                        st.lists(inner, max_size=3).map(tuple),
+                                                        st.dictionaries(keys, inner, max_size=5)),
+                        max_leaves=30)
+
+
+_PLAIN = _values(st.text(max_size=6), st.one_of(
+    st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=8),
+    st.sampled_from([0.0, -0.0, 1e300, -5e-324, 2.0**53 + 2, 79.75401632024615])))
+_ANY = _values(st.one_of(st.text(max_size=6), st.integers(), st.floats(), st.booleans(), st.none()), st.one_of(
+    st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=8),
+    st.sampled_from([float("nan"), float("inf"), -float("inf")])))
+
+
+def _json_outcome(call):
+    try:
+        return call()
+    except (TypeError, ValueError) as error:
+        return type(error), str(error)
+
+
+def _json_text(value, indent):
+    return json.dumps(value, indent=1, allow_nan=False).replace("\n", "\n" + indent)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_PLAIN, st.sampled_from(["", " ", "   "]))
+def test_plain_values_are_written_as_json_writes_them(value, indent):
+    """The writer's own path (no fallback to json): -0.0, the extreme floats, integers beyond 2**53, unicode and
+    control characters in strings and keys, empty and nested containers, tuples."""
+    assert _plain_json(value, indent) == _json_text(value, indent)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_ANY, st.sampled_from(["", " "]))
+def test_indented_json_is_jsons_text_or_jsons_error(value, indent):
+    """Any value: NaN and infinities (json's error), keys that are not strings (json's conversions)."""
+    assert _json_outcome(lambda: indented_json(value, indent)) == _json_outcome(lambda: _json_text(value, indent))
+
+
+def test_indented_json_of_a_batch_entry_and_of_what_is_not_plain():
+    entry = {"id": "é\n\"x\"", "status": "ok", "reason": None, "views": {"peak_only": {
+        "total_s": 79.75401632024615, "components_s": {"forward": 26.257031305895385, "recompute": 0.0,
+                                                        "offload": -0.0}, "count": 3, "flags": [True, False]}}}
+    assert indented_json(entry) == json.dumps(entry, indent=1)
+    assert indented_json(entry, " ") == json.dumps(entry, indent=1).replace("\n", "\n ")
+
+    class Count(int):
+        pass
+
+    from collections import OrderedDict
+    for value in ({"n": Count(2)}, OrderedDict(a=1.5), {1: 2.0}, [1.0, (1, 2), []]):
+        assert indented_json(value) == json.dumps(value, indent=1)
+    with pytest.raises(ValueError, match="Out of range float values are not JSON compliant"):
+        indented_json({"total_s": float("nan")})
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        indented_json({"at": object()})
