@@ -59,12 +59,13 @@ def _modules_after(code: str) -> set[str]:
 #: What a batch estimate never runs: the other commands' machinery and the libraries only they use.
 NOT_ON_THE_BATCH_PATH = ("harness.search", "harness.measurements", "harness.experiment", "harness.explain",
                          "harness.trace", "harness.oracles", "harness.commands.search", "harness.commands.evidence",
-                         "matplotlib", "scipy", "dask", "rich")
+                         "numpy", "matplotlib", "scipy", "dask", "rich")
 
 
 def test_a_batch_process_loads_only_the_estimate_command(tmp_path):
     """``python -m harness estimate --calculon-batch`` (``main`` with no argv, the command process) loads
-    neither the other commands nor the search, fitting, reports or plotting, and writes the batch."""
+    neither the other commands nor the search, fitting, reports or plotting, nor numpy (the estimate works on
+    Python floats: :mod:`harness.arrays`), and writes the batch."""
     batch, out = tmp_path / "batch.jsonl", tmp_path / "out.json"
     batch.write_text((ROOT / "docs" / "examples" / "calculon-batch.jsonl").read_text())
     loaded = _modules_after(
@@ -147,3 +148,35 @@ def test_indented_json_of_a_batch_entry_and_of_what_is_not_plain():
         indented_json({"total_s": float("nan")})
     with pytest.raises(TypeError, match="not JSON serializable"):
         indented_json({"at": object()})
+
+
+# ---------------------------------------------------------------------------------------------- numpy only for arrays
+
+def test_is_array_imports_nothing_and_knows_an_array_once_numpy_is_loaded():
+    code = ("import sys\nfrom harness.arrays import is_array\n"
+            "assert not is_array(1.5) and not is_array([1.0]) and 'numpy' not in sys.modules\n"
+            "import numpy as np\n"
+            "assert is_array(np.zeros(2)) and is_array(np.float64(1.0) * np.ones(1)) and not is_array(np.float64(1))\n"
+            "assert not is_array([1.0]) and not is_array(2)\n")
+    assert "numpy" not in _modules_after("from harness.arrays import is_array\nis_array(1.0)")
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
+
+
+def test_a_positive_block_time_is_numpys_maximum_bit_for_bit():
+    """:func:`harness.schedule.block._positive` writes ``np.maximum(0.0, x)`` for numbers in Python: the same
+    bits for -0.0 (numpy keeps it), NaN, infinities, subnormals and ordinary values; arrays stay numpy's."""
+    import math
+    import struct
+
+    import numpy as np
+
+    from harness.schedule.block import _positive
+
+    values = [0.0, -0.0, 5e-324, -5e-324, 1.0, -1.0, 2.5e-9, -7.25, 1e308, -1e308, float("inf"), -float("inf"),
+              np.float64(-0.0), np.float64(3.5), np.array(-2.0), np.array(-0.0), 0, -3, 4]
+    for x in values:
+        ours, numpys = _positive(x), float(np.maximum(0.0, x))
+        assert type(ours) is float and struct.pack("d", ours) == struct.pack("d", numpys), x
+    assert math.isnan(_positive(float("nan")))
+    array = np.array([-1.0, -0.0, 0.0, 2.0])
+    assert np.array_equal(_positive(array), np.maximum(0.0, array)) and _positive(array).dtype == np.float64
