@@ -62,8 +62,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import os
-import stat
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, ClassVar, Literal, get_args
@@ -369,12 +367,12 @@ def load_profile(name: str, directory: Path | None = None, *, referrer: str | No
     ``--system``); a malformed profile is the profile file's.
     """
     check_profile_name(name, *((referrer, field) if referrer else ()))
-    path = profile_path(name, directory)
-    try:
-        status = os.stat(path)  # one system call per estimate when the profile is cached
-    except OSError:
-        status = None
-    if status is None or not stat.S_ISREG(status.st_mode):
+    if directory is not None:  # one system call per estimate when the profile is cached
+        path = profile_path(name, directory)
+        status = locations.regular_file_status(path)
+    else:
+        path, status = locations.current().profile_file(name)
+    if status is None:
         if referrer is not None:
             raise EvidenceError(referrer, field, f"no evidence profile named {name!r} (no {path})")
         raise EvidenceError(str(path), "system", f"no evidence profile named {name!r}")
