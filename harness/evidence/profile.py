@@ -66,9 +66,8 @@ import os
 import stat
 import time
 from pathlib import Path
-from typing import Annotated, ClassVar, Literal, get_args
+from typing import TYPE_CHECKING, Annotated, ClassVar, Literal, get_args
 
-import numpy as np
 import yaml
 from pydantic import ConfigDict, Field, Strict, field_validator, model_validator
 
@@ -93,6 +92,9 @@ from harness.ir.distributed import CollectiveOp
 from harness.ir.model import Datatype
 from harness.names import PROFILE_NAME, PROFILE_NAME_RULE
 from harness.vocabulary import COLLECTIVES, CURVE_FAMILIES
+
+if TYPE_CHECKING:  # the annotations' arrays (the fit's); an estimate imports no numpy
+    import numpy as np
 
 MIN_EFFICIENCY = 1e-4
 MIN_PEAK_FLOPS_PER_S, MAX_PEAK_FLOPS_PER_S = 1e6, 1e24
@@ -162,6 +164,8 @@ class Curve(StrictEvidence):
         size of 0 is never priced and its value is unused."""
         if self.saturating is not None:
             return self.saturating.efficiencies(sizes)
+        import numpy as np  # the fit's (numpy is loaded: the sizes are an array); an estimate needs none
+
         out = self._steps(sizes, np.where, np.nan)
         if np.any(np.isnan(out) & (sizes > 0)):
             raise HarnessError(f"a size is below the step curve's smallest threshold {self.points[-1].threshold}")

@@ -39,8 +39,6 @@ from __future__ import annotations
 
 from typing import Any, Callable, NamedTuple
 
-import numpy as np
-
 from harness import calculon_compat as compat
 from harness.ir.portable import Message, PipelineTraffic
 from harness.vocabulary import COMPONENTS
@@ -65,8 +63,16 @@ def _choose(condition: bool, if_true: Value, if_false: Value) -> Value:
 
 #: Python floats: one execution.
 SCALAR = Arith("python floats", max, min, _choose, bool)
-#: Numpy arrays: one element per variant (the search's placements and options).
-ARRAYS = Arith("numpy arrays", np.maximum, np.minimum, np.where, np.any)
+
+
+def __getattr__(name: str) -> Any:
+    """``ARRAYS``, numpy arrays' :class:`Arith`: one element per variant (the search's placements and options),
+    built when asked for, so that the estimate (:data:`SCALAR`) does not import numpy."""
+    if name == "ARRAYS":
+        import numpy as np
+
+        return Arith("numpy arrays", np.maximum, np.minimum, np.where, np.any)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def bubble_extra_chunks(s) -> int:
