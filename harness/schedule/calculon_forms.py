@@ -250,13 +250,13 @@ class OutsideWork(NamedTuple):
     """The work an iteration gets outside the composed blocks, seconds (floats, or arrays of the search's
     variants); each pair None where there is none (then the composition is left exactly as it is)."""
 
-    #: (forward, backward) once per microbatch (:func:`harness.cost.output_layer.per_microbatch_s`: the output
-    #: layer, the host's microbatch time).
+    #: (forward, backward) once per microbatch (the section's output tasks and the host's microbatch time,
+    #: :func:`harness.cost.outside.outside_work`).
     per_microbatch_s: tuple[Value, Value] | None = None
-    #: (optimizer, data_parallel) once per iteration (:func:`harness.cost.output_layer.per_iteration_s`: the
-    #: vocabulary matrices).
+    #: (optimizer, data_parallel) once per iteration (the section's vocabulary matrices,
+    #: :func:`harness.cost.outside.outside_work`).
     per_iteration_s: tuple[Value, Value] | None = None
-    #: (backward, pipeline_bubble): the unfused gradient accumulation (:func:`harness.cost.accumulation.accumulation_s`).
+    #: (backward, pipeline_bubble): the unfused gradient accumulation (:func:`harness.cost.outside.outside_work`).
     accumulation_s: tuple[Value, Value] | None = None
 
 
