@@ -21,9 +21,16 @@ Errors are one line on stderr, never a traceback:
   SIGTERM handler for the duration of the command only (in the main thread) and
   restores the previous one.
 
+Start-up imports only the chosen command's module: when the first word of the
+command line that is not a global option (``--project DIR``) names a command of
+:data:`COMMANDS`, the parser holds that command alone (its arguments, help and
+errors are the same as in the full parser); ``--help``, ``--version``, an
+unknown word or no command build the full parser. A batch estimate then loads
+neither the search, nor the evidence fitting, nor the reports.
+
 Garbage collection of a command process (:func:`main` with no ``argv``: the
-console script, ``python -m harness``): once the parser is built (every
-command module imported) ``gc.freeze()`` moves the objects alive then
+console script, ``python -m harness``): once the parser is built (the chosen
+command's module imported) ``gc.freeze()`` moves the objects alive then
 (modules, classes, pydantic's validators) to the permanent generation, so the
 collections a long command triggers (a batch of estimates builds millions of
 objects) no longer walk them. A call with an ``argv`` (tests, a library user)
@@ -44,8 +51,14 @@ import threading
 from harness import __version__, locations
 from harness.errors import HarnessError, one_line
 
-COMMANDS = ("lower", "estimate", "oracle", "trace", "explain", "calibrate", "contract", "import_calculon", "evidence",
-            "search", "list_data")
+#: Each command's name on the command line -> its module in ``harness/commands`` (whose ``register`` adds that one
+#: command), in the order ``--help`` lists them.
+COMMANDS = {"lower": "lower", "estimate": "estimate", "oracle": "oracle", "trace": "trace", "explain": "explain",
+            "calibrate": "calibrate", "contract": "contract", "import": "import_calculon", "evidence": "evidence",
+            "search": "search", "list": "list_data"}
+
+#: The global options that take a value (the word after them is not the command).
+_GLOBAL_VALUE_OPTIONS = ("--project",)
 
 
 PROJECT_HELP = (f"project directory with evidence/, cases/, vendor/, goldens/ (default: ${locations.ENV_PROJECT}, else "
@@ -87,13 +100,34 @@ def program_name(argv0: str | None = None) -> str:
     return "python -m harness" if base in ("__main__.py", "-m", "-c", "") or base.startswith("python") else base
 
 
-def build_parser() -> argparse.ArgumentParser:
+def chosen_command(argv: list[str]) -> str | None:
+    """The command a command line names, when it can be told without parsing: the first word that is not a
+    global option or its value, if it is a name of :data:`COMMANDS`; None for anything else (``--help``,
+    ``--version``, an abbreviated or unknown option, an unknown command, no command), which needs the full
+    parser."""
+    words = iter(argv)
+    for word in words:
+        if word in _GLOBAL_VALUE_OPTIONS:
+            next(words, None)
+        elif any(word.startswith(option + "=") for option in _GLOBAL_VALUE_OPTIONS):
+            continue
+        elif word.startswith("-"):
+            return None
+        else:
+            return word if word in COMMANDS else None
+    return None
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The command-line parser: of every command, or of ``command`` (a name of :data:`COMMANDS`) alone, which
+    imports only that command's module."""
     parser = ArgumentParser(prog=program_name(), description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__} (blueprinting-harness)",
                         help="print the version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in COMMANDS:
-        importlib.import_module(f"harness.commands.{name}").register(sub)
+    for name, module in COMMANDS.items():
+        if command is None or name == command:
+            importlib.import_module(f"harness.commands.{module}").register(sub)
     _add_project(parser, None)
     return parser
 
@@ -127,7 +161,7 @@ def _error(text: str, status: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    parser = build_parser(chosen_command(sys.argv[1:] if argv is None else argv))
     if argv is None:  # a command process (see the module rules)
         gc.freeze()
     args = parser.parse_args(argv)

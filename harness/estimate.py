@@ -24,8 +24,7 @@ from pydantic import Field, create_model
 from harness import calculon_compat as compat, session
 from harness.cases import EstimateInput, validate_input
 from harness.ir import blocks
-from harness.cost.accumulation import accumulation_s
-from harness.cost.outside import outside_work
+from harness.cost.outside import accumulation_tasks, iteration_tasks, outside_work
 from harness.cost.output_layer import output_tasks
 from harness.cost.views import COST_VIEWS, CostView, PlanPricer, pricer_for
 from harness.errors import InputError
@@ -272,7 +271,7 @@ def cost_view(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView, *,
     the plan's ModelIR, is needed), and the host's microbatch time of family
     ``launch`` are added to the forward and backward components, once per
     microbatch (:mod:`harness.cost.output_layer`), and the vocabulary matrices' optimizer step and gradient
-    synchronisation once (``per_iteration_s``); the unfused gradient
+    synchronisation once (:mod:`harness.cost.outside`); the unfused gradient
     accumulation (family ``gradient_accumulation``) to backward and the
     bubble (:mod:`harness.cost.accumulation`).
     ``pricer`` replaces the view's shared pricer: any
@@ -289,11 +288,12 @@ def cost_view(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView, *,
         n_moe, n_dense = slowest_stage(block, dense, mixed.stages)
         block = _mixed(block, dense, n_moe, n_dense, BlockTimes, mixed.per_stage)
     comp = compose(plan.schedule, block)
-    work = outside_work(pricer, model, plan.schedule, plan.tasks, plan.bytes_per_element,
-                        output_tasks=plan.output_tasks, vocabulary_weights=plan.vocabulary_weights)
+    section = iteration_tasks(pricer, model, plan.schedule, plan.tasks, plan.bytes_per_element,
+                              output_tasks_planned=plan.output_tasks, vocabulary_weights=plan.vocabulary_weights)
+    work = outside_work(pricer, section)
     if work.accumulation_s is not None and mixed is not None:  # per block: the slowest stage's average
-        dense_accumulation = accumulation_s(pricer, mixed.dense.tasks, plan.schedule, plan.bytes_per_element)
-        dense_accumulation = dense_accumulation or (0.0, 0.0)
+        dense = accumulation_tasks(pricer, plan.schedule, mixed.dense.tasks, plan.bytes_per_element)
+        dense_accumulation = outside_work(pricer, dense).accumulation_s or (0.0, 0.0)
         per_stage = n_moe + n_dense if mixed.per_stage is None else mixed.per_stage
         work = work._replace(accumulation_s=tuple((n_moe * a + n_dense * d) / per_stage
                                                   for a, d in zip(work.accumulation_s, dense_accumulation)))
@@ -319,12 +319,12 @@ def projected(concrete: ConcretePlanIR, pricer):
 def concrete_iteration(concrete: ConcretePlanIR, pricer, model: ModelIR | None = None):
     """The estimate's iteration of a ConcretePlanIR under ``pricer``'s view: its ``calculon-0.1.0`` projection
     (memoized, :func:`projected`) with the per-microbatch work of the measured families added where the profile
-    defines them and the view applies them (:func:`~harness.cost.output_layer.per_microbatch_s`: once per
+    defines them and the view applies them (:func:`~harness.cost.outside.outside_work`: once per
     microbatch, outside the projected blocks, as in :func:`cost_view`), and the unfused gradient accumulation
-    (:func:`~harness.cost.accumulation.accumulation_s`)."""
+    (:func:`~harness.cost.outside.outside_work`)."""
     projection = projected(concrete, pricer)
     s = concrete.schedule
-    work = outside_work(pricer, model, s, concrete.tasks, concrete.bytes_per_element)
+    work = outside_work(pricer, iteration_tasks(pricer, model, s, concrete.tasks, concrete.bytes_per_element))
     c, total = calculon_forms.with_outside_work(projection.components_s, projection.total_s, s.microbatches, work,
                                                 portable=False)
     if c is projection.components_s:

@@ -41,7 +41,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -55,6 +57,16 @@ VENDOR_SUBDIR = Path("vendor") / "calculon-0.1.0"
 CONTRACT_FILE = Path("goldens") / "baseline_regression_contract.json"
 
 _PACKAGE = Path(__file__).resolve().parent
+
+
+def regular_file_status(path: Path) -> os.stat_result | None:
+    """``os.stat(path)`` if ``path`` is a regular file (links followed), else None (``Path.is_file``'s answer
+    with the status it read)."""
+    try:
+        status = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return status if stat.S_ISREG(status.st_mode) else None
 
 
 def packaged_root() -> Path | None:
@@ -87,17 +99,33 @@ class Locations:
         roots = (self.project, self.packaged) if self.packaged != self.project else (self.project,)
         return tuple(r for r in roots if r is not None)
 
+    @functools.cached_property
+    def _evidence_dirs(self) -> tuple[Path, ...]:
+        return tuple(r / "evidence" for r in self._roots())  # of the fields alone: computed once per instance
+
     def evidence_dirs(self) -> tuple[Path, ...]:
         """Where profiles are looked up, in order."""
-        return tuple(r / "evidence" for r in self._roots())
+        return self._evidence_dirs
 
-    def profile_path(self, name: str) -> Path:
-        """The first ``<dir>/<name>.yaml`` that exists, else the first candidate (for the error message)."""
-        candidates = [d / f"{name}.yaml" for d in self.evidence_dirs()]
-        if not candidates:
+    def profile_file(self, name: str) -> tuple[Path, os.stat_result | None]:
+        """The first ``<dir>/<name>.yaml`` that is a regular file (links followed) with its status, else the
+        first candidate (for the error message) and None; one ``stat`` per candidate looked at (an estimate
+        loads its profile through here, so this is all a cached profile costs)."""
+        dirs = self._evidence_dirs
+        if not dirs:
             raise HarnessError(f"no evidence profile {name!r}: no project directory and no packaged data "
                                f"(give --project DIR or set {ENV_PROJECT})")
-        return next((c for c in candidates if c.is_file()), candidates[0])
+        file = f"{name}.yaml"
+        for directory in dirs:
+            path = directory / file
+            status = regular_file_status(path)
+            if status is not None:
+                return path, status
+        return dirs[0] / file, None
+
+    def profile_path(self, name: str) -> Path:
+        """The first ``<dir>/<name>.yaml`` that exists, else the first candidate (:meth:`profile_file`)."""
+        return self.profile_file(name)[0]
 
     def _first(self, relative: Path, what: str) -> Path:
         for root in self._roots():

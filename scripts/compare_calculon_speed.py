@@ -22,6 +22,13 @@ order flips every repetition) and reporting the median:
   IN.jsonl --output OUT.json`` against a small runner (written by this script
   into its work directory, never committed) that imports the Calculon checkout
   and runs the same JSONL, reading the exported systems from JSON files.
+  Both run with bytecode caches, as installed code does: the children get
+  ``PYTHONPYCACHEPREFIX`` set to a directory of the work directory and
+  ``PYTHONDONTWRITEBYTECODE`` unset, so an untimed first run of each tool
+  compiles its sources (into that directory: neither checkout is written)
+  and the timed runs load the compiled code; ``--no-bytecode-cache`` instead
+  keeps the caller's environment (under ``PYTHONDONTWRITEBYTECODE=1`` every
+  run compiles both tools' sources again).
 
 Nothing of Calculon is vendored: the checkout is only imported from
 ``--calculon-src``. Calculon prices one system per configuration; the harness
@@ -160,12 +167,22 @@ def in_process(calculon_src: Path, corpus: Path, repetitions: int) -> tuple[list
     return median_of_alternated(lambda: child("calculon"), lambda: child("harness"), repetitions)
 
 
-def whole_process(calculon_src: Path, batch: Path, systems_dir: Path, work: Path, repetitions: int
-                  ) -> tuple[list[float], list[float]]:
+def whole_process_environment(work: Path, bytecode_cache: bool) -> dict[str, str]:
+    """The children's environment: ours on PYTHONPATH; with ``bytecode_cache``, compiled code cached in
+    ``work/pycache`` (written by the untimed first run) whatever the caller's PYTHONDONTWRITEBYTECODE."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    if bytecode_cache:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = str(work / "pycache")
+    return env
+
+
+def whole_process(calculon_src: Path, batch: Path, systems_dir: Path, work: Path, repetitions: int,
+                  bytecode_cache: bool = True) -> tuple[list[float], list[float]]:
     """Wall-clock seconds of one whole process per tool, per repetition."""
     runner = work / "calculon_batch_runner.py"
     runner.write_text(CALCULON_RUNNER)
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = whole_process_environment(work, bytecode_cache)
 
     def timed(command: list[str]) -> float:
         start = time.perf_counter()
@@ -186,6 +203,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repetitions", type=int, default=5, help="alternated repetitions per comparison (default: 5)")
     parser.add_argument("--skip-in-process", action="store_true", help="only the whole-process comparison")
     parser.add_argument("--skip-whole-process", action="store_true", help="only the in-process comparison")
+    parser.add_argument("--no-bytecode-cache", action="store_true",
+                        help="whole process: keep the caller's environment (PYTHONDONTWRITEBYTECODE=1 then compiles "
+                             "both tools' sources in every run) instead of caching compiled code in the work directory")
     parser.add_argument("--measure-in-process", choices=("calculon", "harness"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.measure_in_process:  # child mode of the in-process comparison
@@ -204,8 +224,9 @@ def main(argv: list[str] | None = None) -> int:
 
     configs = read_corpus(args.corpus)
     systems = {name: calculon_system(load_profile(name)) for name in sorted({c["system"] for c in configs})}
+    cache = "no bytecode cache of its own" if args.no_bytecode_cache else "bytecode cached in its work directory"
     print(f"batch: {len(configs)} configurations from {args.corpus}; {args.repetitions} alternated repetitions; "
-          f"Python {sys.version.split()[0]}")
+          f"Python {sys.version.split()[0]}; whole process: {cache}")
     rows = []
     if not args.skip_in_process:
         calc, ours = in_process(args.calculon_src, args.corpus, args.repetitions)
@@ -220,7 +241,8 @@ def main(argv: list[str] | None = None) -> int:
             batch = work / "batch.jsonl"
             batch.write_text("".join(batch_line_json(c["id"], c["model"], c["execution"], c["system"]) + "\n"
                                      for c in configs))
-            calc, ours = whole_process(args.calculon_src, batch, systems_dir, work, args.repetitions)
+            calc, ours = whole_process(args.calculon_src, batch, systems_dir, work, args.repetitions,
+                                       bytecode_cache=not args.no_bytecode_cache)
         rows.append(("whole process, s per batch", statistics.median(calc), statistics.median(ours)))
     print(f"{'median':32s} {'Calculon':>10s} {'harness':>10s} {'harness/Calculon':>17s} {'speed-up':>9s}")
     for label, calc, ours in rows:

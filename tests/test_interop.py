@@ -80,6 +80,9 @@ def test_import_id_and_empty_comparison(tmp_path):
     (lambda m, e: e.update(data_par_overlap=True), "execution", "execution.data_par_overlap",
      "needs data_parallel > 1"),
     (lambda m, e: e.update(bogus=1), "execution", "execution.bogus", "unknown Calculon field"),
+    (lambda m, e: e.update(zz=1, bogus=1, yy=2), "execution", "execution.bogus", "unknown Calculon field"),  # first sorted
+    (lambda m, e: [m.pop(k) for k in ("seq_size", "attn_heads", "num_blocks")], "model", "model.attn_heads",
+     "required Calculon field is missing"),  # the first missing in sorted order, not the table's
     (lambda m, e: e.update(data_par_net=7), "execution", "execution.data_par_net", "tier 7 does not exist"),
     (lambda m, e: e.update(datatype="bfloat16"), "execution", "execution.datatype", "no bfloat16 matrix engine"),
 ])

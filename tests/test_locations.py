@@ -65,6 +65,26 @@ def test_project_profiles_shadow_packaged_ones_and_the_rest_falls_back(tmp_path)
         Locations(None, "none", None).profile_path("a")
 
 
+def test_a_profile_is_the_first_regular_file_with_its_status(tmp_path):
+    """``profile_file`` (what ``load_profile`` reads): a directory or a dangling link named like a profile in
+    the project is passed over for the packaged file; a link to a file counts; the status is that file's."""
+    packaged, project = tmp_path / "packaged", tmp_path / "project"
+    for name in ("a", "b", "c"):
+        (packaged / "evidence").mkdir(parents=True, exist_ok=True)
+        (packaged / "evidence" / f"{name}.yaml").write_text(name * 3)
+    (project / "evidence" / "a.yaml").mkdir(parents=True)
+    (project / "evidence" / "b.yaml").symlink_to(tmp_path / "nowhere.yaml")
+    (tmp_path / "real.yaml").write_text("linked")
+    (project / "evidence" / "c.yaml").symlink_to(tmp_path / "real.yaml")
+    where = Locations(project, "--project", packaged)
+    for name, expected in (("a", packaged / "evidence" / "a.yaml"), ("b", packaged / "evidence" / "b.yaml"),
+                           ("c", project / "evidence" / "c.yaml")):
+        path, status = where.profile_file(name)
+        assert path == expected and status.st_size == len(path.read_text()) and status.st_ino == path.stat().st_ino
+    assert where.profile_file("d") == (project / "evidence" / "d.yaml", None)
+    assert locations.regular_file_status(project / "evidence") is None
+
+
 def test_a_source_checkout_is_its_own_packaged_data():
     assert locations.packaged_root() == ROOT
 

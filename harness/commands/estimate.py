@@ -35,6 +35,7 @@ import contextlib
 import json
 import sys
 from collections import Counter
+from json.encoder import encode_basestring_ascii as _json_string
 from pathlib import Path
 from typing import IO, Any, Iterator
 
@@ -143,8 +144,72 @@ def batch_entry_json(entry: BatchLine, views=DEFAULT_VIEWS, source: str = "<batc
 
 
 def dumps(data: Any, indent: int | None = 1) -> str:
-    """Strict JSON (NaN and infinities are an error, never ``NaN`` in the output)."""
+    """Strict JSON (NaN and infinities are an error, never ``NaN`` in the output); ``indent=1`` through
+    :func:`indented_json`, the same text."""
+    if indent == 1:
+        return indented_json(data)
     return json.dumps(data, indent=indent, allow_nan=False)
+
+
+class _NotPlain(Exception):
+    """A value :func:`_plain_json` leaves to :mod:`json` (which writes it, or raises its own error)."""
+
+
+_float_text = float.__repr__  # json's text of a finite float
+
+
+def _plain_json(value: Any, indent: str) -> str:
+    """The text ``json.dumps(value, indent=1, allow_nan=False)`` gives, every line after the first prefixed
+    with ``indent``, for plain values: dicts with ``str`` keys, lists, tuples, ``str``, finite ``float``,
+    ``int``, ``bool`` and None, exactly of those types (no subclass). Anything else (a NaN or an infinity, a
+    key of another type, a subclass, an unknown object) raises :class:`_NotPlain`."""
+    kind = type(value)
+    if kind is float:
+        if value - value != 0.0:  # NaN or an infinity: json's error, not ours
+            raise _NotPlain
+        return _float_text(value)
+    if kind is str:
+        return _json_string(value)
+    if kind is dict:
+        if not value:
+            return "{}"
+        inner = indent + " "
+        items = []
+        for key, item in value.items():
+            if type(key) is not str:
+                raise _NotPlain
+            if type(item) is float and item - item == 0.0:  # most figures: no call
+                items.append(_json_string(key) + ": " + _float_text(item))
+            else:
+                items.append(_json_string(key) + ": " + _plain_json(item, inner))
+        return "{\n" + inner + (",\n" + inner).join(items) + "\n" + indent + "}"
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if kind is int:
+        return int.__repr__(value)
+    if kind is list or kind is tuple:
+        if not value:
+            return "[]"
+        inner = indent + " "
+        return "[\n" + inner + (",\n" + inner).join([_plain_json(item, inner) for item in value]) + "\n" + indent + "]"
+    raise _NotPlain
+
+
+def indented_json(data: Any, indent: str = "") -> str:
+    """``json.dumps(data, indent=1, allow_nan=False)`` with every line after the first prefixed by ``indent``
+    (JSON text holds no newline inside a string, so the lines are the layout's). json writes an indented
+    text in pure Python, a call per value; the batch's entries (about a hundred floats each) are plain
+    values, written here in a call per dict or list: a third of the time (docs/performance.md). Values
+    that are not plain (:func:`_plain_json`) go to json itself, so the text, and every error, is json's."""
+    try:
+        return _plain_json(data, indent)
+    except (_NotPlain, RecursionError):
+        text = json.dumps(data, indent=1, allow_nan=False)
+        return text.replace("\n", "\n" + indent) if indent else text
 
 
 class JsonListWriter:
@@ -155,7 +220,7 @@ class JsonListWriter:
         self.count = 0
 
     def write(self, entry: Any) -> None:
-        text = dumps(entry).replace("\n", "\n ")
+        text = indented_json(entry, " ")
         self.handle.write(("[\n " if self.count == 0 else ",\n ") + text)
         self.count += 1
 

@@ -26,7 +26,9 @@ Rules:
   layer's weight is the tied embedding, whose memory, optimizer step and
   data-parallel sync are not modelled either, so it has no accumulation.
 
-:func:`accumulation_s` is the one place that prices it; the closed form, the
+:func:`harness.cost.outside.outside_work` is the one place that prices it (the works of
+:func:`accumulate_works`, the multiples of :func:`block_multiples`, in the plan's section of
+:class:`harness.cost.outside.IterationTasks`); the closed form, the
 projection of overlapped layouts, the search, the explanation, the trace and
 the fit's evaluator follow it.
 """
@@ -34,7 +36,7 @@ the fit's evaluator follow it.
 from __future__ import annotations
 
 from harness import session
-from harness.cost.views import CostView, Pricer
+from harness.cost.views import CostView
 from harness.evidence.profile import EvidenceProfile
 from harness.ir.portable import PlanTask, Schedule, Work
 
@@ -69,23 +71,3 @@ def block_multiples(s: Schedule) -> tuple[int, int]:
     if not s.training or s.microbatches < 2:
         return 0, 0
     return (s.microbatches - 1) * s.blocks_per_stage, (s.pipeline_parallel - 1) * s.blocks_per_chunk
-
-
-def block_accumulation_s(pricer: Pricer, tasks: tuple[PlanTask, ...], bytes_per_element: int) -> float:
-    """One block's accumulation seconds for one microbatch after the first (0 when the family does not apply)."""
-    if not accumulation_applies(pricer.profile, pricer.view):
-        return 0.0
-    return sum(pricer.work(w).processing_s for _, w in accumulate_works(tasks, bytes_per_element))
-
-
-def accumulation_s(pricer: Pricer, tasks: tuple[PlanTask, ...], schedule: Schedule, bytes_per_element: int
-                   ) -> tuple[float, float] | None:
-    """(backward, pipeline_bubble) seconds an iteration gets for the accumulation, or None when the family does
-    not apply or there is nothing to accumulate (then the composition is left exactly as it is)."""
-    backward, bubble = block_multiples(schedule)
-    if not backward or not accumulation_applies(pricer.profile, pricer.view):
-        return None
-    block = block_accumulation_s(pricer, tasks, bytes_per_element)
-    if not block:
-        return None
-    return backward * block, bubble * block

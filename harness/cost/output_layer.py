@@ -23,13 +23,13 @@ steady state of 1F1B: once per microbatch on the critical path):
 - inference adds nothing (there are no output tasks, and the host time is a
   training microbatch's).
 
-:func:`per_microbatch_s` is the one place that decides what an iteration gets
-per microbatch; the closed form, the projection of overlapped layouts, the
+:func:`harness.cost.outside.outside_work` is the one place that prices what an iteration
+gets per microbatch (:func:`output_tasks`, :func:`host_microbatch_s`); the closed form, the projection of overlapped layouts, the
 search, the explanation and the trace use it.
 
 The vocabulary matrices of a shape that states ``tied_embeddings`` (the
 plan's ``vocabulary_weights``, :mod:`harness.passes.output_layer`) add, once
-per training iteration (:func:`per_iteration_s`): their optimizer steps to
+per training iteration (:func:`harness.cost.outside.outside_work`): their optimizer steps to
 ``optimizer``, and their data-parallel gradient synchronisation and the
 embedding group's all-reduce to ``data_parallel``. Both run after the
 backward pass and are exposed (the embedding's weight gradient is the last
@@ -84,42 +84,9 @@ def task_seconds(pricer: Pricer, task: PlanTask) -> tuple[float, float]:
             pricer.work(task.activation_grad).processing_s + pricer.work(task.weight_grad).processing_s)
 
 
-def per_microbatch_s(pricer: Pricer, model: ModelIR | None, training: bool,
-                     planned: tuple[PlanTask, ...] | None = None) -> tuple[float, float] | None:
-    """(forward, backward) seconds an iteration gets once per microbatch (the output tasks, the host's
-    microbatch time), or None when there is none (then the composition is left exactly as it is)."""
-    tasks = output_tasks(pricer, model, training, planned)
-    host = host_microbatch_s(pricer) if training else 0.0
-    if not tasks and not host:
-        return None
-    forward = backward = 0.0
-    for task in tasks:
-        forward += pricer.work(task.forward).processing_s
-    for task in reversed(tasks):  # backpropagation: the loss, then the logit layer's dgrad and wgrad
-        backward += pricer.work(task.activation_grad).processing_s
-        backward += pricer.work(task.weight_grad).processing_s
-    return forward + host, backward
-
-
 def iteration_weights(model: ModelIR | None, planned: VocabularyWeights | None = None) -> VocabularyWeights | None:
     """The vocabulary matrices an iteration prices: the plan's (``planned``), else the model's (the same
     memoized instance the plan holds); None when they are not counted."""
     if planned is not None or model is None:
         return planned
     return vocabulary_weights(model.shape, model.execution)
-
-
-def per_iteration_s(pricer: Pricer, model: ModelIR | None, training: bool,
-                    planned: VocabularyWeights | None = None) -> tuple[float, float] | None:
-    """(optimizer, data_parallel) seconds the vocabulary matrices add once per training iteration (see the
-    module rules), or None when they are not counted (the composition is then left exactly as it is)."""
-    weights = iteration_weights(model, planned)
-    if weights is None or not training:
-        return None
-    optimizer = 0.0
-    for work in weights.optimizer:
-        optimizer += pricer.work(work, optimizer=True).processing_s
-    sync = 0.0
-    for message in weights.gradient_messages:
-        sync += pricer.message_s(message)
-    return optimizer, sync + pricer.message_s(weights.embedding_group)

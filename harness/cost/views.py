@@ -68,9 +68,7 @@ keeps it the naive baseline of peaks, latencies and volume models):
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterable, NamedTuple, Protocol, runtime_checkable
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Iterable, NamedTuple, Protocol, runtime_checkable
 
 from harness import session
 from harness.errors import EvidenceError
@@ -78,6 +76,9 @@ from harness.evidence.families import curve_for
 from harness.evidence.profile import MEASURED_FAMILY_NAMES, ComputeEngine, EvidenceProfile, defines_family
 from harness.ir.portable import Message, PlanTask, PortablePlanIR, Work
 from harness.vocabulary import CURVE_FAMILIES, PEAK_ONLY, SYSTEM_EVIDENCE, VIEWS
+
+if TYPE_CHECKING:  # the annotations' arrays (the fit's); an estimate imports no numpy
+    import numpy as np
 
 
 @dataclasses.dataclass(frozen=True)
@@ -342,6 +343,8 @@ class Pricer:
         host's issue time (family ``launch``) a floor where ``issued``. The same rules and the same written
         forms (:func:`seconds`, :func:`processing_s`), elementwise; a pass of no operations has no compute
         time and one of no bytes no memory time."""
+        import numpy as np  # the fit's (numpy is loaded: the arguments are arrays); an estimate needs none
+
         (m_peak, m_curve, _), (v_peak, v_curve, _) = self._engines["matrix"], self._engines["vector"]
         m_eff = 1.0 if m_curve is None else m_curve.efficiencies(operations)
         v_eff = 1.0 if v_curve is None else v_curve.efficiencies(operations)

@@ -79,7 +79,6 @@ from __future__ import annotations
 import math
 from typing import Literal
 
-import numpy as np
 from pydantic import ConfigDict, Field, field_validator
 
 from harness.errors import EvidenceError
@@ -120,6 +119,8 @@ class SaturatingCurve(_Strict):
         is not a number (never priced)."""
         if self.half_size == 0:
             return self.max_efficiency
+        import numpy as np  # the fit's (numpy is loaded: the sizes are an array); an estimate needs none
+
         with np.errstate(divide="ignore", invalid="ignore"):
             return self.at(sizes)
 

@@ -62,13 +62,10 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import os
-import stat
 import time
 from pathlib import Path
-from typing import Annotated, ClassVar, Literal, get_args
+from typing import TYPE_CHECKING, Annotated, ClassVar, Literal, get_args
 
-import numpy as np
 import yaml
 from pydantic import ConfigDict, Field, Strict, field_validator, model_validator
 
@@ -93,6 +90,9 @@ from harness.ir.distributed import CollectiveOp
 from harness.ir.model import Datatype
 from harness.names import PROFILE_NAME, PROFILE_NAME_RULE
 from harness.vocabulary import COLLECTIVES, CURVE_FAMILIES
+
+if TYPE_CHECKING:  # the annotations' arrays (the fit's); an estimate imports no numpy
+    import numpy as np
 
 MIN_EFFICIENCY = 1e-4
 MIN_PEAK_FLOPS_PER_S, MAX_PEAK_FLOPS_PER_S = 1e6, 1e24
@@ -162,6 +162,8 @@ class Curve(StrictEvidence):
         size of 0 is never priced and its value is unused."""
         if self.saturating is not None:
             return self.saturating.efficiencies(sizes)
+        import numpy as np  # the fit's (numpy is loaded: the sizes are an array); an estimate needs none
+
         out = self._steps(sizes, np.where, np.nan)
         if np.any(np.isnan(out) & (sizes > 0)):
             raise HarnessError(f"a size is below the step curve's smallest threshold {self.points[-1].threshold}")
@@ -365,12 +367,12 @@ def load_profile(name: str, directory: Path | None = None, *, referrer: str | No
     ``--system``); a malformed profile is the profile file's.
     """
     check_profile_name(name, *((referrer, field) if referrer else ()))
-    path = profile_path(name, directory)
-    try:
-        status = os.stat(path)  # one system call per estimate when the profile is cached
-    except OSError:
-        status = None
-    if status is None or not stat.S_ISREG(status.st_mode):
+    if directory is not None:  # one system call per estimate when the profile is cached
+        path = profile_path(name, directory)
+        status = locations.regular_file_status(path)
+    else:
+        path, status = locations.current().profile_file(name)
+    if status is None:
         if referrer is not None:
             raise EvidenceError(referrer, field, f"no evidence profile named {name!r} (no {path})")
         raise EvidenceError(str(path), "system", f"no evidence profile named {name!r}")

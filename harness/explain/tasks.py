@@ -22,8 +22,9 @@ import dataclasses
 
 from pydantic import Field
 
-from harness.cost.accumulation import accumulate_works, accumulation_s, block_multiples
+from harness.cost.accumulation import accumulate_works, block_multiples
 from harness.cost.output_layer import host_microbatch_s, output_tasks, task_seconds
+from harness.cost.outside import accumulation_tasks, outside_work
 from harness.cost.views import CostView, Pricer
 from harness.estimate import cost_view
 from harness.evidence.profile import EvidenceProfile
@@ -154,7 +155,7 @@ def _output_layer_shares(plan: PortablePlanIR, pricer: Pricer, model: ModelIR | 
 
 def _vocabulary_shares(plan: PortablePlanIR, pricer: Pricer) -> dict[str, list[TaskShare]]:
     """The vocabulary matrices' once-per-iteration work (a shape that states ``tied_embeddings``), as
-    :func:`harness.cost.output_layer.per_iteration_s` adds it: their optimizer steps, their gradient
+    :func:`harness.cost.outside.outside_work` adds it: their optimizer steps, their gradient
     synchronisation and the embedding group's all-reduce (phase ``vocabulary``)."""
     w = plan.vocabulary_weights
     if w is None or not plan.schedule.training:
@@ -177,8 +178,9 @@ def _vocabulary_shares(plan: PortablePlanIR, pricer: Pricer) -> dict[str, list[T
 def _accumulation_shares(plan: PortablePlanIR, pricer: Pricer) -> dict[str, list[TaskShare]]:
     """The unfused gradient accumulation (family ``gradient_accumulation``) of each weight-holding task, in
     backward and the bubble (``accumulate/<task>``, phase ``accumulate``), as
-    :func:`harness.cost.accumulation.accumulation_s` adds them."""
-    if accumulation_s(pricer, plan.tasks, plan.schedule, plan.bytes_per_element) is None:
+    :func:`harness.cost.outside.outside_work` adds them."""
+    section = accumulation_tasks(pricer, plan.schedule, plan.tasks, plan.bytes_per_element)
+    if outside_work(pricer, section).accumulation_s is None:
         return {}
     out: dict[str, list[TaskShare]] = {}
     multiples = dict(zip(("backward", "pipeline_bubble"), block_multiples(plan.schedule)))

@@ -91,26 +91,39 @@ def calculon_error(error: InputError) -> InputError:
     return InputError(error.source, field, error.message)
 
 
+class _SectionTable:
+    """One section's view of :data:`CALCULON_FIELDS`, derived once (a batch translates every line through
+    it): Calculon's keys, the required ones in sorted order, and each mapped field as (our group path, our
+    name, Calculon's key, default) in the table's order."""
+
+    def __init__(self, section: str) -> None:
+        fields = [f for f in CALCULON_FIELDS if f.section == section]
+        self.names = frozenset(f.calculon for f in fields)
+        self.required = tuple(sorted(f.calculon for f in fields if f.default is REQUIRED))
+        self.mapped = tuple((tuple(f.ours[:-1]), f.ours[-1], f.calculon, f.default) for f in fields if f.ours)
+
+
+_SECTIONS = {"model": _SectionTable("model"), "execution": _SectionTable("execution")}
+
+
 def _section(data: Any, section: str, source: str) -> dict[str, Any]:
-    """Our nested section from Calculon's flat object: unknown keys and missing required ones are errors."""
+    """Our nested section from Calculon's flat object: unknown keys and missing required ones are errors (the
+    first in sorted order)."""
     if not isinstance(data, dict):
         raise InputError(source, section, "must be a JSON object")
-    fields = [f for f in CALCULON_FIELDS if f.section == section]
-    unknown = sorted(set(data) - {f.calculon for f in fields})
+    table = _SECTIONS[section]
+    unknown = data.keys() - table.names
     if unknown:
-        raise InputError(source, f"{section}.{unknown[0]}", "unknown Calculon field")
-    missing = sorted(f.calculon for f in fields if f.default is REQUIRED and f.calculon not in data)
+        raise InputError(source, f"{section}.{min(unknown)}", "unknown Calculon field")
+    missing = [name for name in table.required if name not in data]
     if missing:
         raise InputError(source, f"{section}.{missing[0]}", "required Calculon field is missing")
     out: dict[str, Any] = {}
-    for f in fields:
-        if not f.ours:
-            continue
-        *groups, name = f.ours
+    for groups, name, calculon, default in table.mapped:
         target = out
         for group in groups:
             target = target.setdefault(group, {})
-        target[name] = data.get(f.calculon, f.default)
+        target[name] = data.get(calculon, default)
     return out
 
 

@@ -23,8 +23,6 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-import numpy as np
-
 from harness.vocabulary import PARALLEL_DIMENSIONS
 
 #: Parallel dimension name (one of :data:`harness.vocabulary.PARALLEL_DIMENSIONS`).
@@ -123,6 +121,10 @@ def group_tier_of(sizes: dict[str, int], tiers: dict[str, Any], spans: Group) ->
 
 
 def _maximum(a: Any, b: Any) -> Any:
+    """The higher tier: of two ints, or elementwise where one is a numpy array of placements (the search's,
+    so numpy is loaded: the estimate's tiers are ints and need no numpy)."""
     if isinstance(a, int) and isinstance(b, int):
         return max(a, b)
+    import numpy as np
+
     return np.maximum(a, b)

@@ -212,7 +212,7 @@ class Design:
             message(msg, c["dp_s"])
 
     def _add_output_tasks(self, plan, model, t: int, items: _Builder) -> None:
-        """The output tasks once per microbatch (as :func:`harness.cost.output_layer.per_microbatch_s`): the
+        """The output tasks once per microbatch (as :func:`harness.cost.outside.outside_work`): the
         plan's, always priced; else those of the template's default vocabulary, priced where the candidate
         applies family ``output_layer``."""
         tasks, default = plan.output_tasks, False

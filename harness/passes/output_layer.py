@@ -47,7 +47,7 @@ Counted:
   step and the data-parallel synchronisation of those gradients (as a
   block's, over the same group) run once per iteration, with the embedding
   group's all-reduce, in the ``optimizer`` and ``data_parallel`` components
-  (:func:`harness.cost.output_layer.per_iteration_s`). In inference the
+  (:func:`harness.cost.outside.outside_work`). In inference the
   first stage holds the weights only.
 """
 

@@ -33,8 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
-
+from harness.arrays import is_array
 from harness.cost.views import Pricer, TaskCost
 from harness.ir.distributed import exchange
 from harness.ir.portable import PortablePlanIR, TaskMessages
@@ -63,9 +62,14 @@ class BlockTimes:
 
 
 def _positive(x):
-    """``max(0, x)``: a float for a float, elementwise for the search's arrays (a float stays a plain float, so
-    that block times and what is derived from them, a trace's JSON, hold no numpy scalars)."""
-    return np.maximum(0.0, x) if np.ndim(x) else float(np.maximum(0.0, x))
+    """``np.maximum(0.0, x)``: elementwise for the search's arrays; for a number (or a 0-d array) a plain float (so that block
+    times and what is derived from them, a trace's JSON, hold no numpy scalars), by numpy's rule written out
+    (``x`` unless ``0.0 > x``: -0.0 and NaN stay themselves), so an estimate needs no numpy."""
+    if is_array(x) and x.ndim:
+        import numpy as np
+
+        return np.maximum(0.0, x)
+    return float(0.0 if 0.0 > x else x)
 
 
 def ring_exposed_s(step_s, hidden_s, steps: int):

@@ -39,8 +39,6 @@ from __future__ import annotations
 
 from typing import Any, Callable, NamedTuple
 
-import numpy as np
-
 from harness import calculon_compat as compat
 from harness.ir.portable import Message, PipelineTraffic
 from harness.vocabulary import COMPONENTS
@@ -65,8 +63,16 @@ def _choose(condition: bool, if_true: Value, if_false: Value) -> Value:
 
 #: Python floats: one execution.
 SCALAR = Arith("python floats", max, min, _choose, bool)
-#: Numpy arrays: one element per variant (the search's placements and options).
-ARRAYS = Arith("numpy arrays", np.maximum, np.minimum, np.where, np.any)
+
+
+def __getattr__(name: str) -> Any:
+    """``ARRAYS``, numpy arrays' :class:`Arith`: one element per variant (the search's placements and options),
+    built when asked for, so that the estimate (:data:`SCALAR`) does not import numpy."""
+    if name == "ARRAYS":
+        import numpy as np
+
+        return Arith("numpy arrays", np.maximum, np.minimum, np.where, np.any)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def bubble_extra_chunks(s) -> int:
@@ -244,13 +250,13 @@ class OutsideWork(NamedTuple):
     """The work an iteration gets outside the composed blocks, seconds (floats, or arrays of the search's
     variants); each pair None where there is none (then the composition is left exactly as it is)."""
 
-    #: (forward, backward) once per microbatch (:func:`harness.cost.output_layer.per_microbatch_s`: the output
-    #: layer, the host's microbatch time).
+    #: (forward, backward) once per microbatch (the section's output tasks and the host's microbatch time,
+    #: :func:`harness.cost.outside.outside_work`).
     per_microbatch_s: tuple[Value, Value] | None = None
-    #: (optimizer, data_parallel) once per iteration (:func:`harness.cost.output_layer.per_iteration_s`: the
-    #: vocabulary matrices).
+    #: (optimizer, data_parallel) once per iteration (the section's vocabulary matrices,
+    #: :func:`harness.cost.outside.outside_work`).
     per_iteration_s: tuple[Value, Value] | None = None
-    #: (backward, pipeline_bubble): the unfused gradient accumulation (:func:`harness.cost.accumulation.accumulation_s`).
+    #: (backward, pipeline_bubble): the unfused gradient accumulation (:func:`harness.cost.outside.outside_work`).
     accumulation_s: tuple[Value, Value] | None = None
 
 

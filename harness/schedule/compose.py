@@ -32,8 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
-
+from harness.arrays import is_array
 from harness.ir.portable import Schedule
 from harness.schedule import calculon_forms as forms
 from harness.schedule.block import BlockTimes
@@ -77,13 +76,13 @@ def portable_sums(b: BlockTimes) -> BlockSums:
 
 def _ops(b: BlockTimes) -> forms.Arith:
     """Python floats, or numpy arrays where a block time is one (the search's placements)."""
-    arrays = any(isinstance(getattr(b, f.name), np.ndarray) for f in dataclasses.fields(b))
+    arrays = any(is_array(getattr(b, f.name)) for f in dataclasses.fields(b))
     return forms.ARRAYS if arrays else forms.SCALAR
 
 
 def _figure(value):
     """A component as a float (an int 0 of a closed form too), or the array of placements it is."""
-    return value if isinstance(value, np.ndarray) else float(value)
+    return value if is_array(value) else float(value)
 
 
 def _chunk_times(s: Schedule, blocks: forms.Blocks) -> ChunkTimes:

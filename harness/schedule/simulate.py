@@ -265,7 +265,7 @@ def simulate(s: Schedule, block: BlockTimes, composition: Composition,
     returns both); the simulation reads its chunk times and components.
     ``per_microbatch``: the (forward, backward) seconds the closed form adds
     once per microbatch outside the blocks (the output tasks, the host's
-    microbatch time: :func:`harness.cost.output_layer.per_microbatch_s`); they
+    microbatch time: :func:`harness.cost.outside.outside_work`); they
     run on the last stage, after its last chunk's forward and before its
     backward. With PP > 1 the first stage does not run them: its closed-form
     busy time leaves them out and its closed-form idle time is the bubble

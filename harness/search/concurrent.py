@@ -35,8 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.cost.accumulation import accumulation_s
-from harness.cost.output_layer import per_microbatch_s
+from harness.cost.outside import iteration_tasks, outside_work
 from harness import session
 from harness.cost.views import MEMO_LIMIT, Pricer, TaskCost
 from harness.ir import mesh
@@ -159,29 +158,14 @@ def offload_memory(plan: PortablePlanIR, block: BlockMemory, stage: StageMemory,
     return tier_total_bytes(buffers, 1), tier_total_bytes(buffers, 2)
 
 
-def vocabulary_s(pricer: Pricer, weights, training: bool, networks: int, data_tiers, pipeline_tiers):
-    """:func:`harness.cost.output_layer.per_iteration_s` of every variant: the same sums, each message priced
-    on the tier its group has in the variant (the gradient group's ``data_tiers``, the embedding group's
-    ``pipeline_tiers``); None when the vocabulary matrices are not counted."""
-    if weights is None or not training:
-        return None
-    optimizer = 0.0
-    for work in weights.optimizer:
-        optimizer += pricer.work(work, optimizer=True).processing_s
-    sync: Any = 0.0
-    if weights.gradient_messages:
-        per_tier = []
-        for t in range(networks):
-            tier_s = 0.0
-            for message in weights.gradient_messages:
-                tier_s += pricer.message_on_tier_s(message, t)
-            per_tier.append(tier_s)
-        sync = np.array(per_tier, dtype=float)[data_tiers]
-    shared = weights.embedding_group
-    if shared is None:
-        return optimizer, sync + 0.0
-    return optimizer, sync + np.array([pricer.message_on_tier_s(shared, t) for t in range(networks)],
-                                      dtype=float)[pipeline_tiers]
+def on_variant_tiers(pricer: Pricer, networks: int, tiers):
+    """A message pricer for :func:`harness.cost.outside.outside_work`: a message priced on the tier its group has
+    in each variant (``tiers``: the group's tier index of every variant), an array over the variants (None: 0)."""
+    def message_s(message):
+        if message is None:
+            return 0.0
+        return np.array([pricer.message_on_tier_s(message, t) for t in range(networks)], dtype=float)[tiers]
+    return message_s
 
 
 #: numpy arrays: one element per variant (see :mod:`harness.schedule.calculon_forms`).
@@ -249,8 +233,9 @@ def project(plan: PortablePlanIR, block: BlockMemory, pricer: Pricer, sums: list
     n = len(tn)
     it = forms.iteration(s, k, fw_pp=fw_pp, bw_pp=bw_pp, fw_off_s=fw_off_s, bw_off_s=bw_off_s, dp=dp, ops=ARRAYS,
                          finish=lambda v: np.broadcast_to(np.asarray(v, dtype=float), (n,)))
-    work = forms.OutsideWork(per_microbatch_s(pricer, model, s.training),
-                             vocabulary_s(pricer, plan.vocabulary_weights, s.training, networks, dn, pn),
-                             accumulation_s(pricer, plan.tasks, s, plan.bytes_per_element))
+    section = iteration_tasks(pricer, model, s, plan.tasks, plan.bytes_per_element,
+                              vocabulary_weights=plan.vocabulary_weights)
+    work = outside_work(pricer, section, sync_message_s=on_variant_tiers(pricer, networks, dn),
+                        embedding_message_s=on_variant_tiers(pricer, networks, pn))
     components, total = forms.with_outside_work(it.components_s, it.total_s, s.microbatches, work, portable=False)
     return total, components

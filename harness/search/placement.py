@@ -68,7 +68,7 @@ class PlacementPricer:
             if expert is not None:
                 spans = self.group_tiers(expert.spans)
                 self._dimension.update({id(m): spans for m in expert.messages})
-        weights = plan.vocabulary_weights  # harness.cost.output_layer.per_iteration_s prices its messages
+        weights = plan.vocabulary_weights  # harness.cost.outside.outside_work prices its messages
         if weights is not None:
             gradient = self.group_tiers(weights.spans)
             self._dimension.update({id(m): gradient for m in weights.gradient_messages})

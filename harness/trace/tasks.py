@@ -28,8 +28,9 @@ import dataclasses
 import math
 from typing import Any
 
-from harness.cost.accumulation import accumulate_works, accumulation_applies, block_accumulation_s
-from harness.cost.output_layer import host_microbatch_s, output_tasks, per_microbatch_s, task_seconds
+from harness.cost.accumulation import accumulate_works, accumulation_applies
+from harness.cost.output_layer import host_microbatch_s, output_tasks, task_seconds
+from harness.cost.outside import block_accumulation_s, iteration_tasks, outside_work
 from harness.cost.views import CostView, Pricer
 from harness.estimate import cost_view
 from harness.evidence.profile import EvidenceProfile
@@ -199,8 +200,10 @@ def build_trace(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView, 
     check_trace_size(plan, source, task_microbatches=task_microbatches, max_operations=max_operations)
     block, comp = cost_view(plan, profile, view, model=model)
     pricer = Pricer(profile, view, plan.datatype)
-    extra = per_microbatch_s(pricer, model, plan.schedule.training, plan.output_tasks)
-    accumulate = block_accumulation_s(pricer, plan.tasks, plan.bytes_per_element) if plan.schedule.training else 0.0
+    section = iteration_tasks(pricer, model, plan.schedule, plan.tasks, plan.bytes_per_element,
+                              output_tasks_planned=plan.output_tasks, vocabulary_weights=plan.vocabulary_weights)
+    extra = outside_work(pricer, section).per_microbatch_s
+    accumulate = block_accumulation_s(pricer, section)
     sim = simulate(plan.schedule, block, comp, extra or (0.0, 0.0), accumulate)
     spans = task_spans(plan, profile, view, model) if task_microbatches > 0 else None
     summary = {name: getattr(sim, name) for name in (
