@@ -197,6 +197,8 @@ class Session:
         self.messages: Memo[tuple, Any] = Memo("messages", facts)
         #: The output layer's tasks and plan tasks, the accumulation works (keys: their arguments).
         self.output_tasks: Memo[tuple, Any] = Memo("output_tasks", facts)
+        #: (task id, element size, shards, training[, tier, stride]) -> (the task, its PlanTask).
+        self.plan_tasks: Memo[tuple, Any] = Memo("plan_tasks", interned)
         #: Instance -> its canonical text (classes with CANONICAL_MEMO or INTERNED).
         self.texts: IdentityMemo[str] = IdentityMemo("texts", texts)
         #: Profile path -> what was read of it.
@@ -218,7 +220,7 @@ class Session:
     def memos(self) -> tuple[Memo | IdentityMemo, ...]:
         """Every memo of lowering and pricing (not the profile files)."""
         return (self.lowerings, self.concrete, self.projections, self.pricers, self.facts, self.messages,
-                self.output_tasks, self.texts, self.running_tops, *self._interned.values())
+                self.output_tasks, self.plan_tasks, self.texts, self.running_tops, *self._interned.values())
 
     def clear(self) -> None:
         """Forget every memo of lowering and pricing (results never depend on them)."""
