@@ -211,3 +211,23 @@ def test_only_weighted_primitives_depend_on_the_optimizer_shards():
             rule = RULES[task.shape.kind]
             same = rule(task.shape, 2, 1) == rule(task.shape, 2, 8)
             assert same == (task.shape.kind not in WEIGHTED), task.name
+
+
+def test_trusted_plans_are_derived_once_per_given_names_and_bounded():
+    """A construction plan is remembered per tuple of given field names (on the class's spec), at most
+    ``PLAN_LIMIT`` of them; past it, construction is still complete and checked."""
+    from itertools import permutations
+
+    from harness.ir import base
+
+    spec = base._construction(Work)
+    given = ("engine", "bytes_written", "operations", "bytes_read")
+    work = Work.trusted(**{n: {"engine": "matrix"}.get(n, 1) for n in given})
+    assert given in spec.plans and spec.plans[given][1] == set(given) == work.model_fields_set
+    for order in permutations(("operations", "bytes_read", "bytes_written", "engine", "datatype")):
+        work = Work.trusted(**{n: {"engine": "vector", "datatype": None}.get(n, 2) for n in order})
+        assert list(work.__dict__) == list(Work.model_fields) and work.gemm_operations is None
+        assert work.model_fields_set == set(order)
+    assert len(spec.plans) == base.PLAN_LIMIT  # 120 orders + 1 seen, 64 remembered
+    with pytest.raises(TypeError, match="missing field 'operations'"):
+        Work.trusted(bytes_read=0, bytes_written=0, engine="vector", datatype=None, gemm_operations=None)
