@@ -22,7 +22,7 @@ from harness.interop.calculon_format import input_from_calculon
 from harness.ir import canonical
 from harness.ir.base import Frozen
 from harness.ir.distributed import LinearShape, Retention, Task
-from harness.ir.portable import Work
+from harness.ir.portable import Capacity, Message, TaskMessages, Work
 from harness.oracles.records import load_record_file
 from harness.pipeline import lower
 
@@ -103,6 +103,27 @@ def test_non_finite_floats_fall_back_to_the_reference_which_refuses_them():
         assert canonical.write(work) is None
         with pytest.raises(ValueError):
             canonical_json(work.model_dump(mode="json"))
+
+
+def test_non_finite_numbers_anywhere_fall_back_to_the_reference():
+    """In an optional (absent-if-None) float field, in an int field, nested in a memoized value."""
+    zero = dict(weight_bytes=0, activation_bytes=0, output_bytes=0, weight_grad_bytes=0,
+                weight_grad_unsharded_bytes=0, activation_grad_bytes=0, optimizer_bytes=0)
+    assert canonical.write(Capacity.trusted(**zero, quantized_weight_bytes=math.inf)) is None
+    assert canonical.write(Capacity.trusted(**zero, quantized_weight_bytes=2.5)) == canonical_json(
+        Capacity.trusted(**zero, quantized_weight_bytes=2.5).model_dump(mode="json"))
+    message = Message.trusted(collective="all_reduce", message_bytes=1, participants=math.nan, network_tier=0)
+    assert canonical.write(message) is None
+    stride = Message.trusted(collective="all_reduce", message_bytes=1, participants=2, network_tier=0,
+                             member_stride_processors=-math.inf)
+    assert canonical.write(stride) is None
+    assert canonical.write(TaskMessages.trusted(forward_base=message, forward_edge=None, backward_base=None,
+                                                backward_edge=None)) is None
+
+
+def test_strings_holding_nan_or_inf_are_written_by_the_compiled_writer():
+    task = Task.trusted(name="inference/nan.inf", phase="forward", shape=LinearShape.trusted(m=1, n=2, k=3))
+    assert canonical.write(task) == canonical_json(task.model_dump(mode="json"))
 
 
 def test_ints_in_float_fields_and_strings_are_written_like_model_dump():

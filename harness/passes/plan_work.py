@@ -172,7 +172,7 @@ class TransformerPlanWork(ModulePass[DistributedTaskIR, PortablePlanIR]):
         """
         memo = session.current().plan_tasks
         training = e.training
-        placements: dict[tuple, tuple[int, int | None]] = {}  # (group, stride dimension) -> (tier, stride)
+        placements: dict[type, tuple[int, int | None]] = {}  # shape class -> its group's (tier, stride)
         planned = []
         for task in tasks:
             shape = task.shape
@@ -181,10 +181,9 @@ class TransformerPlanWork(ModulePass[DistributedTaskIR, PortablePlanIR]):
                 key = (id(task), b, own, training)
                 placement = None
             else:
-                where = (shape.GROUP, getattr(shape, "MEMBER_STRIDE", None))
-                placement = placements.get(where)
+                placement = placements.get(type(shape))
                 if placement is None:
-                    placement = placements[where] = (mesh.group_tier(e, shape.GROUP), member_stride(shape, e))
+                    placement = placements[type(shape)] = (mesh.group_tier(e, shape.GROUP), member_stride(shape, e))
                 key = (id(task), b, own, training, *placement)
             hit = memo.get(key)
             if hit is not None and hit[0] is task:
