@@ -74,7 +74,7 @@ from harness import session
 from harness.errors import EvidenceError
 from harness.evidence.families import curve_for
 from harness.evidence.profile import MEASURED_FAMILY_NAMES, ComputeEngine, EvidenceProfile, defines_family
-from harness.ir.portable import Message, PlanTask, PortablePlanIR, Work
+from harness.ir.portable import NO_WORK, Message, PlanTask, PortablePlanIR, Work
 from harness.vocabulary import CURVE_FAMILIES, PEAK_ONLY, SYSTEM_EVIDENCE, VIEWS
 
 if TYPE_CHECKING:  # the annotations' arrays (the fit's); an estimate imports no numpy
@@ -316,6 +316,8 @@ class Pricer:
 
     def work(self, work: Work, optimizer: bool = False) -> PassCost:
         """Compute and memory time of one pass (the optimizer step runs on the vector engine)."""
+        if work is NO_WORK:  # a clone's or an inference task's empty pass: what _work gives any zero work
+            return ZERO
         memo = self._priced_optimizer if optimizer else self._priced
         cost = memo.get(work)
         if cost is None:

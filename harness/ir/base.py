@@ -75,11 +75,19 @@ class Frozen(BaseModel):
         values, a nested model by identity (the shared instance holds it, so
         its id cannot be reused while the entry exists, and a default factory's
         fresh instance defeats sharing: pass interned values); the table is the
-        current session's (:meth:`harness.session.Session.interned`: bounded, LRU).
+        current session's (:meth:`harness.session.Session.interned`: bounded, two generations).
         ``model_fields_set`` of a shared instance is that of its first construction.
         """
         spec = cls.__dict__.get(CONSTRUCTION) or _construction(cls)
-        values = fields if tuple(fields) == spec.names else spec.complete(cls, fields)
+        given = tuple(fields)
+        if given == spec.names:
+            values, fields_set = fields, spec.all_fields
+        else:  # defaults to fill or fields out of order: the plan of these names (derived once per names)
+            plan = spec.plans.get(given) or spec.plan(cls, given)
+            values = spec.template | fields  # every name in declaration order, the given values over the defaults
+            for name, factory in plan[0]:
+                values[name] = factory()
+            fields_set = plan[1]
         if spec.key is not None:
             table = session.interned(cls)
             key = spec.key(values)
@@ -89,10 +97,9 @@ class Frozen(BaseModel):
         obj = cls.__new__(cls)
         setattr_ = object.__setattr__
         setattr_(obj, "__dict__", values)
-        # Built with every field: all instances share one fields-set (pydantic
-        # mutates it only through attribute assignment, which a frozen model
-        # refuses, or on a copy made by ``model_copy``).
-        setattr_(obj, "__pydantic_fields_set__", spec.all_fields if values is fields else set(fields))
+        # All instances built from the same field names share one fields-set (pydantic mutates it only through
+        # attribute assignment, which a frozen model refuses, or on a copy made by ``model_copy``).
+        setattr_(obj, "__pydantic_fields_set__", fields_set)
         setattr_(obj, "__pydantic_extra__", None)
         setattr_(obj, "__pydantic_private__", None if spec.private is None else dict(spec.private))
         if spec.key is not None:
@@ -119,32 +126,48 @@ class Frozen(BaseModel):
         return self.trusted(**{**self.__dict__, **changes})
 
 
+#: The template's value of a field without an immutable default (always overwritten: given or made by a factory).
+_REQUIRED = object()
+#: Construction plans kept per class (distinct tuples of given field names: one per call site's keyword set, so
+#: a few per class; past the bound a plan is derived on every call, still correct).
+PLAN_LIMIT = 64
+
+
 @dataclasses.dataclass(frozen=True)
 class _Construction:
-    """How :meth:`Frozen.trusted` builds one class."""
+    """How :meth:`Frozen.trusted` builds one class (derived code, stored on the class)."""
 
     names: tuple[str, ...]
-    getter: Callable[[dict[str, Any]], tuple[Any, ...]]
-    defaults: dict[str, Any]
+    template: dict[str, Any]  # every field name in declaration order -> its immutable default (else _REQUIRED)
     factories: tuple[tuple[str, Callable[[], Any]], ...]
     private: dict[str, Any] | None  # private attributes' (immutable) defaults, copied per instance
     key: Callable[[dict[str, Any]], tuple] | None
     all_fields: set[str]
+    #: given field names (not in declaration order, or not all) -> (the factories of the omitted fields that
+    #: have one, the fields-set of the instances built from those names): the plan of :meth:`plan`.
+    plans: dict[tuple[str, ...], tuple[tuple[tuple[str, Callable[[], Any]], ...], set[str]]]
+
+    def plan(self, cls: type, given: tuple[str, ...]) -> tuple[tuple[tuple[str, Callable[[], Any]], ...], set[str]]:
+        """How to complete ``given`` field names (checked once per names: no unknown field, every required
+        field given), remembered in :attr:`plans` (bounded by :data:`PLAN_LIMIT`)."""
+        made = {name for name, _ in self.factories}
+        for name in self.names:
+            if name not in given and self.template[name] is _REQUIRED and name not in made:
+                raise TypeError(f"{cls.__name__}.trusted: missing field {name!r}")
+        unknown = set(given) - set(self.names)
+        if unknown:
+            raise TypeError(f"{cls.__name__}.trusted: unknown field(s) {sorted(unknown)}")
+        plan = (tuple((n, f) for n, f in self.factories if n not in given), set(given))
+        if len(self.plans) < PLAN_LIMIT:
+            self.plans[given] = plan
+        return plan
 
     def complete(self, cls: type, fields: dict[str, Any]) -> dict[str, Any]:
         """All field values in declaration order: defaults filled, unknown names refused."""
-        merged = self.defaults | fields
-        for name, factory in self.factories:
-            if name not in merged:
-                merged[name] = factory()
-        if tuple(merged) == self.names:
-            return merged
-        try:
-            values = dict(zip(self.names, self.getter(merged)))
-        except KeyError as missing:
-            raise TypeError(f"{cls.__name__}.trusted: missing field {missing}") from None
-        if len(values) != len(merged):
-            raise TypeError(f"{cls.__name__}.trusted: unknown field(s) {sorted(set(merged) - set(values))}")
+        plan = self.plans.get(tuple(fields)) or self.plan(cls, tuple(fields))
+        values = self.template | fields
+        for name, factory in plan[0]:
+            values[name] = factory()
         return values
 
 
@@ -172,14 +195,13 @@ def _new_construction(cls: type[BaseModel]) -> _Construction:
                 defaults[name] = field.default
             else:  # a mutable default is copied per instance, as pydantic does
                 factories.append((name, functools.partial(field.get_default, call_default_factory=True)))
-    getter = operator.itemgetter(*names) if len(names) > 1 else (lambda d, _n=names[0]: (d[_n],))
     private = cls.__private_attributes__
     mutable = [n for n, a in private.items() if not isinstance(a.get_default(), _IMMUTABLE)]
     if mutable:
         raise TypeError(f"{cls.__name__}.trusted: private attribute(s) {mutable} need a per-instance copy")
-    return _Construction(names, getter, defaults, tuple(factories),
+    return _Construction(names, {n: defaults.get(n, _REQUIRED) for n in names}, tuple(factories),
                          {n: a.get_default() for n, a in private.items()} if private else None,
-                         _intern_key(cls) if getattr(cls, "INTERNED", False) else None, set(names))
+                         _intern_key(cls) if getattr(cls, "INTERNED", False) else None, set(names), {})
 
 
 def _model_classes(annotation: Any) -> tuple[type, ...]:

@@ -416,9 +416,14 @@ TaskShape = Annotated[Union[SHAPES], Field(discriminator="kind")]
 SHAPE_OF: dict[str, type] = {kind: cls for cls in SHAPES for kind in get_args(cls.model_fields["kind"].annotation)}
 
 
+#: primitive kind -> whether its weights are expert weights (its shape's ``EXPERT_WEIGHTS``), derived from
+#: :data:`SHAPE_OF` once: a class attribute a shape lacks costs pydantic's metaclass an AttributeError per lookup.
+EXPERT_WEIGHTS_OF: dict[str, bool] = {kind: getattr(cls, "EXPERT_WEIGHTS", False) for kind, cls in SHAPE_OF.items()}
+
+
 def expert_weights(primitive: str) -> bool:
     """Whether the weights of primitive ``primitive`` are expert weights (its shape's ``EXPERT_WEIGHTS``)."""
-    return getattr(SHAPE_OF[primitive], "EXPERT_WEIGHTS", False)
+    return EXPERT_WEIGHTS_OF[primitive]
 
 
 def exchange(primitive: str) -> Exchange:

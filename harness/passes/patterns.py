@@ -196,11 +196,18 @@ class BlockBuilder:
     """Accumulates forward tasks with their recompute/recommunicate flags, in order."""
 
     tasks: list[tuple[Task, bool, bool]] = dataclasses.field(default_factory=list)
+    #: the block's retention flags as given (keyword order) -> the interned Retention: a block repeats a few
+    #: flag sets over its ~25 tasks, each built once per block
+    retentions: dict[tuple, Retention] = dataclasses.field(default_factory=dict, repr=False)
 
     def add(self, name: str, shape: Any, deps: tuple[str, ...] = (), *, recompute: bool = False,
             recommunicate: bool = False, **retention: bool) -> str:
+        flags = tuple(retention.items())
+        kept = self.retentions.get(flags)
+        if kept is None:
+            kept = self.retentions[flags] = _retention(**retention)
         task = Task.trusted(name=name, phase="forward", clone_of=None, depends_on=deps, shape=shape,
-                            retention=_retention(**retention))
+                            retention=kept)
         self.tasks.append((task, recompute, recommunicate))
         return name
 

@@ -57,7 +57,7 @@ from harness.ir.portable import (
 from harness.passes.base import ModulePass
 from harness.passes.output_layer import plan_tasks, vocabulary_weights
 from harness.passes.precision import overlap_message_bytes
-from harness.passes.rules import derive
+from harness.passes.rules import WEIGHTED, derive
 
 
 def _task_messages(s: CollectiveShape | OverlappedLinearShape, b: int, tier: int, backward: bool,
@@ -145,8 +145,7 @@ class TransformerPlanWork(ModulePass[DistributedTaskIR, PortablePlanIR]):
         b = e.bytes_per_element
         shards = mesh.group_size(e, gradient_group(e)) if e.optimizer_sharding else 1
         expert_shards = expert_data_parallel(e) if e.optimizer_sharding else 1  # the distributed optimizer's
-        tasks = tuple(self._plan_task(t, b, expert_shards if expert_weights(t.shape.kind) else shards, e, e.training)
-                      for t in ir.tasks)
+        tasks = self._plan_tasks(ir.tasks, b, shards, expert_shards, e)
         return PortablePlanIR.trusted(
             datatype=e.datatype,
             bytes_per_element=b,
@@ -160,21 +159,58 @@ class TransformerPlanWork(ModulePass[DistributedTaskIR, PortablePlanIR]):
             vocabulary_weights=vocabulary_weights(ir.shape, e),
         )
 
+    @classmethod
+    def _plan_tasks(cls, tasks: tuple[Task, ...], b: int, shards: int, expert_shards: int,
+                    e: ExecutionLayout) -> tuple[PlanTask, ...]:
+        """Every task's :meth:`_plan_task`, memoized in the session's ``plan_tasks``.
+
+        A plan task is a pure function of its task (interned: equal tasks are one instance), the element size,
+        the optimizer shards its rule reads (one for a primitive without weights, :data:`rules.WEIGHTED`),
+        training, and, for a communicating task, the tier and member stride of its group: the key is those
+        values with the task's identity (the memo holds the task, so its id is not reused while remembered;
+        a hit is checked by identity).
+        """
+        memo = session.current().plan_tasks
+        training = e.training
+        placements: dict[type, tuple[int, int | None]] = {}  # shape class -> its group's (tier, stride)
+        planned = []
+        for task in tasks:
+            shape = task.shape
+            own = (expert_shards if expert_weights(shape.kind) else shards) if shape.kind in WEIGHTED else 1
+            if shape.EXCHANGE == "none":
+                key = (id(task), b, own, training)
+                placement = None
+            else:
+                placement = placements.get(type(shape))
+                if placement is None:
+                    placement = placements[type(shape)] = (mesh.group_tier(e, shape.GROUP), member_stride(shape, e))
+                key = (id(task), b, own, training, *placement)
+            hit = memo.get(key)
+            if hit is not None and hit[0] is task:
+                planned.append(hit[1])
+                continue
+            plan_task = cls._plan_task(task, b, own, training, placement)
+            memo.put(key, (task, plan_task))
+            planned.append(plan_task)
+        return tuple(planned)
+
     @staticmethod
-    def _plan_task(task: Task, b: int, shards: int, e: ExecutionLayout, training: bool) -> PlanTask:
+    def _plan_task(task: Task, b: int, shards: int, training: bool,
+                   placement: tuple[int, int | None] | None) -> PlanTask:
+        """One task's workload facts; ``placement`` is a communicating task's (tier, member stride) (None:
+        the task sends nothing)."""
         facts = derive(task.shape, b, shards)
         messages = None
-        if task.shape.EXCHANGE != "none":
+        if placement is not None:
             # Backward messages exist for a training forward collective only; a
             # recommunication task sends its original's forward messages again
             # (as does the recompute clone of an overlapped linear: its GEMM is
             # tiled against them). They travel on their group's tier.
-            tier = mesh.group_tier(e, task.shape.GROUP)
+            tier, stride = placement
             if task.shape.EXCHANGE == "ring":
                 messages = _ring_messages(task.shape, b, tier, training and task.phase == "forward")
             else:
-                messages = _task_messages(task.shape, b, tier, training and task.phase == "forward",
-                                          member_stride(task.shape, e))
+                messages = _task_messages(task.shape, b, tier, training and task.phase == "forward", stride)
         if task.phase == "forward" and training:
             passes = dict(forward=facts.forward, activation_grad=facts.activation_grad,
                           weight_grad=facts.weight_grad, optimizer=facts.optimizer)
