@@ -22,7 +22,7 @@ from harness.interop.calculon_format import input_from_calculon
 from harness.ir import canonical
 from harness.ir.base import Frozen
 from harness.ir.distributed import LinearShape, Retention, Task
-from harness.ir.portable import Work
+from harness.ir.portable import Capacity, Message, TaskMessages, Work
 from harness.oracles.records import load_record_file
 from harness.pipeline import lower
 
@@ -105,6 +105,27 @@ def test_non_finite_floats_fall_back_to_the_reference_which_refuses_them():
             canonical_json(work.model_dump(mode="json"))
 
 
+def test_non_finite_numbers_anywhere_fall_back_to_the_reference():
+    """In an optional (absent-if-None) float field, in an int field, nested in a memoized value."""
+    zero = dict(weight_bytes=0, activation_bytes=0, output_bytes=0, weight_grad_bytes=0,
+                weight_grad_unsharded_bytes=0, activation_grad_bytes=0, optimizer_bytes=0)
+    assert canonical.write(Capacity.trusted(**zero, quantized_weight_bytes=math.inf)) is None
+    assert canonical.write(Capacity.trusted(**zero, quantized_weight_bytes=2.5)) == canonical_json(
+        Capacity.trusted(**zero, quantized_weight_bytes=2.5).model_dump(mode="json"))
+    message = Message.trusted(collective="all_reduce", message_bytes=1, participants=math.nan, network_tier=0)
+    assert canonical.write(message) is None
+    stride = Message.trusted(collective="all_reduce", message_bytes=1, participants=2, network_tier=0,
+                             member_stride_processors=-math.inf)
+    assert canonical.write(stride) is None
+    assert canonical.write(TaskMessages.trusted(forward_base=message, forward_edge=None, backward_base=None,
+                                                backward_edge=None)) is None
+
+
+def test_strings_holding_nan_or_inf_are_written_by_the_compiled_writer():
+    task = Task.trusted(name="inference/nan.inf", phase="forward", shape=LinearShape.trusted(m=1, n=2, k=3))
+    assert canonical.write(task) == canonical_json(task.model_dump(mode="json"))
+
+
 def test_ints_in_float_fields_and_strings_are_written_like_model_dump():
     work = Work.trusted(operations=2**60 + 1, bytes_read=3, bytes_written=True, engine="matrix")
     assert canonical.write(work) == canonical_json(work.model_dump(mode="json"))
@@ -165,7 +186,7 @@ MEMO_INPUTS = ("differential/0000/anthropic-52B", "differential/0005/lamda", "di
 def _memo_sizes(current) -> dict[str, int]:
     """The size of every memo of a session (the largest table where there are several: the interned classes,
     the three price memos of each shared pricer)."""
-    pricers = [p for _, p in current.pricers._entries.values()]
+    pricers = [p for _, p in current.pricers.values()]
     sizes = {memo.name: len(memo) for memo in (current.lowerings, current.concrete, current.projections,
                                               current.pricers, current.facts, current.messages,
                                               current.output_tasks, current.texts, current.profiles)}

@@ -75,7 +75,7 @@ class Frozen(BaseModel):
         values, a nested model by identity (the shared instance holds it, so
         its id cannot be reused while the entry exists, and a default factory's
         fresh instance defeats sharing: pass interned values); the table is the
-        current session's (:meth:`harness.session.Session.interned`: bounded, LRU).
+        current session's (:meth:`harness.session.Session.interned`: bounded, two generations).
         ``model_fields_set`` of a shared instance is that of its first construction.
         """
         spec = cls.__dict__.get(CONSTRUCTION) or _construction(cls)

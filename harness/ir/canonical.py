@@ -30,10 +30,12 @@ Rules (what the reference path does, field kind by field kind):
   memoized per instance in the current session's ``texts``
   (:class:`harness.session.IdentityMemo`: keyed by ``id`` with the instance
   held, bounded);
-- a non-finite float is written ``nan`` / ``inf`` by ``repr``: whenever the
-  text contains either, :func:`write` returns None so that the reference path
-  decides (it raises for a real NaN or infinity, and writes the identical text
-  when the letters came from a string).
+- a non-finite number (in a float or an int field) would be written ``nan`` /
+  ``inf`` by ``repr``: the writer checks its numbers instead (one ``sum`` of a
+  class's number fields, finite or not, per instance written; each optional or
+  listed number by itself) and :func:`write` returns None so that the reference
+  path decides (it raises for a real NaN or infinity). A string holding those
+  letters is written as it is (the same text as the reference's).
 
 The compiled text is byte-identical to the reference; ``tests/test_canonical.py``
 checks it on every IR of the cases and of the differential corpus.
@@ -42,6 +44,7 @@ checks it on every IR of the cases and of the differential corpus.
 from __future__ import annotations
 
 import json
+import math
 import operator
 import types
 import typing
@@ -70,10 +73,9 @@ def write(obj: BaseModel, extra: tuple[tuple[str, str], ...] = ()) -> str | None
     if writer is None:
         return None
     try:
-        text = writer(obj)
+        return writer(obj)
     except _Unsupported:
         return None
-    return None if "nan" in text or "inf" in text else text
 
 
 def _writer(cls: type, extra: tuple[tuple[str, str], ...] = (), compiling: frozenset[type] = frozenset()
@@ -140,8 +142,19 @@ def _text(converter: Converter) -> Writer:
         return function
 
     def write_number(value: Any) -> str:
+        if not _finite(value):
+            raise _Unsupported("a non-finite number")
         return repr(function(value))
     return write_number
+
+
+def _finite(total: Any) -> bool:
+    """Whether ``total`` (a number, or the sum of a class's numbers) is finite: False for NaN, an infinity, an
+    overflow (the sum of finite numbers can overflow: then the reference decides) or a value that is no number."""
+    try:
+        return math.isfinite(total)
+    except (OverflowError, TypeError):
+        return False
 
 
 def _converter(annotation: Any, compiling: frozenset[type]) -> Converter:
@@ -204,7 +217,7 @@ def _compile(cls: type, extra: tuple[tuple[str, str], ...], compiling: frozenset
     present = sorted(k for k in (*constants, *converters) if k not in absent)
     if not present:
         raise _Unsupported(f"{cls.__name__}: only absent-if-None fields")
-    template, names, writers = "", [], []
+    template, names, writers, numbers = "", [], [], []  # numbers: the keys written by ``!r`` (checked finite)
     for key in sorted((*constants, *converters)):
         if key in constants:
             template += ("" if key == present[0] else ",") + json.dumps(key) + ":" + _escaped(constants[key])
@@ -217,18 +230,21 @@ def _compile(cls: type, extra: tuple[tuple[str, str], ...], compiling: frozenset
             function, conversion = converters[key]
             template += ("" if key == present[0] else ",") + json.dumps(key) + ":{" + conversion + "}"
             writers.append(function)
+            if conversion:
+                numbers.append(key)
         names.append(key)
-    return _assemble(cls, "{{" + template + "}}", tuple(names), tuple(writers))
+    return _assemble(cls, "{{" + template + "}}", tuple(names), tuple(writers), tuple(numbers))
 
 
 def _escaped(text: str) -> str:
     return text.replace("{", "{{").replace("}", "}}")
 
 
-def _assemble(cls: type, template: str, names: tuple[str, ...], writers: tuple[Writer, ...]) -> Writer:
-    """The writer of one class: the template filled with each field's text (memoized per instance for the
-    classes that share instances)."""
-    fill, call = template.format, operator.call
+def _assemble(cls: type, template: str, names: tuple[str, ...], writers: tuple[Writer, ...],
+              numbers: tuple[str, ...]) -> Writer:
+    """The writer of one class: the template filled with each field's text, after one check that its
+    ``numbers`` are finite (memoized per instance for the classes that share instances)."""
+    fill, call, isfinite = template.format, operator.call, math.isfinite
     if not names:
         text = fill()
 
@@ -239,13 +255,29 @@ def _assemble(cls: type, template: str, names: tuple[str, ...], writers: tuple[W
         (name,), (writer,) = names, writers
 
         def write_one(o: Any) -> str:
-            return fill(writer(o.__dict__[name]))
+            value = o.__dict__[name]
+            if numbers and not _finite(value):
+                raise _Unsupported("a non-finite number")
+            return fill(writer(value))
         plain = write_one
     else:
         values = operator.itemgetter(*names)
+        if not numbers:
+            def write_fields(o: Any) -> str:
+                return fill(*map(call, writers, values(o.__dict__)))
+        else:
+            # the sum of the numbers is finite exactly when each is, bar an overflow (then the reference decides)
+            total = operator.itemgetter(*numbers) if len(numbers) > 1 else operator.itemgetter(numbers[0], numbers[0])
 
-        def write_fields(o: Any) -> str:
-            return fill(*map(call, writers, values(o.__dict__)))
+            def write_fields(o: Any) -> str:
+                fields = o.__dict__
+                try:
+                    finite = isfinite(sum(total(fields)))
+                except (OverflowError, TypeError):
+                    finite = False
+                if not finite:
+                    raise _Unsupported("a non-finite number")
+                return fill(*map(call, writers, values(fields)))
         plain = write_fields
     if not (getattr(cls, "CANONICAL_MEMO", False) or getattr(cls, "INTERNED", False)):
         return plain
