@@ -10,7 +10,6 @@ Both cost views consume this IR unchanged; nothing here depends on a system
 profile except the network tier *indices* chosen by the layout.
 """
 
-from __future__ import annotations
 
 from typing import ClassVar, Literal
 
