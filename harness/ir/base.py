@@ -13,7 +13,6 @@ Rules (after QCElemental's models):
   batches, profiles) is validated.
 """
 
-from __future__ import annotations
 
 import dataclasses
 import functools
