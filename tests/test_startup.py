@@ -59,6 +59,7 @@ def _modules_after(code: str) -> set[str]:
 #: What a batch estimate never runs: the other commands' machinery and the libraries only they use.
 NOT_ON_THE_BATCH_PATH = ("harness.search", "harness.measurements", "harness.experiment", "harness.explain",
                          "harness.trace", "harness.oracles", "harness.commands.search", "harness.commands.evidence",
+                         "harness.throughput",
                          "numpy", "matplotlib", "scipy", "dask", "rich")
 
 

@@ -37,7 +37,7 @@ import sys
 from collections import Counter
 from json.encoder import encode_basestring_ascii as _json_string
 from pathlib import Path
-from typing import IO, Any, Iterator
+from typing import IO, TYPE_CHECKING, Any, Iterator
 
 from harness.commands.case_arguments import CASE_HELP, infeasible_line, load_case_argument, report_infeasible
 from harness.cost.views import COST_VIEWS
@@ -47,8 +47,10 @@ from harness.evidence.profile import load_profile
 from harness.interop.calculon_batch import BatchLine, iter_batch
 from harness.outputs import atomic_output, check_output, data_files
 from harness.pipeline import lower
-from harness.throughput import FLOP_CONVENTION, Throughput, throughput
 from harness.vocabulary import BATCH_STATUSES, VIEWS
+
+if TYPE_CHECKING:  # the case path's figures (harness.throughput), imported there: a batch reports none
+    from harness.throughput import Throughput
 
 
 #: Lines between two clearings of the estimate path's memo tables in a batch: their content is bounded only by
@@ -92,6 +94,8 @@ SCOPES = {
 
 def case_throughput(source: str, data, est: Estimate) -> dict[str, Throughput]:
     """Tokens/s, model FLOP/s and MFU per GPU of each view of a case's estimate (:mod:`harness.throughput`)."""
+    from harness.throughput import throughput
+
     plan = lower(data, source).plan
     peak = load_profile(data.system).matrix[data.execution.datatype].peak_flops_per_s
     return {name: throughput(plan, data, v.total_s, peak) for name, v in est.views.items()}
@@ -100,6 +104,8 @@ def case_throughput(source: str, data, est: Estimate) -> dict[str, Throughput]:
 def case_json(case_id: str, est: Estimate, figures: dict[str, Throughput]) -> dict[str, Any]:
     """A case's entry: the batch entry's fields, each view's ``throughput``, the ``scopes`` and the FLOP
     convention."""
+    from harness.throughput import FLOP_CONVENTION
+
     out = estimate_json(case_id, est)
     for name, view in out["views"].items():
         view["throughput"] = figures[name].model_dump(mode="json")
@@ -310,6 +316,8 @@ def run(args) -> int:
         return run_batch(args, views)
     if not args.cases:
         raise InputError("estimate", "CASE", "give at least one case file or name (or --calculon-batch IN.jsonl)")
+    from harness.throughput import FLOP_CONVENTION
+
     loaded = [load_case_argument(argument, args.system) for argument in args.cases]
     if args.output is not None:
         check_output(args.output, inputs=[*(source for source, _ in loaded), *data_files()])
