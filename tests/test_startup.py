@@ -222,3 +222,20 @@ def test_a_positive_block_time_is_numpys_maximum_bit_for_bit():
     assert math.isnan(_positive(float("nan")))
     array = np.array([-1.0, -0.0, 0.0, 2.0])
     assert np.array_equal(_positive(array), np.maximum(0.0, array)) and _positive(array).dtype == np.float64
+
+
+# ---------------------------------------------------------------------------------------------- batch input
+
+from harness.names import identifier_problem  # noqa: E402
+
+
+@given(st.text(max_size=12))
+def test_an_identifiers_fast_path_is_the_category_rule(text):
+    """Printable ASCII is accepted without looking at each character's category; the rule is still the
+    categories' (Cc and Cf refused)."""
+    import unicodedata
+
+    expected = not text or len(text) > 256 or any(unicodedata.category(c) in ("Cc", "Cf") for c in text)
+    assert (identifier_problem(text) is not None) == expected
+    for char in ("\x7f", "\x00", "\t", " ", "~", "\u202e", "\u00ad", "é"):
+        assert (identifier_problem("a" + char) is None) == (unicodedata.category(char) not in ("Cc", "Cf"))
