@@ -12,13 +12,29 @@ Public API (the package's names; modules hold the rest):
   ``harness.estimate.estimate``);
 - :class:`Estimate` (its result), :class:`EstimateInput`, ``load_case(path)``.
 
+The public names are imported on first use: ``import harness`` (which every
+submodule's import begins with) loads neither pydantic nor the estimate path.
 ``harness.estimate`` is the module, never the function: the package does not
 rebind a submodule's name (``import harness.estimate as E`` gives the module).
 """
 
-from harness.cases import EstimateInput, load_case
-from harness.estimate import Estimate
-from harness.estimate import estimate as estimate_input
-
 __version__ = "0.1.0"
 __all__ = ["Estimate", "EstimateInput", "estimate_input", "load_case", "__version__"]
+
+#: The public names -> (their module, their name there): imported on first use (PEP 562), so that importing a
+#: submodule (``harness.cli`` for ``--version``, a command's module) loads only what that submodule needs.
+_PUBLIC = (("Estimate", "harness.estimate", "Estimate"), ("EstimateInput", "harness.cases", "EstimateInput"),
+           ("estimate_input", "harness.estimate", "estimate"), ("load_case", "harness.cases", "load_case"))
+
+
+def __getattr__(name: str):
+    for public, module, attribute in _PUBLIC:
+        if name == public:
+            import importlib
+
+            return getattr(importlib.import_module(module), attribute)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

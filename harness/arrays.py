@@ -10,7 +10,7 @@ second, a tenth of a batch process's start-up (docs/performance.md).
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Any, Iterable
 
 
 def is_array(value: Any) -> bool:
@@ -18,3 +18,13 @@ def is_array(value: Any) -> bool:
     imported."""
     numpy = sys.modules.get("numpy")
     return numpy is not None and isinstance(value, numpy.ndarray)
+
+
+def holds_array(values: Iterable[Any]) -> bool:
+    """Whether any of ``values`` is a numpy array (:func:`is_array`); False without looking at them whenever numpy
+    is not imported (an estimate's case: its block times are floats)."""
+    numpy = sys.modules.get("numpy")
+    if numpy is None:
+        return False
+    array = numpy.ndarray
+    return any(isinstance(value, array) for value in values)

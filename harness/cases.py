@@ -14,7 +14,6 @@ character (it appears in one-line errors and test ids).
 A case directory must exist and hold at least one ``*.yaml``.
 """
 
-from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Literal

@@ -29,11 +29,12 @@ unknown word or no command build the full parser. A batch estimate then loads
 neither the search, nor the evidence fitting, nor the reports.
 
 Garbage collection of a command process (:func:`main` with no ``argv``: the
-console script, ``python -m harness``): once the parser is built (the chosen
-command's module imported) ``gc.freeze()`` moves the objects alive then
-(modules, classes, pydantic's validators) to the permanent generation, so the
-collections a long command triggers (a batch of estimates builds millions of
-objects) no longer walk them. A call with an ``argv`` (tests, a library user)
+console script, ``python -m harness``): the collector is off while the parser is
+built (the chosen command's modules imported: classes, functions, pydantic's
+field descriptions, hardly any garbage, which collections would walk again and
+again); then ``gc.freeze()`` moves the objects alive then to the permanent
+generation, so the collections a long command triggers (a batch of estimates
+builds millions of objects) no longer walk them. A call with an ``argv`` (tests, a library user)
 leaves the collector as it is.
 """
 
@@ -161,9 +162,15 @@ def _error(text: str, status: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser(chosen_command(sys.argv[1:] if argv is None else argv))
-    if argv is None:  # a command process (see the module rules)
-        gc.freeze()
+    collecting = argv is None and gc.isenabled()  # a command process (see the module rules)
+    if collecting:
+        gc.disable()
+    try:
+        parser = build_parser(chosen_command(sys.argv[1:] if argv is None else argv))
+    finally:
+        if collecting:
+            gc.freeze()
+            gc.enable()
     args = parser.parse_args(argv)
     try:
         with _sigterm_unwinds(), locations.configured(args.project):

@@ -12,7 +12,6 @@ the input and the figure, never an ``ok``. The input and evidence bounds
 it unreachable; it stays as the last line of defence.
 """
 
-from __future__ import annotations
 
 import dataclasses
 import math

@@ -35,6 +35,8 @@ def identifier_problem(text: object) -> str | None:
         return "must be a string"
     if not 1 <= len(text) <= MAX_IDENTIFIER_CHARS:
         return f"must be 1 to {MAX_IDENTIFIER_CHARS} characters, got {len(text)}"
+    if text.isascii() and text.isprintable():  # printable ASCII holds no control (Cc) and no format (Cf) character
+        return None
     for char in text:
         category = unicodedata.category(char)
         if category in ("Cc", "Cf"):

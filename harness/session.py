@@ -5,14 +5,22 @@ inputs (recompute clones, layouts that repeat a shape, the two cost views of one
 are computed once. Every such memo is a named, bounded, thread-safe :class:`Memo` (or :class:`IdentityMemo`)
 of one :class:`Session`. Rules:
 
-- **bounded**: a memo holds at most its ``limit`` entries; past it, the least recently used entry is dropped
-  (LRU), so a long-lived session (a search worker, a batch of thousands) keeps a fixed footprint;
-- **thread-safe** (CPython, whose GIL makes each ``OrderedDict`` operation atomic for the keys used here:
-  tuples of atoms, ids, strings, classes, whose hash and equality run no Python code): a read is one lookup
-  and one ``move_to_end``, a write one store and at most one eviction; a read that races an eviction is a
-  miss, and two writes racing past the limit evict one entry each (the memo stays within its limit); a value
-  may be computed twice by two threads, never wrongly (the functions memoized are pure). Creating a shared
-  mutable value (:meth:`Memo.setdefault`) takes the memo's lock;
+- **bounded**: a memo holds at most its ``limit`` entries, in two generations: an entry is stored in the young
+  one; when that holds half the limit (rounded up), it becomes the old one and the previous old one is dropped;
+  a read that finds an entry only in the old generation stores it again in the young one. So an entry read or
+  written survives at least the next ``ceil(limit / 2) - 1`` stores (an approximation of least-recently-used
+  eviction whose hit is one dict lookup, with no reordering), and a long-lived session (a search worker, a
+  batch of thousands) keeps a fixed footprint;
+- **thread-safe** (CPython, whose GIL makes each ``dict`` operation and each attribute store atomic for the
+  keys used here: tuples of atoms, ids, strings, classes, whose hash and equality run no Python code): a read
+  is one lookup (two when it misses the young generation, and a store when it finds the entry in the old
+  one), a write one store and at most one generation change (the young map becomes the old one, a new one
+  the young one); a read that races a generation change finds the value or misses; two writes racing one
+  generation change may both make it (a value stored between them is dropped: a later miss), and a
+  generation may so hold one entry more per racing thread; an :class:`IdentityMemo` replaces a generation's
+  pair of maps as a whole, so a read checks the held object and reads the value of one pair. A value may be
+  computed twice by two threads, never wrongly (the functions memoized are pure). Creating a shared mutable
+  value (:meth:`Memo.setdefault`) takes the memo's lock;
 - **results never depend on a memo**: a fresh session gives bit-identical figures (the differential tests run
   in fresh and warm sessions alike);
 - **the compatibility setting is a value of the session**: :attr:`Session.rules_off` (a frozenset of the
@@ -34,7 +42,6 @@ state (a mutable container, a ``functools`` cache) or calls ``exec``/``eval``.
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import contextvars
 import threading
@@ -45,130 +52,134 @@ V = TypeVar("V")
 _MISSING = object()
 
 
-def _evict_oldest(entries: collections.OrderedDict) -> None:
-    try:
-        entries.popitem(last=False)
-    except KeyError:  # emptied by another thread meanwhile
-        pass
-
-
 class Memo(Generic[K, V]):
-    """A bounded (LRU), thread-safe map of keys to memoized values (see the module rules)."""
+    """A bounded, thread-safe map of keys to memoized values, kept in two generations (see the module rules)."""
 
-    __slots__ = ("name", "limit", "_entries", "_lock")
+    __slots__ = ("name", "limit", "_generation", "_young", "_old", "_lock")
 
     def __init__(self, name: str, limit: int) -> None:
         if limit < 1:
             raise ValueError(f"memo {name!r}: limit {limit} must be at least 1")
         self.name, self.limit = name, limit
-        self._entries: collections.OrderedDict[K, V] = collections.OrderedDict()
+        #: Entries per generation: a full old one and a young one below it hold at most ``limit``.
+        self._generation = (limit + 1) // 2
+        self._young: dict[K, V] = {}
+        self._old: dict[K, V] = {}
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._young.keys() | self._old.keys())
+
+    def values(self) -> list[V]:
+        """The values remembered (for inspection: sizes, tests)."""
+        return list((self._old | self._young).values())
 
     def get(self, key: K, default: Any = None) -> V | Any:
-        """The value remembered for ``key`` (now the most recently used), or ``default``."""
-        entries = self._entries
-        value = entries.get(key, _MISSING)
-        if value is _MISSING:
-            return default
-        try:
-            entries.move_to_end(key)
-        except KeyError:  # evicted by another thread between the two operations: still a correct value
-            pass
-        return value
+        """The value remembered for ``key`` (moved to the young generation if found in the old), or ``default``."""
+        value = self._young.get(key, _MISSING)
+        if value is not _MISSING:
+            return value
+        value = self._old.get(key, _MISSING)
+        return default if value is _MISSING else self.put(key, value)
 
     def put(self, key: K, value: V) -> V:
-        """Remember ``value`` for ``key`` (dropping the least recently used entry past the limit); ``value``."""
-        entries = self._entries
-        entries.pop(key, None)  # a stored key moves to the end
-        entries[key] = value
-        if len(entries) > self.limit:
-            _evict_oldest(entries)
+        """Remember ``value`` for ``key`` in the young generation (which becomes the old one when full, the old
+        one dropped); ``value``."""
+        young = self._young
+        young[key] = value
+        if len(young) >= self._generation:
+            self._old, self._young = young, {}
         return value
 
     def get_or_put(self, key: K, compute: Callable[[], V]) -> V:
         """The value of ``key``, computed by ``compute()`` and remembered if absent."""
-        value = self.get(key, _MISSING)
-        return self.put(key, compute()) if value is _MISSING else value
+        value = self._young.get(key, _MISSING)
+        if value is _MISSING:
+            value = self.get(key, _MISSING)
+            if value is _MISSING:
+                return self.put(key, compute())
+        return value
 
     def setdefault(self, key: K, compute: Callable[[], V]) -> V:
         """Like :meth:`get_or_put`, but atomic: every thread gets the same value (``compute`` runs under the
-        lock, once per key; for shared mutable values such as a search's running top K)."""
+        lock, once per key while remembered; for shared mutable values such as a search's running top K)."""
         with self._lock:
-            value = self._entries.get(key, _MISSING)
-            if value is _MISSING:
-                value = self._entries[key] = compute()
-                if len(self._entries) > self.limit:
-                    self._entries.popitem(last=False)
-            return value
+            value = self.get(key, _MISSING)
+            return self.put(key, compute()) if value is _MISSING else value
 
     def pop(self, key: K) -> None:
         """Forget ``key`` (if remembered)."""
         with self._lock:
-            self._entries.pop(key, None)
+            self._young.pop(key, None)
+            self._old.pop(key, None)
 
     def clear(self) -> None:
         with self._lock:
-            self._entries.clear()
+            self._young, self._old = {}, {}
 
 
 class IdentityMemo(Generic[V]):
-    """A bounded (LRU), thread-safe memo keyed by the identity of one object, or of a pair (frozen IRs,
-    pricers: costly to hash by value). The objects are held while remembered, so their ids cannot be reused,
-    and a hit is checked by identity (the rules of :class:`Memo`). Values and held objects are kept in two
-    maps of atoms (no tuple per entry: fewer objects for the garbage collector to track and walk)."""
+    """A bounded, thread-safe memo keyed by the identity of one object, or of a pair (frozen IRs, pricers:
+    costly to hash by value), in two generations like :class:`Memo`. The objects are held while remembered,
+    so their ids cannot be reused, and a hit is checked by identity. A generation is one pair of maps of atoms,
+    values and held objects (no tuple per entry: fewer objects for the garbage collector to track and walk),
+    replaced as a whole: a read checks the holder and reads the value in the same pair."""
 
-    __slots__ = ("name", "limit", "_values", "_held")
+    __slots__ = ("name", "limit", "_generation", "_young", "_old")
 
     def __init__(self, name: str, limit: int) -> None:
         if limit < 1:
             raise ValueError(f"memo {name!r}: limit {limit} must be at least 1")
         self.name, self.limit = name, limit
-        self._values: collections.OrderedDict[Any, V] = collections.OrderedDict()  # key -> value, LRU order
-        self._held: dict[Any, Any] = {}  # key -> the object (or the pair) whose identity the key is
+        self._generation = (limit + 1) // 2
+        #: (key -> the object, or the pair, whose identity the key is; key -> value), young and old.
+        self._young: tuple[dict[Any, Any], dict[Any, V]] = ({}, {})
+        self._old: tuple[dict[Any, Any], dict[Any, V]] = ({}, {})
 
     def __len__(self) -> int:
-        return len(self._values)
+        return len(self._young[1].keys() | self._old[1].keys())
 
     def get(self, first: Any, second: Any = None) -> V | None:
         """The value remembered for ``first`` (and ``second``), or None."""
         if second is None:
             key = id(first)
-            if self._held.get(key) is not first:
+            held, values = self._young
+            if held.get(key) is first:
+                return values.get(key)
+            held, values = self._old
+            if held.get(key) is not first:
                 return None
         else:
             key = (id(first), id(second))
-            held = self._held.get(key)
-            if held is None or held[0] is not first or held[1] is not second:
+            held, values = self._young
+            pair = held.get(key)
+            if pair is not None and pair[0] is first and pair[1] is second:
+                return values.get(key)
+            held, values = self._old
+            pair = held.get(key)
+            if pair is None or pair[0] is not first or pair[1] is not second:
                 return None
-        values = self._values
         value = values.get(key)
-        try:
-            values.move_to_end(key)
-        except KeyError:  # evicted by another thread meanwhile
-            return None
-        return value
+        return None if value is None else self.put(value, first, second)
 
     def put(self, value: V, first: Any, second: Any = None) -> V:
-        """Remember ``value`` for ``first`` (and ``second``); ``value``."""
-        key = id(first) if second is None else (id(first), id(second))
-        values = self._values
-        values.pop(key, None)  # a stored key moves to the end
-        self._held[key] = first if second is None else (first, second)
+        """Remember ``value`` for ``first`` (and ``second``) in the young generation (see :meth:`Memo.put`);
+        ``value``."""
+        young = self._young
+        held, values = young
+        if second is None:
+            key = id(first)
+            held[key] = first
+        else:
+            key = (id(first), id(second))
+            held[key] = (first, second)
         values[key] = value
-        if len(values) > self.limit:
-            try:
-                oldest, _ = values.popitem(last=False)
-            except KeyError:  # emptied by another thread meanwhile
-                return value
-            self._held.pop(oldest, None)
+        if len(values) >= self._generation:
+            self._old, self._young = young, ({}, {})
         return value
 
     def clear(self) -> None:
-        self._values.clear()
-        self._held.clear()
+        self._young, self._old = ({}, {}), ({}, {})
 
 
 class Session:

@@ -9,7 +9,6 @@ bytes; plus the eight per-block capacity figures.
 Recompute is the explicit sum over recompute clones, not a running prefix.
 """
 
-from __future__ import annotations
 
 from pydantic import Field
 

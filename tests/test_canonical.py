@@ -14,7 +14,7 @@ import math
 from typing import Any
 
 import pytest
-from pydantic import Field
+from pydantic import Field, PrivateAttr
 
 from harness.cases import load_cases
 from harness.digest import canonical_json
@@ -186,7 +186,7 @@ MEMO_INPUTS = ("differential/0000/anthropic-52B", "differential/0005/lamda", "di
 def _memo_sizes(current) -> dict[str, int]:
     """The size of every memo of a session (the largest table where there are several: the interned classes,
     the three price memos of each shared pricer)."""
-    pricers = [p for _, p in current.pricers._entries.values()]
+    pricers = [p for _, p in current.pricers.values()]
     sizes = {memo.name: len(memo) for memo in (current.lowerings, current.concrete, current.projections,
                                               current.pricers, current.facts, current.messages,
                                               current.output_tasks, current.texts, current.profiles)}
@@ -252,3 +252,28 @@ def test_trusted_plans_are_derived_once_per_given_names_and_bounded():
     assert len(spec.plans) == base.PLAN_LIMIT  # 120 orders + 1 seen, 64 remembered
     with pytest.raises(TypeError, match="missing field 'operations'"):
         Work.trusted(bytes_read=0, bytes_written=0, engine="vector", datatype=None, gemm_operations=None)
+
+
+class _Base(Frozen):
+    a: int = Field(description="A field of the base class.")
+
+
+class _Derived(_Base):
+    b: int = Field(0, description="A field of the subclass only.")
+
+
+class _OrderedDerived(_Base):
+    """The base's fields and a private attribute of its own (built by trusted_ordered only)."""
+
+    _note: str = PrivateAttr(default="derived")
+
+
+def test_a_subclass_builds_with_its_own_construction_spec():
+    """The spec stored on a base class is found first by a subclass's lookup: the subclass derives its own."""
+    base = _Base.trusted(a=1)
+    derived = _Derived.trusted(a=1, b=2)
+    assert (type(base), type(derived), derived.__dict__, base.__dict__) == (_Base, _Derived, {"a": 1, "b": 2},
+                                                                           {"a": 1})
+    ordered = _OrderedDerived.trusted_ordered({"a": 3})
+    assert type(ordered) is _OrderedDerived and ordered._note == "derived" and ordered == _OrderedDerived(a=3)
+    assert derived.model_fields_set == {"a", "b"} and derived == _Derived(a=1, b=2)

@@ -1,10 +1,13 @@
-"""The estimator session (harness/session.py): bounded LRU memos, thread safety, the compatibility setting as a
+"""The estimator session (harness/session.py): bounded memos (two generations), thread safety, the compatibility setting as a
 value, and no module-level mutable state anywhere in ``harness``."""
 
 from __future__ import annotations
 
 import ast
+import gc
+import random
 import threading
+import weakref
 from pathlib import Path
 
 import pytest
@@ -109,18 +112,79 @@ def test_the_scan_finds_each_kind_of_module_state():
         "functools.cache(...) (a module-level memo)"])
 
 
-def test_memo_drops_the_least_recently_used_entry_past_its_limit():
-    memo = Memo("m", 2)
+def test_memo_keeps_two_generations_of_half_its_limit():
+    memo = Memo("m", 4)  # generations of 2
     memo.put("a", 1)
-    memo.put("b", 2)
-    assert memo.get("a") == 1  # a is now the most recently used: b goes first
-    memo.put("c", 3)
+    memo.put("b", 2)  # the young generation is full: it becomes the old one
+    assert memo.get("a") == 1  # found in the old generation: stored again in the young one
+    memo.put("c", 3)  # young {a, c} becomes the old one: b, used before, is dropped
     assert (memo.get("b"), memo.get("a"), memo.get("c"), len(memo)) == (None, 1, 3, 2)
-    memo.put("a", 10)  # a stored key is overwritten and becomes the most recent
+    memo.put("a", 10)  # a stored key is overwritten (the young value hides the old one)
     memo.put("d", 4)
     assert (memo.get("c"), memo.get("a"), memo.get("d")) == (None, 10, 4)
+    one = Memo("one", 1)
+    one.put("a", 1)
+    assert one.get("a") == 1
+    one.put("b", 2)
+    assert (one.get("a"), one.get("b"), len(one)) == (None, 2, 1)
     with pytest.raises(ValueError):
         Memo("bad", 0)
+
+
+class _Held:
+    """An object an identity memo can hold (weakly referable: the test sees it let go)."""
+
+
+@pytest.mark.parametrize("limit", [1, 2, 3, 4, 7, 16])
+@pytest.mark.parametrize("kind", ["memo", "identity", "pairs"])
+def test_memos_hold_at_most_their_limit_and_keep_what_was_used_lately(kind, limit):
+    """The module rule, against a model of it: never more than ``limit`` entries, never a wrong value, and an
+    entry read or written is still there after ``ceil(limit / 2) - 1`` stores. The model counts every put and
+    every hit as a store (a hit in the old generation is one), so it asks no more than the rule."""
+    rng = random.Random(limit)
+    objects = [_Held() for _ in range(3 * limit + 2)]
+    memo = Memo("m", limit) if kind == "memo" else IdentityMemo("m", limit)
+
+    def get(i):
+        if kind == "memo":
+            return memo.get(i)
+        return memo.get(objects[i]) if kind == "identity" else memo.get(objects[i], objects[-1 - i])
+
+    def put(i, value):
+        if kind == "memo":
+            memo.put(i, value)
+        elif kind == "identity":
+            memo.put(value, objects[i])
+        else:
+            memo.put(value, objects[i], objects[-1 - i])
+
+    kept = -(-limit // 2) - 1
+    last, used, stores, hits = {}, {}, 0, 0
+    for _ in range(4000):
+        i = rng.randrange(len(objects))
+        if rng.random() < 0.5:
+            last[i] = rng.random()
+            put(i, last[i])
+            stores += 1
+            used[i] = stores
+        else:
+            found = get(i)
+            if i in used and stores - used[i] <= kept:
+                assert found == last[i], (i, stores - used[i])
+            if found is not None:
+                assert found == last[i]
+                hits += 1
+                stores += 1
+                used[i] = stores
+        assert len(memo) <= limit
+    assert hits > 100
+    if kind != "memo":  # the objects of dropped entries are let go
+        refs = [weakref.ref(o) for o in objects]
+        for value in range(2 * limit):
+            memo.put(value, _Held()) if kind == "identity" else memo.put(value, _Held(), objects[0])
+        del objects[1:]
+        gc.collect()
+        assert not any(r() is not None for r in refs[1:])
 
 
 def test_identity_memo_hits_only_the_same_objects():
@@ -129,11 +193,6 @@ def test_identity_memo_hits_only_the_same_objects():
     memo.put("price of a", a)
     memo.put("pair", a, b)
     assert (memo.get(a), memo.get(b), memo.get(a, b), memo.get(b, a)) == ("price of a", None, "pair", None)
-    small = IdentityMemo("s", 2)
-    objects = [object() for _ in range(3)]
-    for i, o in enumerate(objects):
-        small.put(i, o)
-    assert [small.get(o) for o in objects] == [None, 1, 2] and len(small._held) == 2  # the evicted is let go
 
 
 def test_memos_are_bounded_and_consistent_under_threads():

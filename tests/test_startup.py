@@ -82,6 +82,36 @@ def test_a_batch_process_loads_only_the_estimate_command(tmp_path):
                 ("harness.commands.estimate", "harness.commands.case_arguments")]
 
 
+def test_the_package_imports_its_public_names_on_first_use():
+    """``import harness`` (what every submodule's import starts with: ``harness.cli`` for ``--version``) loads
+    neither pydantic nor the estimate path; the public names are the modules' own objects once asked for."""
+    loaded = _modules_after("import harness")
+    assert not [m for m in loaded if m.split(".")[0] == "pydantic" or m in ("harness.cases", "harness.estimate")]
+    import harness
+    import harness.cases
+    import harness.estimate
+
+    assert harness.Estimate is harness.estimate.Estimate and harness.EstimateInput is harness.cases.EstimateInput
+    assert harness.estimate_input is harness.estimate.estimate and harness.load_case is harness.cases.load_case
+    from harness import Estimate, estimate_input  # noqa: F401 - the from-import form
+    assert set(harness.__all__) <= set(dir(harness))
+    with pytest.raises(AttributeError, match="no attribute 'estimate_batch'"):
+        harness.estimate_batch  # noqa: B018
+
+
+def test_a_command_process_imports_without_collecting_and_collects_afterwards(tmp_path):
+    """:func:`harness.cli.main` with no argv switches the collector off while the command's modules are
+    imported, freezes what they built and switches it on again (also when the command then fails)."""
+    out = subprocess.run([sys.executable, "-c",
+                          "import gc, sys\n"
+                          f"sys.argv = ['harness', 'estimate', '--calculon-batch', {str(tmp_path / 'none.jsonl')!r}]\n"
+                          "from harness.cli import main\n"
+                          "status = main()\n"
+                          "print(status, gc.isenabled(), gc.get_freeze_count() > 10000)\n"],
+                         cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["2", "True", "True"]
+
+
 # ---------------------------------------------------------------------------------------------- batch output
 
 from hypothesis import given, settings  # noqa: E402
@@ -180,3 +210,20 @@ def test_a_positive_block_time_is_numpys_maximum_bit_for_bit():
     assert math.isnan(_positive(float("nan")))
     array = np.array([-1.0, -0.0, 0.0, 2.0])
     assert np.array_equal(_positive(array), np.maximum(0.0, array)) and _positive(array).dtype == np.float64
+
+
+# ---------------------------------------------------------------------------------------------- batch input
+
+from harness.names import identifier_problem  # noqa: E402
+
+
+@given(st.text(max_size=12))
+def test_an_identifiers_fast_path_is_the_category_rule(text):
+    """Printable ASCII is accepted without looking at each character's category; the rule is still the
+    categories' (Cc and Cf refused)."""
+    import unicodedata
+
+    expected = not text or len(text) > 256 or any(unicodedata.category(c) in ("Cc", "Cf") for c in text)
+    assert (identifier_problem(text) is not None) == expected
+    for char in ("\x7f", "\x00", "\t", " ", "~", "\u202e", "\u00ad", "é"):
+        assert (identifier_problem("a" + char) is None) == (unicodedata.category(char) not in ("Cc", "Cf"))

@@ -97,10 +97,11 @@ def test_a_new_component_and_a_new_curve_family_reach_the_concrete_plan_and_the_
     component is a command component (the bubble never is), and a new family (one beyond the vocabulary's
     colours Set1 has) gets a colour of its own."""
     code = ("import importlib, typing, harness.vocabulary as v, harness.ir.concrete as c\n"
+            "import harness.evidence.profile  # before the new family: it would (rightly) ask for the family's rules\n"
             "original = v.COMPONENTS\n"
             "v.COMPONENTS = v.Vocabulary(original.title, *original.terms, "
             "v.Term('host_transfer', 'Host.', 'pipeline'))\n"
-            "print(' '.join(typing.get_args(importlib.reload(c).Component)))  # the package imported it\n"
+            "print(' '.join(typing.get_args(importlib.reload(c).Component)))  # imported before the change\n"
             "v.COMPONENTS = original  # the rest of the harness would (rightly) ask for the new component's rules\n"
             "v.CURVE_FAMILIES = v.Vocabulary(v.CURVE_FAMILIES.title, *v.CURVE_FAMILIES.terms, "
             "v.Term('host_memory', 'Host memory.', 'measured'))\n"

@@ -74,7 +74,6 @@ fitted, with the removed families part of that fit's fixed structure; the
 derived profile was fitted on nothing.
 """
 
-from __future__ import annotations
 
 import math
 from typing import Literal

@@ -58,7 +58,6 @@ coarse, so a file rewritten within that window would keep its stamps); else
 the bytes are read and their SHA-256 decides.
 """
 
-from __future__ import annotations
 
 import dataclasses
 import hashlib
@@ -157,7 +156,7 @@ class Curve(StrictEvidence):
         raise EvidenceError(source, field, f"size {size} is below the curve's smallest threshold "
                                            f"{self.points[-1].threshold}")
 
-    def efficiencies(self, sizes: np.ndarray) -> np.ndarray | float:
+    def efficiencies(self, sizes: "np.ndarray") -> "np.ndarray | float":
         """:meth:`efficiency` at every size of a numpy array (the fit's design matrix, by the same rules); a
         size of 0 is never priced and its value is unused."""
         if self.saturating is not None:

@@ -13,7 +13,6 @@ Rules (after QCElemental's models):
   batches, profiles) is validated.
 """
 
-from __future__ import annotations
 
 import dataclasses
 import functools
@@ -75,10 +74,15 @@ class Frozen(BaseModel):
         values, a nested model by identity (the shared instance holds it, so
         its id cannot be reused while the entry exists, and a default factory's
         fresh instance defeats sharing: pass interned values); the table is the
-        current session's (:meth:`harness.session.Session.interned`: bounded, LRU).
+        current session's (:meth:`harness.session.Session.interned`: bounded, two generations).
         ``model_fields_set`` of a shared instance is that of its first construction.
         """
-        spec = cls.__dict__.get(CONSTRUCTION) or _construction(cls)
+        try:  # the type's own lookup: a pydantic class's attribute access goes through its metaclass's hook
+            spec = _class_attribute(cls, CONSTRUCTION)
+        except AttributeError:
+            spec = _construction(cls)
+        if spec.owner is not cls:  # inherited from a base class: this class's own
+            spec = _construction(cls)
         given = tuple(fields)
         if given == spec.names:
             values, fields_set = fields, spec.all_fields
@@ -94,14 +98,13 @@ class Frozen(BaseModel):
             shared = table.get(key)
             if shared is not None:
                 return shared
-        obj = cls.__new__(cls)
-        setattr_ = object.__setattr__
-        setattr_(obj, "__dict__", values)
+        obj = spec.new(cls)
+        _set_dict(obj, values)
         # All instances built from the same field names share one fields-set (pydantic mutates it only through
         # attribute assignment, which a frozen model refuses, or on a copy made by ``model_copy``).
-        setattr_(obj, "__pydantic_fields_set__", fields_set)
-        setattr_(obj, "__pydantic_extra__", None)
-        setattr_(obj, "__pydantic_private__", None if spec.private is None else dict(spec.private))
+        _set_fields_set(obj, fields_set)
+        _set_extra(obj, None)
+        _set_private(obj, None if spec.private is None else dict(spec.private))
         if spec.key is not None:
             table.put(key, obj)
         return obj
@@ -110,15 +113,17 @@ class Frozen(BaseModel):
     def trusted_ordered(cls, values: dict[str, Any]) -> Self:
         """:meth:`trusted` for a hot loop that builds ``values`` itself: every field, in declaration order, of a
         class that is not ``INTERNED`` (checked by length only: the caller guarantees the order)."""
-        spec = cls.__dict__.get(CONSTRUCTION) or _construction(cls)
-        if spec.key is not None or len(values) != len(spec.names):
+        try:
+            spec = _class_attribute(cls, CONSTRUCTION)
+        except AttributeError:
+            spec = _construction(cls)
+        if spec.owner is not cls or spec.key is not None or len(values) != len(spec.names):
             return cls.trusted(**values)
-        obj = cls.__new__(cls)
-        setattr_ = object.__setattr__
-        setattr_(obj, "__dict__", values)
-        setattr_(obj, "__pydantic_fields_set__", spec.all_fields)
-        setattr_(obj, "__pydantic_extra__", None)
-        setattr_(obj, "__pydantic_private__", None if spec.private is None else dict(spec.private))
+        obj = spec.new(cls)
+        _set_dict(obj, values)
+        _set_fields_set(obj, spec.all_fields)
+        _set_extra(obj, None)
+        _set_private(obj, None if spec.private is None else dict(spec.private))
         return obj
 
     def trusted_replace(self, **changes: Any) -> Self:
@@ -133,10 +138,22 @@ _REQUIRED = object()
 PLAN_LIMIT = 64
 
 
-@dataclasses.dataclass(frozen=True)
+#: What :meth:`Frozen.trusted` calls instead of attribute access on a pydantic class (whose metaclass's
+#: ``__getattr__`` hook makes every class attribute lookup a slot wrapper's) or ``object.__setattr__`` (which
+#: looks the name up in the class's MRO): the type's own lookup and the setters of ``BaseModel``'s four slots.
+_class_attribute = type.__getattribute__
+_set_dict = BaseModel.__dict__["__dict__"].__set__
+_set_fields_set = BaseModel.__dict__["__pydantic_fields_set__"].__set__
+_set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
+_set_private = BaseModel.__dict__["__pydantic_private__"].__set__
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class _Construction:
     """How :meth:`Frozen.trusted` builds one class (derived code, stored on the class)."""
 
+    owner: type  # the class (a subclass finds its base's spec first, and derives its own)
+    new: Callable[[type], Any]  # the class's ``__new__``
     names: tuple[str, ...]
     template: dict[str, Any]  # every field name in declaration order -> its immutable default (else _REQUIRED)
     factories: tuple[tuple[str, Callable[[], Any]], ...]
@@ -199,7 +216,7 @@ def _new_construction(cls: type[BaseModel]) -> _Construction:
     mutable = [n for n, a in private.items() if not isinstance(a.get_default(), _IMMUTABLE)]
     if mutable:
         raise TypeError(f"{cls.__name__}.trusted: private attribute(s) {mutable} need a per-instance copy")
-    return _Construction(names, {n: defaults.get(n, _REQUIRED) for n in names}, tuple(factories),
+    return _Construction(cls, cls.__new__, names, {n: defaults.get(n, _REQUIRED) for n in names}, tuple(factories),
                          {n: a.get_default() for n, a in private.items()} if private else None,
                          _intern_key(cls) if getattr(cls, "INTERNED", False) else None, set(names), {})
 

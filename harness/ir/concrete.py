@@ -35,7 +35,6 @@ forms, what the estimate reports) and ``physical``
 (:mod:`harness.schedule.physical`, the list schedule of the commands).
 """
 
-from __future__ import annotations
 
 from typing import ClassVar, Literal
 

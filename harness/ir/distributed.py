@@ -13,7 +13,6 @@ Invariants (checked between passes):
   forward collective is not the identity.
 """
 
-from __future__ import annotations
 
 from typing import Annotated, ClassVar, Literal, Union, get_args
 

@@ -16,7 +16,6 @@ iterates over a size. The event simulation (``harness trace``) has its own
 operation limit.
 """
 
-from __future__ import annotations
 
 from typing import ClassVar, Literal
 

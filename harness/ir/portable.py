@@ -10,7 +10,6 @@ Both cost views consume this IR unchanged; nothing here depends on a system
 profile except the network tier *indices* chosen by the layout.
 """
 
-from __future__ import annotations
 
 from typing import ClassVar, Literal
 
@@ -122,7 +121,9 @@ NO_CAPACITY = Capacity(weight_bytes=0, activation_bytes=0, output_bytes=0, weigh
 class PlanTask(Frozen):
     """A DistributedTaskIR task with its workload facts."""
 
-    INTERNED: ClassVar[bool] = True
+    #: Shared by :mod:`harness.passes.plan_work`'s own memo (one instance per task and context), so not interned
+    #: again here (the intern key of ~12 fields cost every plan task of a first pass); its text is memoized.
+    CANONICAL_MEMO: ClassVar[bool] = True
 
     name: str = Field(description="Task name (as in the DistributedTaskIR).")
     primitive: str = Field(description="Primitive kind.")

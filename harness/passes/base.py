@@ -25,7 +25,6 @@ from the pass's defaults (xDSL's pipeline-spec convention), so
 defaults records ``{}``.
 """
 
-from __future__ import annotations
 
 import dataclasses
 import re

@@ -327,9 +327,10 @@ class TransformerPlanWork(ModulePass[DistributedTaskIR, PortablePlanIR]):
         for task in ir.tasks:
             if task.phase != "forward" and task.capacity is not NO_CAPACITY and task.capacity != NO_CAPACITY:
                 raise self.fail(f"clone {task.name} holds capacity")
-            if task.exchange != "none" and task.messages is None:
+            sends = task.exchange != "none"
+            if sends and task.messages is None:
                 raise self.fail(f"collective {task.name} has no messages")
-            if task.exchange == "none" and task.messages is not None:
+            if not sends and task.messages is not None:
                 raise self.fail(f"compute task {task.name} sends messages")
         sched = ir.schedule
         if sched.blocks_per_chunk * sched.chunks_per_stage != sched.blocks_per_stage:

@@ -460,6 +460,11 @@ def flash_attention(s: FlashAttentionShape, b: int, shards: int) -> PrimitiveFac
     )
 
 
+#: primitive kind -> its family in the FLOP oracle's convention (:func:`matrix_operations`); flash attention apart.
+MATRIX_FAMILIES: dict[str, str] = {"linear": "linear", "overlapped_linear": "linear", "router": "linear",
+                                   "grouped_linear": "linear", "batch_matmul": "attention"}
+
+
 def matrix_operations(shape) -> tuple[str, float] | None:
     """The FLOP oracle's convention for one forward task: ``("linear" | "attention", operations)`` or None.
 
@@ -471,8 +476,7 @@ def matrix_operations(shape) -> tuple[str, float] | None:
     """
     if isinstance(shape, FlashAttentionShape):
         return "attention", 3 * sum(flash_products(shape))
-    family = {"linear": "linear", "overlapped_linear": "linear", "router": "linear", "grouped_linear": "linear",
-              "batch_matmul": "attention"}.get(shape.kind)
+    family = MATRIX_FAMILIES.get(shape.kind)
     if family is None:
         return None
     facts = derive(shape, 2, 1)

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from harness.arrays import is_array
+from harness.arrays import holds_array, is_array
 from harness.ir.portable import Schedule
 from harness.schedule import calculon_forms as forms
 from harness.schedule.block import BlockTimes
@@ -74,10 +74,14 @@ def portable_sums(b: BlockTimes) -> BlockSums:
         weight_grad_s=b.weight_grad_s, weight_grad_edge_s=b.weight_grad_s, optimizer_s=b.optimizer_s)
 
 
+#: The fields of :class:`BlockTimes`, in order.
+_BLOCK_TIMES = tuple(f.name for f in dataclasses.fields(BlockTimes))
+
+
 def _ops(b: BlockTimes) -> forms.Arith:
-    """Python floats, or numpy arrays where a block time is one (the search's placements)."""
-    arrays = any(is_array(getattr(b, f.name)) for f in dataclasses.fields(b))
-    return forms.ARRAYS if arrays else forms.SCALAR
+    """Python floats, or numpy arrays where a block time is one (the search's placements; none is looked at
+    while numpy is not imported, :func:`harness.arrays.holds_array`)."""
+    return forms.ARRAYS if holds_array(map(b.__getattribute__, _BLOCK_TIMES)) else forms.SCALAR
 
 
 def _figure(value):
