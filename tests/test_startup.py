@@ -193,6 +193,18 @@ def test_is_array_imports_nothing_and_knows_an_array_once_numpy_is_loaded():
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
 
 
+def test_holds_array_looks_at_nothing_without_numpy_and_finds_an_array_with_it():
+    """:func:`harness.arrays.holds_array` (the composition's choice of scalar or array arithmetic) reads none of
+    its values while numpy is not imported, and finds an array among floats once it is, wherever it is."""
+    code = ("import sys\nfrom harness.arrays import holds_array\n"
+            "def values():\n    raise AssertionError('looked at a value without numpy')\n    yield\n"
+            "assert not holds_array(values()) and 'numpy' not in sys.modules\n"
+            "import numpy as np\n"
+            "assert not holds_array([1.0, 2, np.float64(3.0)]) and not holds_array([])\n"
+            "assert holds_array([1.0, np.zeros(3)]) and holds_array([np.ones(1), 2.0]) and holds_array([np.ones(1)])\n")
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
+
+
 def test_a_positive_block_time_is_numpys_maximum_bit_for_bit():
     """:func:`harness.schedule.block._positive` writes ``np.maximum(0.0, x)`` for numbers in Python: the same
     bits for -0.0 (numpy keeps it), NaN, infinities, subnormals and ordinary values; arrays stay numpy's."""

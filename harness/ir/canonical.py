@@ -5,10 +5,11 @@ The canonical form of an artifact is, by definition, ``canonical_json`` (see
 plus ``schema_name`` and ``schema_version``, keys sorted, no whitespace.
 Building that dict and encoding it was most of the cost of lowering, so for a
 model class whose fields are all of the kinds below this module builds, once
-per class, a writer of the same text: one format template of the constant text
-(keys, punctuation) and one converter per field (no ``exec``, no ``eval``). The
-writer is derived code of the class and stored on it (``vars(cls)``), for the
-class's lifetime, as :mod:`dataclasses` stores the ``__init__`` it generates.
+per class, a writer of the same text: the constant text (keys, punctuation) in
+pieces and one converter per field (no ``exec``, no ``eval``), joined by
+``str.join`` (see :func:`_assemble` for why not ``str.format``). The writer is
+derived code of the class and stored on it (``vars(cls)``), for the class's
+lifetime, as :mod:`dataclasses` stores the ``__init__`` it generates.
 
 Rules (what the reference path does, field kind by field kind):
 
@@ -29,10 +30,11 @@ Rules (what the reference path does, field kind by field kind):
   instances the passes share: constants, interned values, memoized facts) has its text
   memoized per instance in the current session's ``texts``
   (:class:`harness.session.IdentityMemo`: keyed by ``id`` with the instance
-  held, bounded);
-- a non-finite number (in a float or an int field) would be written ``nan`` /
-  ``inf`` by ``repr``: the writer checks its numbers instead (one ``sum`` of a
-  class's number fields, finite or not, per instance written; each optional or
+  held, bounded), fetched once per :func:`write` and handed down to the
+  writers of the models inside;
+- a non-finite number (in a float or an int field) is written ``nan`` /
+  ``inf`` / ``-inf`` by ``repr``: the writer checks the texts of a class's
+  numbers (one ``frozenset.isdisjoint`` per instance written; each optional or
   listed number by itself) and :func:`write` returns None so that the reference
   path decides (it raises for a real NaN or infinity). A string holding those
   letters is written as it is (the same text as the reference's).
@@ -43,25 +45,30 @@ checks it on every IR of the cases and of the differential corpus.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import operator
 import types
 import typing
 from json.encoder import encode_basestring_ascii
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from pydantic import BaseModel
 
 from harness import session
 
-Writer = Callable[[Any], str]
+#: The writer of a model class, or of a field value that holds models: ``(value, texts) -> JSON text``, where
+#: ``texts`` is the current session's memo of texts (:attr:`harness.session.Session.texts`).
+Writer = Callable[[Any, Any], str]
+#: The writer of a field value that holds no model: ``value -> JSON text``.
+Scalar = Callable[[Any], str]
 #: The class attribute that holds a class's writer: ``(extra, writer or None)``.
 WRITER_ATTRIBUTE = "_harness_canonical_writer"
 
 
 class _Unsupported(Exception):
-    """A field kind (or a value's class) the compiled writers do not cover."""
+    """A field kind (or a value's class) the compiled writers do not cover, or a non-finite number."""
 
 
 def write(obj: BaseModel, extra: tuple[tuple[str, str], ...] = ()) -> str | None:
@@ -73,7 +80,7 @@ def write(obj: BaseModel, extra: tuple[tuple[str, str], ...] = ()) -> str | None
     if writer is None:
         return None
     try:
-        return writer(obj)
+        return writer(obj, session.current().texts)
     except _Unsupported:
         return None
 
@@ -92,22 +99,134 @@ def _writer(cls: type, extra: tuple[tuple[str, str], ...] = (), compiling: froze
     return writer
 
 
-def _sequence(writer: Writer) -> Writer:
-    def write_sequence(items: Any) -> str:
-        return "[" + ",".join(map(writer, items)) + "]"
-    return write_sequence
+class _Field(NamedTuple):
+    """How one field's value is written: ``kind`` ``float`` (``repr(float(value))``), ``int`` (``repr(+value)``),
+    ``scalar`` (``function(value)``, a :data:`Scalar`), ``model`` (``function(value, texts)``, a :data:`Writer`)
+    or ``memo``: an instance of a class whose texts are memoized (or of a union of such classes), looked up in
+    ``texts`` first, ``function(value, texts)`` writing (and remembering) the text of one that is not there."""
+
+    kind: str
+    function: Callable[..., str] | None = None
 
 
-def _union(classes: tuple[type, ...], compiling: frozenset[type]) -> Writer:
+_FLOAT, _INT = _Field("float"), _Field("int")
+#: What ``repr`` writes for a number that is not finite (and for no finite one).
+_NON_FINITE = frozenset({"nan", "inf", "-inf"})
+
+
+def _finite(value: Any) -> bool:
+    """Whether ``value`` (a number, or the sum of a class's numbers) is finite: False for NaN, an infinity, an
+    overflow (the sum of finite numbers can overflow: then the reference decides) or a value that is no number."""
+    try:
+        return math.isfinite(value)
+    except (OverflowError, TypeError):
+        return False
+
+
+def _write_float(value: Any) -> str:
+    if not _finite(value):
+        raise _Unsupported("a non-finite number")
+    return repr(float(value))
+
+
+def _write_int(value: Any) -> str:
+    if not _finite(value):  # a float stored in an int field
+        raise _Unsupported("a non-finite number")
+    return repr(+value)
+
+
+def _bool(value: Any) -> str:
+    return "true" if value else "false"
+
+
+def _function(field: _Field) -> tuple[bool, Callable[..., str]]:
+    """``(holds models, its function)``: the field's writer as one function (for optional values, sequences,
+    absent fields)."""
+    if field.kind == "float":
+        return False, _write_float
+    if field.kind == "int":
+        return False, _write_int
+    if field.kind == "memo":
+        return True, _memoized(field.function)
+    return field.kind == "model", field.function
+
+
+def _memoized(fresh: Writer) -> Writer:
+    def write_memoized(value: Any, texts: Any) -> str:
+        text = texts.get(value)
+        return fresh(value, texts) if text is None else text
+    return write_memoized
+
+
+def _optional(inner: _Field) -> _Field:
+    if inner.kind == "memo":
+        fresh = inner.function
+
+        def write_optional_memoized(value: Any, texts: Any) -> str:
+            if value is None:
+                return "null"
+            text = texts.get(value)
+            return fresh(value, texts) if text is None else text
+        return _Field("model", write_optional_memoized)
+    models, function = _function(inner)
+    if models:
+        def write_optional_model(value: Any, texts: Any) -> str:
+            return "null" if value is None else function(value, texts)
+        return _Field("model", write_optional_model)
+
+    def write_optional(value: Any) -> str:
+        return "null" if value is None else function(value)
+    return _Field("scalar", write_optional)
+
+
+def _sequence(inner: _Field) -> _Field:
+    if inner.kind == "float":
+        def write_floats(items: Any) -> str:
+            if not _finite(sum(items)):
+                raise _Unsupported("a non-finite number")
+            return "[" + ",".join(map(repr, map(float, items))) + "]"
+        return _Field("scalar", write_floats)
+    if inner.kind == "memo":
+        fresh = inner.function
+
+        def write_memoized_items(items: Any, texts: Any) -> str:
+            found = list(map(texts.get, items))
+            if None in found:  # items not remembered
+                for at, text in enumerate(found):
+                    if text is None:
+                        found[at] = fresh(items[at], texts)
+            return "[" + ",".join(found) + "]"
+        return _Field("model", write_memoized_items)
+    models, function = _function(inner)
+    if models:
+        repeat = itertools.repeat
+
+        def write_models(items: Any, texts: Any) -> str:
+            return "[" + ",".join(map(function, items, repeat(texts))) + "]"
+        return _Field("model", write_models)
+
+    def write_scalars(items: Any) -> str:
+        return "[" + ",".join(map(function, items)) + "]"
+    return _Field("scalar", write_scalars)
+
+
+def _union(classes: tuple[type, ...], compiling: frozenset[type]) -> _Field:
     writers = {cls: _required_writer(cls, compiling) for cls in classes}
+    if all(map(_memoizes, classes)):
+        writers = {cls: writer.fresh for cls, writer in writers.items()}
 
-    def write_member(value: Any) -> str:
+    def write_member(value: Any, texts: Any) -> str:
         writer = writers.get(type(value))
         if writer is None:
             raise _Unsupported(type(value).__name__)
-        return writer(value)
+        return writer(value, texts)
 
-    return write_member
+    return _Field("memo" if all(map(_memoizes, classes)) else "model", write_member)
+
+
+def _memoizes(cls: type) -> bool:
+    """Whether the texts of ``cls`` are memoized per instance (see the module rules)."""
+    return bool(getattr(cls, "CANONICAL_MEMO", False) or getattr(cls, "INTERNED", False))
 
 
 def _required_writer(cls: type, compiling: frozenset[type]) -> Writer:
@@ -119,84 +238,57 @@ def _required_writer(cls: type, compiling: frozenset[type]) -> Writer:
     return writer
 
 
-def _bool(value: Any) -> str:
-    return "true" if value else "false"
-
-
-#: A field's converter: ``(function, conversion)``; the template writes ``{<conversion>}`` of ``function(value)``.
-#: Numbers are written ``!r`` of ``float(value)`` (an int stored in a float field is written as a float) or of
-#: ``+value`` (an int as itself): C functions, so the hot path makes no Python call per number.
-Converter = tuple[Callable[[Any], Any], str]
-
-
-def _optional(writer: Writer) -> Writer:
-    def write_optional(value: Any) -> str:
-        return "null" if value is None else writer(value)
-    return write_optional
-
-
-def _text(converter: Converter) -> Writer:
-    """The converter as a function returning the JSON text (for optional values, sequences, absent fields)."""
-    function, conversion = converter
-    if not conversion:
-        return function
-
-    def write_number(value: Any) -> str:
-        if not _finite(value):
-            raise _Unsupported("a non-finite number")
-        return repr(function(value))
-    return write_number
-
-
-def _finite(total: Any) -> bool:
-    """Whether ``total`` (a number, or the sum of a class's numbers) is finite: False for NaN, an infinity, an
-    overflow (the sum of finite numbers can overflow: then the reference decides) or a value that is no number."""
-    try:
-        return math.isfinite(total)
-    except (OverflowError, TypeError):
-        return False
-
-
-def _converter(annotation: Any, compiling: frozenset[type]) -> Converter:
+def _field(annotation: Any, compiling: frozenset[type]) -> _Field:
     """How a value of this annotation is written as JSON text."""
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if origin is typing.Annotated:
-        return _converter(args[0], compiling)
+        return _field(args[0], compiling)
     if annotation is float:
-        return float, "!r"
+        return _FLOAT
     if annotation is int:
-        return operator.pos, "!r"
+        return _INT
     if annotation is bool:
-        return _bool, ""
+        return _Field("scalar", _bool)
     if annotation is str or (origin is typing.Literal and all(isinstance(a, str) for a in args)):
-        return encode_basestring_ascii, ""
+        return _Field("scalar", encode_basestring_ascii)
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return _required_writer(annotation, compiling), ""
+        writer = _required_writer(annotation, compiling)
+        return _Field("memo", writer.fresh) if _memoizes(annotation) else _Field("model", writer)
     if origin in (typing.Union, types.UnionType):
         members = tuple(a for a in args if a is not type(None))
         if len(members) == 1:
-            inner = _text(_converter(members[0], compiling))
+            inner = _field(members[0], compiling)
         elif all(isinstance(m, type) and issubclass(m, BaseModel) for m in members):
             inner = _union(members, compiling)
         else:
             raise _Unsupported(str(annotation))
-        return (_optional(inner) if type(None) in args else inner), ""
+        return _optional(inner) if type(None) in args else inner
     if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
-        return _sequence(_text(_converter(args[0], compiling))), ""
+        return _sequence(_field(args[0], compiling))
     raise _Unsupported(str(annotation))
 
 
-def _absent(key_text: str, inner: Writer, before: bool) -> Writer:
+def _absent(key_text: str, inner: _Field, before: bool) -> _Field:
     """An absent-if-None field: nothing while None, else ``"key":value,`` (``before`` the first present key)
     or ``,"key":value``."""
+    models, function = _function(inner)
+    if models:
+        if before:
+            def write_leading_model(value: Any, texts: Any) -> str:
+                return "" if value is None else key_text + function(value, texts) + ","
+            return _Field("model", write_leading_model)
+
+        def write_following_model(value: Any, texts: Any) -> str:
+            return "" if value is None else key_text + function(value, texts)
+        return _Field("model", write_following_model)
     if before:
         def write_leading(value: Any) -> str:
-            return "" if value is None else key_text + inner(value) + ","
-        return write_leading
+            return "" if value is None else key_text + function(value) + ","
+        return _Field("scalar", write_leading)
 
     def write_following(value: Any) -> str:
-        return "" if value is None else key_text + inner(value)
-    return write_following
+        return "" if value is None else key_text + function(value)
+    return _Field("scalar", write_following)
 
 
 def _compile(cls: type, extra: tuple[tuple[str, str], ...], compiling: frozenset[type]) -> Writer:
@@ -205,86 +297,141 @@ def _compile(cls: type, extra: tuple[tuple[str, str], ...], compiling: frozenset
     decorators = cls.__pydantic_decorators__
     if decorators.field_serializers or decorators.model_serializers or cls.model_computed_fields:
         raise _Unsupported(f"{cls.__name__} has custom serialization")
-    absent = getattr(cls, "ABSENT_IF_NONE", frozenset())
+    absent = frozenset(getattr(cls, "ABSENT_IF_NONE", frozenset()))
     constants = dict(extra)  # key -> its constant JSON text
-    converters: dict[str, Converter] = {}  # key -> how its value is written
+    fields: dict[str, _Field] = {}  # key -> how its value is written
     for name, field in cls.model_fields.items():
         if field.alias or field.serialization_alias or field.exclude or not name.isidentifier():
             raise _Unsupported(f"{cls.__name__}.{name} is aliased, excluded or not an identifier")
         if name in constants:
             raise _Unsupported(f"{cls.__name__}.{name} collides with an extra key")
-        converters[name] = _converter(field.annotation, compiling)
-    present = sorted(k for k in (*constants, *converters) if k not in absent)
+        fields[name] = _field(field.annotation, compiling)
+    present = sorted(k for k in (*constants, *fields) if k not in absent)
     if not present:
         raise _Unsupported(f"{cls.__name__}: only absent-if-None fields")
-    template, names, writers, numbers = "", [], [], []  # numbers: the keys written by ``!r`` (checked finite)
-    for key in sorted((*constants, *converters)):
-        if key in constants:
-            template += ("" if key == present[0] else ",") + json.dumps(key) + ":" + _escaped(constants[key])
-            continue
+    absent_names = tuple(sorted(absent & set(fields)))
+    full = _layout(sorted((*constants, *fields)), constants, fields, absent, present[0])
+    if not absent_names:
+        return _assemble(cls, full, None, None)
+    # the layout without the absent fields, for an instance whose absent fields are all None (the usual case)
+    base = _layout(present, constants, fields, frozenset(), present[0])
+    getter = operator.itemgetter(*absent_names) if len(absent_names) > 1 else operator.itemgetter(*absent_names * 2)
+    return _assemble(cls, base, (getter, (None,) * max(2, len(absent_names))), full)
+
+
+class _Layout(NamedTuple):
+    """A class's text as ``pieces[0] + value[0] + pieces[1] + ... + value[n-1] + pieces[n]``, the values in key
+    order. The values are read in stream order (``names``: floats, ints, scalars, models) and each stream is
+    converted in one ``map``; ``order`` puts them back in key order (None: already)."""
+
+    pieces: tuple[str, ...]
+    names: tuple[str, ...]
+    floats: int  # names[:floats] are written repr(float(value))
+    numbers: int  # names[floats:numbers] are written repr(+value)
+    scalars: tuple[Scalar, ...]  # the next ones, each by its Scalar
+    models: tuple[Writer, ...]  # the rest, each by its Writer
+    order: Callable[[Any], tuple] | None
+
+
+_STREAMS = ("float", "int", "scalar", "model")
+
+
+def _layout(keys: list[str], constants: dict[str, str], fields: dict[str, _Field], absent: frozenset[str],
+            first: str) -> _Layout:
+    pieces, keyed = ["{"], []  # keyed: (key, field) in key order
+    for key in keys:
         if key in absent:
-            writers.append(_absent(json.dumps(key) + ":" if key < present[0] else "," + json.dumps(key) + ":",
-                                   _text(converters[key]), key < present[0]))
-            template += "{}"
+            keyed.append((key, _absent(json.dumps(key) + ":" if key < first else "," + json.dumps(key) + ":",
+                                       fields[key], key < first)))
+            pieces.append("")
+            continue
+        text = ("" if key == first else ",") + json.dumps(key) + ":"
+        if key in constants:
+            pieces[-1] += text + constants[key]
         else:
-            function, conversion = converters[key]
-            template += ("" if key == present[0] else ",") + json.dumps(key) + ":{" + conversion + "}"
-            writers.append(function)
-            if conversion:
-                numbers.append(key)
-        names.append(key)
-    return _assemble(cls, "{{" + template + "}}", tuple(names), tuple(writers), tuple(numbers))
+            pieces[-1] += text
+            keyed.append((key, fields[key]))
+            pieces.append("")
+    pieces[-1] += "}"
+    # a memoized value: looked up in texts by its Writer (a lookup in a ``map`` of its own measured no cheaper)
+    keyed = [(key, _Field("model", _function(f)[1]) if f.kind == "memo" else f) for key, f in keyed]
+    ordered = sorted(range(len(keyed)), key=lambda i: (_STREAMS.index(keyed[i][1].kind), i))
+    by_stream = [keyed[i][1] for i in ordered]
+    position = {i: at for at, i in enumerate(ordered)}  # key-order index -> its index in stream order
+    order = tuple(position[i] for i in range(len(keyed)))
+    kinds = [f.kind for f in by_stream]
+    floats, numbers = kinds.count("float"), kinds.count("float") + kinds.count("int")
+    return _Layout(tuple(pieces), tuple(keyed[i][0] for i in ordered), floats, numbers,
+                   tuple(f.function for f in by_stream if f.kind == "scalar"),
+                   tuple(f.function for f in by_stream if f.kind == "model"),
+                   None if order == tuple(range(len(order))) else
+                   operator.itemgetter(*order) if len(order) > 1 else None)
 
 
-def _escaped(text: str) -> str:
-    return text.replace("{", "{{").replace("}", "}}")
+def _assemble(cls: type, base: _Layout, absent: tuple[Callable[[Any], tuple], tuple] | None,
+              full: _Layout | None) -> Writer:
+    """The writer of one class: ``writer(o, texts)``, with ``writer.fresh`` writing an instance not looked up in
+    ``texts`` (and remembering its text there, for the classes that memoize theirs).
 
+    ``str.join`` of the pieces and the values rather than ``str.format`` of a template: format parses its
+    template on every call (most of the cost of a text). ``absent``: ``(getter, Nones)``, the absent-if-None
+    fields' values and what they are while all None (then ``base`` is the layout, else ``full``).
+    """
+    memo = _memoizes(cls)
+    call, pos, repeat, non_finite = operator.call, operator.pos, itertools.repeat, _NON_FINITE
+    if not base.names and absent is None:
+        text = base.pieces[0]
 
-def _assemble(cls: type, template: str, names: tuple[str, ...], writers: tuple[Writer, ...],
-              numbers: tuple[str, ...]) -> Writer:
-    """The writer of one class: the template filled with each field's text, after one check that its
-    ``numbers`` are finite (memoized per instance for the classes that share instances)."""
-    fill, call, isfinite = template.format, operator.call, math.isfinite
-    if not names:
-        text = fill()
-
-        def write_constant(o: Any) -> str:
+        def write_constant(o: Any, texts: Any) -> str:
             return text
-        plain = write_constant
-    elif len(names) == 1:
-        (name,), (writer,) = names, writers
+        write_constant.fresh = write_constant
+        return write_constant
 
-        def write_one(o: Any) -> str:
-            value = o.__dict__[name]
-            if numbers and not _finite(value):
-                raise _Unsupported("a non-finite number")
-            return fill(writer(value))
-        plain = write_one
-    else:
-        values = operator.itemgetter(*names)
-        if not numbers:
-            def write_fields(o: Any) -> str:
-                return fill(*map(call, writers, values(o.__dict__)))
+    def layout_of(layout: _Layout) -> tuple:
+        names = layout.names
+        getter = (operator.itemgetter(*names) if len(names) > 1 else
+                  (lambda fields, _n=names[0]: (fields[_n],)) if names else (lambda fields: ()))
+        scalars_end = layout.numbers + len(layout.scalars)
+        slots = [None] * (2 * len(layout.pieces) - 1)  # the pieces at the even places, the values between them
+        slots[0::2] = layout.pieces
+        return (getter, layout.floats, layout.numbers, scalars_end, layout.scalars, layout.models, layout.order,
+                tuple(slots))
+
+    plain, other = layout_of(base), layout_of(full) if full is not None else None
+    absent_values, nones = absent if absent is not None else (None, None)
+
+    def write_fresh(o: Any, texts: Any) -> str:
+        fields = o.__dict__
+        if absent_values is None or absent_values(fields) == nones:
+            getter, floats, numbers, scalars_end, scalars, models, order, slots = plain
         else:
-            # the sum of the numbers is finite exactly when each is, bar an overflow (then the reference decides)
-            total = operator.itemgetter(*numbers) if len(numbers) > 1 else operator.itemgetter(numbers[0], numbers[0])
+            getter, floats, numbers, scalars_end, scalars, models, order, slots = other
+        values = getter(fields)
+        if floats:
+            texts_of = list(map(repr, map(float, values[:floats])))
+            if floats < numbers:
+                texts_of += map(repr, map(pos, values[floats:numbers]))
+        elif numbers:
+            texts_of = list(map(repr, map(pos, values[:numbers])))
+        else:
+            texts_of = []
+        if numbers and not non_finite.isdisjoint(texts_of):  # the texts so far are the numbers' reprs
+            raise _Unsupported("a non-finite number")
+        if scalars:
+            texts_of += map(call, scalars, values[numbers:scalars_end])
+        if models:
+            texts_of += map(call, models, values[scalars_end:], repeat(texts))
+        parts = list(slots)
+        parts[1::2] = texts_of if order is None else order(texts_of)
+        text = "".join(parts)
+        return texts.put(text, o) if memo else text
 
-            def write_fields(o: Any) -> str:
-                fields = o.__dict__
-                try:
-                    finite = isfinite(sum(total(fields)))
-                except (OverflowError, TypeError):
-                    finite = False
-                if not finite:
-                    raise _Unsupported("a non-finite number")
-                return fill(*map(call, writers, values(fields)))
-        plain = write_fields
-    if not (getattr(cls, "CANONICAL_MEMO", False) or getattr(cls, "INTERNED", False)):
-        return plain
+    if not memo:
+        write_fresh.fresh = write_fresh
+        return write_fresh
 
-    def write_memoized(o: Any) -> str:
-        texts = session.current().texts
+    def write_memoized(o: Any, texts: Any) -> str:
         text = texts.get(o)
-        return texts.put(plain(o), o) if text is None else text
-
+        return write_fresh(o, texts) if text is None else text
+    write_memoized.fresh = write_fresh
     return write_memoized

@@ -1,0 +1,41 @@
+"""The speed scripts a figure of docs/performance.md comes from: they run what they say (the timings and counts
+themselves are not tested: they are measurements, docs/performance.md)."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness import session
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT.parent / "shared" / "reference" / "oracle-records" / "differential-public.json"
+
+
+def _script(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.skipif(not CORPUS.is_file(), reason="no shared reference corpus beside the checkout")
+@pytest.mark.parametrize("stage, lowerings", [("translate", 0), ("lower", 4), ("digests", 4), ("estimate", 4)])
+def test_the_instruction_counter_lowers_what_its_stage_names_in_a_cleared_session(stage, lowerings):
+    """The worker warms up, clears every memo, then lowers the first N configurations (all distinct models)
+    only from the ``lower`` stage on: what is left in the session is those N lowerings, none of the warm-up's."""
+    counter = _script("first_pass_instructions")
+    with session.using(session.Session()) as own:
+        counter.worker(stage, 4, CORPUS)
+        assert len(own.lowerings) == lowerings
+
+
+def test_the_instruction_counter_refuses_no_estimates_in_one_line():
+    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "first_pass_instructions.py"), "--estimates",
+                             "0"], capture_output=True, text=True, check=False)
+    assert result.returncode == 2 and "--estimates must be at least 1" in result.stderr
+    assert "Traceback" not in result.stderr
