@@ -227,9 +227,9 @@ class Pricer:
     per pricer; the arithmetic of every price is the one in the module rules.
     :meth:`work` and :meth:`task` memoize their prices per ``Work`` and
     ``PlanTask`` instance (the passes share immutable instances between clones,
-    repeated shapes and layouts: memoized facts, interned tasks), keyed by
+    repeated shapes and layouts: memoized facts, plan tasks shared per task and context), keyed by
     ``id`` with the instance held alive by the memo
-    (:class:`harness.session.IdentityMemo`: bounded by ``memo_limit``, LRU,
+    (:class:`harness.session.IdentityMemo`: bounded by ``memo_limit``, in two generations,
     thread-safe). A memoized :class:`TaskCost` is shared: read-only.
     """
 
