@@ -94,11 +94,10 @@ class Memo(Generic[K, V]):
     def get_or_put(self, key: K, compute: Callable[[], V]) -> V:
         """The value of ``key``, computed by ``compute()`` and remembered if absent."""
         value = self._young.get(key, _MISSING)
-        if value is _MISSING:
-            value = self.get(key, _MISSING)
-            if value is _MISSING:
-                return self.put(key, compute())
-        return value
+        if value is not _MISSING:
+            return value
+        value = self._old.get(key, _MISSING)  # found there: stored again in the young generation, as get does
+        return self.put(key, compute() if value is _MISSING else value)
 
     def setdefault(self, key: K, compute: Callable[[], V]) -> V:
         """Like :meth:`get_or_put`, but atomic: every thread gets the same value (``compute`` runs under the

@@ -131,6 +131,20 @@ def test_memo_keeps_two_generations_of_half_its_limit():
         Memo("bad", 0)
 
 
+def test_get_or_put_computes_only_what_neither_generation_holds_and_renews_what_the_old_one_does():
+    memo, computed = Memo("m", 4), []  # generations of 2
+
+    def compute(value):
+        return lambda: computed.append(value) or value
+
+    assert memo.get_or_put("a", compute(1)) == 1 and memo.get_or_put("a", compute(99)) == 1
+    memo.put("b", 2)  # young {a, b} becomes the old one
+    assert memo.get_or_put("a", compute(99)) == 1  # found in the old generation: not computed, stored again
+    memo.put("c", 3)  # young {a, c} becomes the old one: b dropped, a kept
+    assert memo.get_or_put("a", compute(99)) == 1 and memo.get_or_put("b", compute(20)) == 20
+    assert computed == [1, 20]
+
+
 class _Held:
     """An object an identity memo can hold (weakly referable: the test sees it let go)."""
 

@@ -179,14 +179,6 @@ class _Construction:
             self.plans[given] = plan
         return plan
 
-    def complete(self, cls: type, fields: dict[str, Any]) -> dict[str, Any]:
-        """All field values in declaration order: defaults filled, unknown names refused."""
-        plan = self.plans.get(tuple(fields)) or self.plan(cls, tuple(fields))
-        values = self.template | fields
-        for name, factory in plan[0]:
-            values[name] = factory()
-        return values
-
 
 _IMMUTABLE = (type(None), bool, int, float, str, tuple, frozenset)
 
