@@ -34,8 +34,16 @@ built (the chosen command's modules imported: classes, functions, pydantic's
 field descriptions, hardly any garbage, which collections would walk again and
 again); then ``gc.freeze()`` moves the objects alive then to the permanent
 generation, so the collections a long command triggers (a batch of estimates
-builds millions of objects) no longer walk them. A call with an ``argv`` (tests, a library user)
-leaves the collector as it is.
+builds millions of objects) no longer walk them; and the youngest generation is
+collected after :data:`YOUNG_COLLECTION_OBJECTS` allocations instead of Python's
+700 (as mypy does for the same reason): almost every object an estimate builds
+dies by reference counting, so a collection every 700 allocations walks
+temporaries that would have gone anyway, and each survivor is walked again by
+the older generations' collections. (Callgrind, the 400-line public batch:
+5,548 -> 5,435 M instructions, 1,577 -> 312 ms of the process's time in the
+collector under valgrind; garbage in a cycle waits at most that many
+allocations longer.) A call with an ``argv`` (tests, a library user) leaves the
+collector as it is.
 """
 
 from __future__ import annotations
@@ -54,6 +62,9 @@ from harness.errors import HarnessError, one_line
 
 #: Each command's name on the command line -> its module in ``harness/commands`` (whose ``register`` adds that one
 #: command), in the order ``--help`` lists them.
+#: Allocations between two collections of the youngest generation in a command process (Python's default: 700).
+YOUNG_COLLECTION_OBJECTS = 50_000
+
 COMMANDS = {"lower": "lower", "estimate": "estimate", "oracle": "oracle", "trace": "trace", "explain": "explain",
             "calibrate": "calibrate", "contract": "contract", "import": "import_calculon", "evidence": "evidence",
             "search": "search", "list": "list_data"}
@@ -170,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if collecting:
             gc.freeze()
+            gc.set_threshold(YOUNG_COLLECTION_OBJECTS, *gc.get_threshold()[1:])
             gc.enable()
     args = parser.parse_args(argv)
     try:

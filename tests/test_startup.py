@@ -102,15 +102,16 @@ def test_the_package_imports_its_public_names_on_first_use():
 
 def test_a_command_process_imports_without_collecting_and_collects_afterwards(tmp_path):
     """:func:`harness.cli.main` with no argv switches the collector off while the command's modules are
-    imported, freezes what they built and switches it on again (also when the command then fails)."""
+    imported, freezes what they built, raises the youngest generation's threshold and switches it on again (also
+    when the command then fails)."""
     out = subprocess.run([sys.executable, "-c",
                           "import gc, sys\n"
                           f"sys.argv = ['harness', 'estimate', '--calculon-batch', {str(tmp_path / 'none.jsonl')!r}]\n"
                           "from harness.cli import main\n"
                           "status = main()\n"
-                          "print(status, gc.isenabled(), gc.get_freeze_count() > 10000)\n"],
+                          "print(status, gc.isenabled(), gc.get_freeze_count() > 10000, *gc.get_threshold())\n"],
                          cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    assert out.split() == ["2", "True", "True"]
+    assert out.split() == ["2", "True", "True", "50000", "10", "10"]  # the young generation's threshold raised
 
 
 # ---------------------------------------------------------------------------------------------- batch output
