@@ -50,7 +50,9 @@ class Work(Frozen):
         return self.bytes_read + self.bytes_written
 
 
-NO_WORK = Work(operations=0, bytes_read=0, bytes_written=0, engine="vector")
+#: Built without validation (its values are the validated ones: floats), so that importing this module does not build
+#: Work's validator, which the estimate path never needs (tests/test_startup.py).
+NO_WORK = Work.trusted(operations=0.0, bytes_read=0.0, bytes_written=0.0, engine="vector")
 
 
 class Message(Frozen):
@@ -114,8 +116,8 @@ class Capacity(Frozen):
     ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"quantized_weight_bytes"})  # digests kept without it
 
 
-NO_CAPACITY = Capacity(weight_bytes=0, activation_bytes=0, output_bytes=0, weight_grad_bytes=0,
-                       weight_grad_unsharded_bytes=0, activation_grad_bytes=0, optimizer_bytes=0)
+NO_CAPACITY = Capacity.trusted(weight_bytes=0.0, activation_bytes=0.0, output_bytes=0.0, weight_grad_bytes=0.0,
+                               weight_grad_unsharded_bytes=0.0, activation_grad_bytes=0.0, optimizer_bytes=0.0)
 
 
 class PlanTask(Frozen):
