@@ -185,13 +185,13 @@ MEMO_INPUTS = ("differential/0000/anthropic-52B", "differential/0005/lamda", "di
 
 def _memo_sizes(current) -> dict[str, int]:
     """The size of every memo of a session (the largest table where there are several: the interned classes,
-    the three price memos of each shared pricer)."""
+    the two price memos of each shared pricer)."""
     pricers = [p for _, p in current.pricers.values()]
     sizes = {memo.name: len(memo) for memo in (current.lowerings, current.concrete, current.projections,
                                               current.pricers, current.facts, current.messages,
                                               current.output_tasks, current.texts, current.profiles)}
     sizes["interned"] = max(len(current.interned(cls)) for cls in current._interned)
-    sizes["prices"] = max(len(m) for p in pricers for m in (p._priced, p._priced_optimizer, p._tasks))
+    sizes["prices"] = max(len(m) for p in pricers for m in (p._priced, p._priced_optimizer))
     return sizes
 
 
