@@ -39,10 +39,10 @@ collected after :data:`YOUNG_COLLECTION_OBJECTS` allocations instead of Python's
 700 (as mypy does for the same reason): almost every object an estimate builds
 dies by reference counting, so a collection every 700 allocations walks
 temporaries that would have gone anyway, and each survivor is walked again by
-the older generations' collections. (Callgrind, the 400-line public batch:
-5,548 -> 5,435 M instructions, 1,577 -> 312 ms of the process's time in the
-collector under valgrind; garbage in a cycle waits at most that many
-allocations longer.) A call with an ``argv`` (tests, a library user) leaves the
+the older generations' collections. (Callgrind of ``python -m harness estimate
+--calculon-batch`` over the 400-line public batch: 5,583 -> 5,466 M
+instructions; the collector's time under valgrind 1,577 -> 312 ms; garbage in
+a cycle waits at most that many allocations longer: docs/performance.md.) A call with an ``argv`` (tests, a library user) leaves the
 collector as it is.
 """
 
@@ -60,11 +60,11 @@ import threading
 from harness import __version__, locations
 from harness.errors import HarnessError, one_line
 
-#: Each command's name on the command line -> its module in ``harness/commands`` (whose ``register`` adds that one
-#: command), in the order ``--help`` lists them.
 #: Allocations between two collections of the youngest generation in a command process (Python's default: 700).
 YOUNG_COLLECTION_OBJECTS = 50_000
 
+#: Each command's name on the command line -> its module in ``harness/commands`` (whose ``register`` adds that one
+#: command), in the order ``--help`` lists them.
 COMMANDS = {"lower": "lower", "estimate": "estimate", "oracle": "oracle", "trace": "trace", "explain": "explain",
             "calibrate": "calibrate", "contract": "contract", "import": "import_calculon", "evidence": "evidence",
             "search": "search", "list": "list_data"}
