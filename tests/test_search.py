@@ -361,7 +361,10 @@ def test_result_is_the_same_for_any_number_of_workers_and_threads():
     two, two_rows = _rows(collected, workers=2)
     assert two.where == "LocalCluster of 2 workers"
     _same_search(two, local, run_search(pruned, workers=2), local_pruned, two_rows, local_rows)
-    with LocalCluster(n_workers=1, threads_per_worker=3, processes=False, dashboard_address=None) as cluster:
+    # over TCP (not the in-process transport of a thread cluster), as a remote scheduler is reached: Dask's
+    # message deadline must be one it accepts (harness.search.run.MESSAGE_TIMEOUT_S)
+    with LocalCluster(n_workers=1, threads_per_worker=3, processes=False, protocol="tcp", dashboard_address=None
+                      ) as cluster:
         tables = []
         threaded = run_search(collected, scheduler=cluster.scheduler_address, on_rows=tables.append)
         threaded_pruned = run_search(pruned, scheduler=cluster.scheduler_address)

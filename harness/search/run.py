@@ -29,7 +29,7 @@ Rules:
   connect and answer its handshake within :data:`CONNECT_TIMEOUT_S`
   (:func:`probe_scheduler`; a silent listener or an HTTP port is refused
   naming the address, never waited on), and whose every later message has
-  the same deadline (Dask's ``comm.timeouts``).
+  the deadline :data:`MESSAGE_TIMEOUT_S` (Dask's ``comm.timeouts.tcp``).
 """
 
 from __future__ import annotations
@@ -62,6 +62,10 @@ TOP_MEMORY_SHARE = 0.5
 TASKS_PER_WORKER = 8
 IN_FLIGHT_PER_WORKER = 2  # tasks queued per worker; the others wait, to carry the floor known when they start
 CONNECT_TIMEOUT_S = 10  # an existing scheduler must connect and answer its handshake within this
+#: The deadline of every later message from an existing scheduler (Dask's ``comm.timeouts.tcp``): Dask spreads it
+#: over 10 keep-alive probes and refuses a value below 11 s (``AssertionError: Timeout too low`` on every
+#: connection), so it is the connect deadline or 11 s, whichever is longer.
+MESSAGE_TIMEOUT_S = max(CONNECT_TIMEOUT_S, 11)
 #: A Dask message starts with its length (8 bytes, little-endian): a scheduler's handshake is a few kilobytes.
 MAX_HANDSHAKE_BYTES = 1 << 20
 
@@ -315,7 +319,7 @@ def _run_dask(problem: SearchProblem, items: list[GroupLayout], order: list[int]
         probe_scheduler(scheduler)
         try:
             with dask.config.set({"distributed.comm.timeouts.connect": CONNECT_TIMEOUT_S,
-                                  "distributed.comm.timeouts.tcp": CONNECT_TIMEOUT_S}):
+                                  "distributed.comm.timeouts.tcp": MESSAGE_TIMEOUT_S}):
                 client = Client(scheduler, timeout=CONNECT_TIMEOUT_S)
         except (OSError, TimeoutError, ValueError, AssertionError) as error:
             raise InputError("<command line>", "--scheduler",
