@@ -120,9 +120,9 @@ class Memo(Generic[K, V]):
 class IdentityMemo(Generic[V]):
     """A bounded, thread-safe memo keyed by the identity of one object, or of a pair (frozen IRs, pricers:
     costly to hash by value), in two generations like :class:`Memo`. The objects are held while remembered,
-    so their ids cannot be reused, and a hit is checked by identity. A generation is one pair of maps of atoms,
-    values and held objects (no tuple per entry: fewer objects for the garbage collector to track and walk),
-    replaced as a whole: a read checks the holder and reads the value in the same pair."""
+    so their ids cannot be reused meanwhile: a key found is a hit (:meth:`get`). A generation is one pair of maps
+    of atoms, values and held objects (no tuple per entry: fewer objects for the garbage collector to track and
+    walk), replaced as a whole."""
 
     __slots__ = ("name", "limit", "_generation", "_young", "_old")
 
@@ -139,26 +139,16 @@ class IdentityMemo(Generic[V]):
         return len(self._young[1].keys() | self._old[1].keys())
 
     def get(self, first: Any, second: Any = None) -> V | None:
-        """The value remembered for ``first`` (and ``second``), or None."""
-        if second is None:
-            key = id(first)
-            held, values = self._young
-            if held.get(key) is first:
-                return values.get(key)
-            held, values = self._old
-            if held.get(key) is not first:
-                return None
-        else:
-            key = (id(first), id(second))
-            held, values = self._young
-            pair = held.get(key)
-            if pair is not None and pair[0] is first and pair[1] is second:
-                return values.get(key)
-            held, values = self._old
-            pair = held.get(key)
-            if pair is None or pair[0] is not first or pair[1] is not second:
-                return None
-        value = values.get(key)
+        """The value remembered for ``first`` (and ``second``), or None.
+
+        A key found is a hit without comparing the held object: ``first`` (and ``second``) is alive while the
+        caller holds it, and so is the object the memo holds under that key (as long as the generation holds
+        the entry), and two live objects never share an id."""
+        key = id(first) if second is None else (id(first), id(second))
+        value = self._young[1].get(key)
+        if value is not None:
+            return value
+        value = self._old[1].get(key)
         return None if value is None else self.put(value, first, second)
 
     def put(self, value: V, first: Any, second: Any = None) -> V:
