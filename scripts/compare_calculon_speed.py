@@ -178,8 +178,10 @@ def whole_process_environment(work: Path, bytecode_cache: bool) -> dict[str, str
 
 
 def whole_process(calculon_src: Path, batch: Path, systems_dir: Path, work: Path, repetitions: int,
-                  bytecode_cache: bool = True) -> tuple[list[float], list[float]]:
-    """Wall-clock seconds of one whole process per tool, per repetition."""
+                  bytecode_cache: bool = True, jobs: int = 1) -> tuple[list[float], ...]:
+    """Wall-clock seconds of one whole process per tool, per repetition; with ``jobs`` > 1 a third contender,
+    the harness with ``--jobs jobs`` (worker processes: it uses that many cores, Calculon's runner one), in
+    the same alternation (the order rotates every repetition)."""
     runner = work / "calculon_batch_runner.py"
     runner.write_text(CALCULON_RUNNER)
     env = whole_process_environment(work, bytecode_cache)
@@ -193,7 +195,15 @@ def whole_process(calculon_src: Path, batch: Path, systems_dir: Path, work: Path
     harness = [sys.executable, "-m", "harness", "estimate", "--calculon-batch", str(batch),
                "--output", str(work / "harness.json")]
     timed(calculon), timed(harness)  # warm the file cache and bytecode caches
-    return median_of_alternated(lambda: timed(calculon), lambda: timed(harness), repetitions)
+    if jobs == 1:
+        return median_of_alternated(lambda: timed(calculon), lambda: timed(harness), repetitions)
+    commands = [calculon, harness, harness + ["--jobs", str(jobs)]]
+    times: list[list[float]] = [[], [], []]
+    for rep in range(repetitions):
+        for k in range(3):
+            which = (rep + k) % 3
+            times[which].append(timed(commands[which]))
+    return tuple(times)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -206,6 +216,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-bytecode-cache", action="store_true",
                         help="whole process: keep the caller's environment (PYTHONDONTWRITEBYTECODE=1 then compiles "
                              "both tools' sources in every run) instead of caching compiled code in the work directory")
+    parser.add_argument("--harness-jobs", type=int, default=1, metavar="N",
+                        help="whole process: also time the harness with --jobs N worker processes (N cores against "
+                             "Calculon's one; a row of its own)")
     parser.add_argument("--measure-in-process", choices=("calculon", "harness"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.measure_in_process:  # child mode of the in-process comparison
@@ -241,9 +254,12 @@ def main(argv: list[str] | None = None) -> int:
             batch = work / "batch.jsonl"
             batch.write_text("".join(batch_line_json(c["id"], c["model"], c["execution"], c["system"]) + "\n"
                                      for c in configs))
-            calc, ours = whole_process(args.calculon_src, batch, systems_dir, work, args.repetitions,
-                                       bytecode_cache=not args.no_bytecode_cache)
-        rows.append(("whole process, s per batch", statistics.median(calc), statistics.median(ours)))
+            times = whole_process(args.calculon_src, batch, systems_dir, work, args.repetitions,
+                                  bytecode_cache=not args.no_bytecode_cache, jobs=args.harness_jobs)
+        rows.append(("whole process, s per batch", statistics.median(times[0]), statistics.median(times[1])))
+        if args.harness_jobs > 1:
+            rows.append((f"  the same, harness --jobs {args.harness_jobs}", statistics.median(times[0]),
+                         statistics.median(times[2])))
     print(f"{'median':32s} {'Calculon':>10s} {'harness':>10s} {'harness/Calculon':>17s} {'speed-up':>9s}")
     for label, calc, ours in rows:
         print(f"{label:32s} {calc:10.3f} {ours:10.3f} {ours / calc:17.3f} {calc / ours:8.2f}x")

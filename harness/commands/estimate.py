@@ -1,5 +1,5 @@
 """``harness estimate CASE... [--system NAME] [--view NAME] [--json]``,
-``harness estimate --calculon-batch IN.jsonl [--output OUT.json]`` and
+``harness estimate --calculon-batch IN.jsonl [--output OUT.json] [--jobs N]`` and
 ``harness estimate --runs ROWS.json --system PROFILE|auto [--view NAME] [--output OUT.json]`` (measured runs,
 :mod:`harness.measurements.runs_estimate`).
 
@@ -26,12 +26,17 @@ interned IR values, prices; results never depend on them) are cleared every
 (``scripts/measure_batch_memory.py`` measures it); the output
 is written atomically (:mod:`harness.outputs`) and has the bytes
 ``json.dumps(entries, indent=1)`` would give. JSON output is strict
-(``allow_nan=False``).
+(``allow_nan=False``). ``--jobs N`` classifies and estimates the lines in N
+worker processes (:func:`harness.parallel.ordered_map`: in file order, a
+bounded number of lines in flight), reads and writes them here and applies
+the duplicate-id rule here in file order: the output, the summary and the
+exit status are those of one process.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import sys
 from collections import Counter
@@ -39,12 +44,14 @@ from json.encoder import encode_basestring_ascii as _json_string
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Iterator
 
+from harness import session
 from harness.commands.case_arguments import CASE_HELP, infeasible_line, load_case_argument, report_infeasible
 from harness.cost.views import COST_VIEWS
 from harness.errors import HarnessError, InputError, one_line
 from harness.estimate import DEFAULT_VIEWS, Estimate, clear_caches, estimate
 from harness.evidence.profile import load_profile
-from harness.interop.calculon_batch import BatchLine, iter_batch
+from harness.inputs import TextLine, iter_lines
+from harness.interop.calculon_batch import BatchLine, DuplicateIds, iter_batch, parse_line, unreadable_line
 from harness.outputs import atomic_output, check_output, data_files
 from harness.pipeline import lower
 from harness.vocabulary import BATCH_STATUSES, VIEWS
@@ -75,6 +82,9 @@ def register(sub) -> None:
                         "(`harness list profiles` lists them); with --runs, every row's, or auto (each row's "
                         "system.gpu's data-sheet profile) or auto-measured (its fitted revision)")
     p.add_argument("--output", type=Path, metavar="OUT.json", help="write the JSON list here instead of stdout")
+    p.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help=f"with --calculon-batch: estimate the lines in N worker processes (1-{MAX_JOBS}; the "
+                        "output is the same bytes; default 1: in this process)")
     p.set_defaults(func=run)
 
 
@@ -226,7 +236,10 @@ class JsonListWriter:
         self.count = 0
 
     def write(self, entry: Any) -> None:
-        text = indented_json(entry, " ")
+        self.write_text(indented_json(entry, " "))
+
+    def write_text(self, text: str) -> None:
+        """Write one entry given as its text, ``indented_json(entry, " ")``."""
         self.handle.write(("[\n " if self.count == 0 else ",\n ") + text)
         self.count += 1
 
@@ -251,7 +264,16 @@ def _emit(entries: list[dict[str, Any]], output: Path | None) -> None:
         writer.close()
 
 
+#: Most worker processes ``--jobs`` starts.
+MAX_JOBS = 256
+#: Batch lines a worker estimates per task of ``--jobs`` (a task's cost, a pickled list of texts, is paid once
+#: per chunk; a chunk is small enough that every worker gets some of a short batch).
+JOB_CHUNK_LINES = 16
+
+
 def run_batch(args, views) -> int:
+    if not 1 <= args.jobs <= MAX_JOBS:
+        raise InputError("<command line>", "--jobs", f"must be 1 to {MAX_JOBS} worker processes, got {args.jobs}")
     if args.cases:
         raise InputError("--calculon-batch", "CASE", "give case files or a batch, not both")
     if args.system:
@@ -259,17 +281,20 @@ def run_batch(args, views) -> int:
     if args.output is not None:
         check_output(args.output, inputs=[args.calculon_batch, *data_files()])
     source = str(args.calculon_batch)
-    lines = iter_batch(args.calculon_batch)
     counts: Counter[str] = Counter()
-    first = next(lines, None)  # a file that cannot be read fails here, before the output is touched
-    if first is None:
-        raise InputError(source, "<file>", "no batch lines (the file is empty or blank): nothing to estimate")
-    with _destination(args.output) as handle:
-        writer = JsonListWriter(handle)
-        _write_entry(writer, first, views, source, counts)
-        for entry in lines:
-            _write_entry(writer, entry, views, source, counts)
-        writer.close()
+    if args.jobs > 1:
+        _run_batch_jobs(args, views, source, counts)
+    else:
+        lines = iter_batch(args.calculon_batch)
+        first = next(lines, None)  # a file that cannot be read fails here, before the output is touched
+        if first is None:
+            raise InputError(source, "<file>", "no batch lines (the file is empty or blank): nothing to estimate")
+        with _destination(args.output) as handle:
+            writer = JsonListWriter(handle)
+            _write_entry(writer, first, views, source, counts)
+            for entry in lines:
+                _write_entry(writer, entry, views, source, counts)
+            writer.close()
     summary = ", ".join(f"{counts[s]} {s}" for s in BATCH_STATUSES)
     where = args.output if args.output else "stdout"
     print(f"estimated {sum(counts.values())} batch lines to {where}: {summary}", file=sys.stderr)
@@ -282,6 +307,58 @@ def _write_entry(writer: JsonListWriter, entry: BatchLine, views, source: str, c
     counts[result["status"]] += 1
     if counts.total() % BATCH_CACHE_LINES == 0:
         clear_caches()
+
+
+def _run_batch_jobs(args, views, source: str, counts: Counter) -> None:
+    """``--jobs N``: the lines read and written here, in file order, and classified and estimated by N worker
+    processes (:func:`harness.parallel.ordered_map`, :func:`estimate_chunk`), JOB_CHUNK_LINES at a time; the
+    duplicate-id rule applied here, in file order (a duplicate's estimate is dropped for its invalid entry), so
+    the output is the one of ``--jobs 1``."""
+    from harness.parallel import ordered_map
+
+    items = (item for item in iter_lines(args.calculon_batch) if item.error is not None or item.text.strip())
+    first = next(items, None)  # a file that cannot be read fails here, before the output is touched
+    if first is None:
+        raise InputError(source, "<file>", "no batch lines (the file is empty or blank): nothing to estimate")
+    chunks = _chunks(itertools.chain((first,), items), views, source)
+    ids = DuplicateIds()
+    with _destination(args.output) as handle:
+        writer = JsonListWriter(handle)
+        for chunk in ordered_map(estimate_chunk, chunks, args.jobs):
+            for line, record_id, classified, status, text in chunk:
+                duplicate = ids.duplicate(line, record_id, classified)
+                if duplicate is not None:
+                    result = batch_entry_json(duplicate, views, source)
+                    status, text = result["status"], indented_json(result, " ")
+                writer.write_text(text)
+                counts[status] += 1
+        writer.close()
+
+
+def _chunks(items: Iterator[TextLine], views, source: str) -> Iterator[tuple]:
+    """The tasks of :func:`estimate_chunk`: JOB_CHUNK_LINES lines each, a line as ``(number, text)`` or, when it
+    could not be read, its invalid entry."""
+    names = tuple(v.name for v in views)
+    while chunk := [(item.number, item.text) if item.error is None else unreadable_line(item)
+                    for item in itertools.islice(items, JOB_CHUNK_LINES)]:
+        yield names, source, chunk
+
+
+def estimate_chunk(task: tuple) -> list[tuple[int, str | None, str, str, str]]:
+    """A worker's task of ``--jobs`` (:func:`_chunks`): every line classified (:func:`parse_line`) and estimated
+    (:func:`batch_entry_json`), as ``(line, id, classified status, entry status, entry JSON text)``. The worker's
+    memo tables are cleared after a chunk once they hold BATCH_CACHE_LINES lowerings (results never depend on
+    them)."""
+    names, source, chunk = task
+    views = tuple(COST_VIEWS[name] for name in names)
+    out = []
+    for line in chunk:
+        entry = line if isinstance(line, BatchLine) else parse_line(line[1], line[0], source)
+        result = batch_entry_json(entry, views, source)
+        out.append((entry.line, entry.id, entry.status, result["status"], indented_json(result, " ")))
+    if len(session.current().lowerings) >= BATCH_CACHE_LINES:
+        clear_caches()
+    return out
 
 
 def run_runs(args) -> int:
@@ -310,6 +387,8 @@ def run_runs(args) -> int:
 
 def run(args) -> int:
     views = (COST_VIEWS[args.view],) if args.view else DEFAULT_VIEWS
+    if args.jobs != 1 and args.calculon_batch is None:
+        raise InputError("<command line>", "--jobs", "is for --calculon-batch (cases and --runs run in this process)")
     if args.runs is not None:
         return run_runs(args)
     if args.calculon_batch is not None:

@@ -38,7 +38,7 @@ from harness.cases import EstimateInput
 from harness.errors import EvidenceError, InputError, UnsupportedFeatureError, one_line
 from harness.estimate import check_tiers
 from harness.evidence.profile import check_profile_name, load_profile
-from harness.inputs import iter_lines, parse_json_text
+from harness.inputs import TextLine, iter_lines, parse_json_text
 from harness.names import identifier_problem
 from harness.interop.calculon_format import calculon_error, input_from_calculon
 
@@ -107,6 +107,29 @@ def parse_line(text: str, line: int, source: str = "<batch>") -> BatchLine:
     return BatchLine(line, record_id, "valid", input=parsed)
 
 
+def unreadable_line(item: TextLine) -> BatchLine:
+    """The invalid entry of a line that could not be read (``item.error``: not UTF-8, too long, truncated)."""
+    return _invalid(item.number, None, "<file>" if item.truncated else "<line>", item.error.message)
+
+
+class DuplicateIds:
+    """The batch's duplicate-id rule, applied in file order: the first line that is not invalid keeps its id; a
+    later line with the same id is invalid (whatever it holds)."""
+
+    def __init__(self) -> None:
+        self._first_line: dict[str, int] = {}  # id -> the line that has it
+
+    def duplicate(self, line: int, record_id: str | None, status: LineStatus) -> BatchLine | None:
+        """The invalid entry replacing line ``line`` if an earlier line has its id, else None (the id remembered
+        when the line is not invalid)."""
+        if record_id is None or status == "invalid":
+            return None
+        first = self._first_line.setdefault(record_id, line)
+        if first == line:
+            return None
+        return _invalid(line, record_id, "id", f"duplicate id {record_id!r} (also on line {first})")
+
+
 def iter_batch(path: Path | str) -> Iterator[BatchLine]:
     """Every non-blank line of a batch file, classified, streamed; a repeated id is invalid.
 
@@ -114,21 +137,15 @@ def iter_batch(path: Path | str) -> Iterator[BatchLine]:
     """
     path = Path(path)
     source = str(path)
-    seen: dict[str, int] = {}
+    ids = DuplicateIds()
     for item in iter_lines(path):
         if item.error is not None:
-            yield _invalid(item.number, None, "<file>" if item.truncated else "<line>", item.error.message)
+            yield unreadable_line(item)
             continue
         if not item.text.strip():
             continue
         entry = parse_line(item.text, item.number, source)
-        if entry.id is not None and entry.status != "invalid":
-            if entry.id in seen:
-                entry = _invalid(item.number, entry.id, "id",
-                                 f"duplicate id {entry.id!r} (also on line {seen[entry.id]})")
-            else:
-                seen[entry.id] = item.number
-        yield entry
+        yield ids.duplicate(entry.line, entry.id, entry.status) or entry
 
 
 def read_batch(path: Path | str) -> list[BatchLine]:
