@@ -32,8 +32,9 @@ class WorkerError(InputError):
 
 
 def start_method() -> str:
-    """``fork`` where the platform has it (Linux), else ``spawn`` (macOS's default start method is spawn as
-    well, but fork is available there; Windows has spawn only)."""
+    """How worker processes start (here and in the search's embedded cluster): ``fork`` where the platform has
+    it (a worker starts with the harness already imported: a fraction of a second instead of seconds), else
+    ``spawn`` (Windows)."""
     return "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
 
 

@@ -37,7 +37,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-import multiprocessing
 import os
 import sys
 import time
@@ -46,6 +45,7 @@ from typing import Callable, Iterable
 
 from harness import session
 from harness.errors import InputError
+from harness.parallel import start_method
 from harness.search.evaluate import Context, SearchProblem, evaluate_group
 from harness.search.pareto import pareto_frontier
 from harness.search.results import Candidate, Counts, GroupOutcome, TopK
@@ -250,12 +250,6 @@ def check_top_memory(top: int, executions: int) -> None:
                                                 f"{CANDIDATE_BYTES} bytes each), more than the "
                                                 f"{budget / 1e9:.2g} GB a search's top K may take: at most "
                                                 f"{int(budget // CANDIDATE_BYTES)}")
-
-
-def start_method() -> str:
-    """How the embedded cluster starts its worker processes: ``fork`` where the platform has it (a worker
-    starts with the harness already imported: a fraction of a second instead of seconds), else ``spawn``."""
-    return "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
 
 
 def probe_scheduler(address: str, deadline_s: float = CONNECT_TIMEOUT_S) -> None:
