@@ -17,8 +17,21 @@ def one_line(text: object) -> str:
     return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(text))
 
 
+def _rebuilt(cls: type, args: tuple, state: dict) -> "HarnessError":
+    error = cls.__new__(cls)
+    Exception.__init__(error, *args)
+    error.__dict__.update(state)
+    return error
+
+
 class HarnessError(Exception):
     """Base class: a one-line, user-facing error."""
+
+    def __reduce__(self):
+        """Pickled as its class, message and attributes, whatever its ``__init__`` takes: an error raised in a
+        worker process (``--jobs``, the search's cluster) reaches the caller as itself (pickle's default calls
+        ``cls(*args)``, which fails for a class whose arguments are not its message)."""
+        return (_rebuilt, (type(self), self.args, self.__dict__))
 
 
 class InputError(HarnessError):

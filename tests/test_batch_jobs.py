@@ -10,6 +10,7 @@ import time
 import pytest
 
 from harness.cli import main
+from harness.errors import PassError, UnsupportedFeatureError
 from harness.commands import estimate as estimate_command
 from harness.parallel import WorkerError, ordered_map
 
@@ -112,6 +113,26 @@ def _fails_on_five(item):
     if item == 5:
         raise ValueError("item five")
     return item
+
+
+def _input_error(item):
+    raise UnsupportedFeatureError(f"line {item}", "execution.tp_overlap")
+
+
+def _pass_error(item):
+    raise PassError("transformer-distribute", f"item {item}")
+
+
+def test_a_harness_error_in_a_worker_reaches_the_caller_as_itself():
+    """Pickle rebuilds an exception as ``cls(*args)``; a harness error's arguments are not its message, so it
+    is pickled with its attributes (``HarnessError.__reduce__``)."""
+    with pytest.raises(UnsupportedFeatureError) as info:
+        list(ordered_map(_input_error, [7], 1))
+    assert (info.value.source, info.value.field, info.value.line) == ("line 7", "execution.tp_overlap", None)
+    assert str(info.value) == f"line 7: execution.tp_overlap: {UnsupportedFeatureError.REASON}"
+    with pytest.raises(PassError) as info:
+        list(ordered_map(_pass_error, [3], 1))
+    assert (info.value.pass_name, str(info.value)) == ("transformer-distribute", "pass transformer-distribute: item 3")
 
 
 def test_ordered_map_yields_in_order_and_raises_a_workers_exception():
