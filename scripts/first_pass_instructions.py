@@ -19,6 +19,10 @@ first-pass estimate without start-up. The stages are cumulative:
 - ``estimate``: instead, ``harness.estimate.estimate`` (all of it: what ``compare_calculon_speed.py`` times
   in process).
 
+``--no-collector`` counts with the cyclic garbage collector disabled: its collections start whenever enough
+objects have been allocated, so any change that allocates a little more or less moves them, and a whole
+collection more or fewer swings a count by about 1 %; small changes are compared without them.
+
 Needs valgrind on the PATH. Figures are for the Python that runs the script (``sys.executable``).
 """
 
@@ -37,8 +41,13 @@ DEFAULT_CORPUS = ROOT.parent / "shared" / "reference" / "oracle-records" / "diff
 STAGES = ("translate", "lower", "digests", "estimate")
 
 
-def worker(stage: str, count: int, corpus: Path) -> None:
-    """What callgrind counts: warm-up, cleared caches, then ``count`` configurations up to ``stage``."""
+def worker(stage: str, count: int, corpus: Path, collector: bool = True) -> None:
+    """What callgrind counts: warm-up, cleared caches, then ``count`` configurations up to ``stage`` (without
+    ``collector``: the cyclic garbage collector disabled first)."""
+    if not collector:
+        import gc
+
+        gc.disable()
     from harness.estimate import clear_caches, estimate
     from harness.interop.calculon_format import input_from_calculon
     from harness.pipeline import lower
@@ -57,10 +66,11 @@ def worker(stage: str, count: int, corpus: Path) -> None:
                 lowering.digests()
 
 
-def instructions(stage: str, count: int, corpus: Path) -> int:
+def instructions(stage: str, count: int, corpus: Path, collector: bool = True) -> int:
     """Instructions callgrind collected over one worker process."""
     command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, __file__,
-               "--worker", stage, "--estimates", str(count), "--corpus", str(corpus)]
+               "--worker", stage, "--estimates", str(count), "--corpus", str(corpus),
+               *(() if collector else ("--no-collector",))]
     env = dict(os.environ, PYTHONHASHSEED="0", PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     result = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
     for line in result.stderr.splitlines():
@@ -73,10 +83,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--estimates", type=int, default=100, help="configurations counted (default 100)")
     parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS, help="a Calculon-records corpus")
+    parser.add_argument("--no-collector", action="store_true",
+                        help="disable the cyclic garbage collector in the counted processes: its collections move "
+                             "with any change in allocation and swing a count by about 1 %% either way, so compare "
+                             "small changes without them (and the collector's cost apart, with them)")
     parser.add_argument("--worker", choices=STAGES, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        worker(args.worker, args.estimates, args.corpus)
+        worker(args.worker, args.estimates, args.corpus, collector=not args.no_collector)
         return 0
     if args.estimates < 1:
         parser.error("--estimates must be at least 1")
@@ -86,9 +100,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("valgrind is not on the PATH")
     print(f"{args.estimates} cold first-pass estimates of {args.corpus.name}; Python {sys.version.split()[0]}")
     print(f"{'stage (cumulative)':22s} {'M instructions per estimate':>28s}")
-    base = instructions("translate", 0, args.corpus)  # start-up and warm-up: the same for every stage
+    collector = not args.no_collector
+    base = instructions("translate", 0, args.corpus, collector)  # start-up and warm-up: the same for every stage
     for stage in STAGES:
-        counted = instructions(stage, args.estimates, args.corpus)
+        counted = instructions(stage, args.estimates, args.corpus, collector)
         print(f"{stage:22s} {(counted - base) / args.estimates / 1e6:28.3f}")
     return 0
 

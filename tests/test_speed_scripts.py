@@ -34,6 +34,20 @@ def test_the_instruction_counter_lowers_what_its_stage_names_in_a_cleared_sessio
         assert len(own.lowerings) == lowerings
 
 
+@pytest.mark.skipif(not CORPUS.is_file(), reason="no shared reference corpus beside the checkout")
+def test_the_instruction_counter_disables_the_collector_only_when_asked(monkeypatch):
+    import gc
+
+    counter = _script("first_pass_instructions")
+    calls = []
+    monkeypatch.setattr(gc, "disable", lambda: calls.append("disabled"))
+    with session.using(session.Session()):
+        counter.worker("translate", 1, CORPUS)
+        assert calls == []
+        counter.worker("translate", 1, CORPUS, collector=False)
+        assert calls == ["disabled"]
+
+
 def test_the_instruction_counter_refuses_no_estimates_in_one_line():
     result = subprocess.run([sys.executable, str(ROOT / "scripts" / "first_pass_instructions.py"), "--estimates",
                              "0"], capture_output=True, text=True, check=False)
