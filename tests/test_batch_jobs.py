@@ -79,6 +79,24 @@ def test_jobs_write_the_bytes_of_one_process(tmp_path, capsys, name):
     assert f"estimated {len(entries)} batch lines" in summary
 
 
+def test_spawned_workers_write_the_same_bytes(tmp_path, capsys, monkeypatch):
+    """Where the platform cannot fork (Windows), the workers are spawned: they import the command's module
+    to run its chunks, and the output is the same."""
+    from harness import parallel
+
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(line + "\n" for line in (_line("a"), _line("b", tensor_par=5, num_procs=40), _line("a"))))
+    outputs = []
+    for jobs in (1, 2):
+        out = tmp_path / f"out{jobs}.json"
+        monkeypatch.setattr(parallel, "start_method", lambda: "spawn")
+        assert main(["estimate", "--calculon-batch", str(path), "--output", str(out), "--jobs", str(jobs)]) == 1
+        outputs.append(out.read_bytes())
+        capsys.readouterr()
+    assert outputs[0] == outputs[1]
+    assert [e["status"] for e in json.loads(outputs[1])] == ["ok", "invalid", "invalid"]
+
+
 def test_jobs_is_for_a_batch_and_in_range(tmp_path, capsys):
     batch, _ = _hostile_batch(tmp_path)
     for jobs, message in (("0", "--jobs: must be 1 to 256 worker processes, got 0"),
