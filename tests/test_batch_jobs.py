@@ -10,8 +10,8 @@ import time
 import pytest
 
 from harness.cli import main
-from harness.errors import PassError, UnsupportedFeatureError
 from harness.commands import estimate as estimate_command
+from harness.errors import PassError, UnsupportedFeatureError
 from harness.parallel import WorkerError, ordered_map
 
 from test_interop import EXECUTION, MODEL, _line
