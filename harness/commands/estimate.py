@@ -19,18 +19,19 @@ carries its own status, and the exit status reports invalid lines only
 (a search-like batch holds infeasible lines by design). A bad line never stops the batch (an estimate that fails for one
 line makes that line ``invalid``); the exit status is 1 when any line is
 invalid, 0 otherwise. A batch without any line (empty or blank) is an error,
-like a calibration without cases. The batch is streamed: each line is read, estimated and
-written before the next, and the estimate path's memo tables (lowerings,
-interned IR values, prices; results never depend on them) are cleared every
-:data:`BATCH_CACHE_LINES` lines, so memory does not grow with the file
-(``scripts/measure_batch_memory.py`` measures it); the output
+like a calibration without cases. The batch is streamed: the lines are read,
+classified, estimated and written in chunks of :data:`JOB_CHUNK_LINES`, and
+a process's estimate-path memo tables (lowerings, interned IR values,
+prices; results never depend on them) are cleared after a chunk once they
+hold :data:`BATCH_CACHE_LINES` lowerings, so memory does not grow with the
+file (``scripts/measure_batch_memory.py`` measures it); the output
 is written atomically (:mod:`harness.outputs`) and has the bytes
 ``json.dumps(entries, indent=1)`` would give. JSON output is strict
-(``allow_nan=False``). ``--jobs N`` classifies and estimates the lines in N
-worker processes (:func:`harness.parallel.ordered_map`: in file order, a
-bounded number of lines in flight), reads and writes them here and applies
-the duplicate-id rule here in file order: the output, the summary and the
-exit status are those of one process.
+(``allow_nan=False``). ``--jobs N`` estimates the chunks in N worker
+processes (:func:`harness.parallel.ordered_map`: in file order, a bounded
+number in flight); in either case this process reads and writes the lines
+and applies the duplicate-id rule in file order, so the output, the summary
+and the exit status do not depend on N.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ from harness.errors import HarnessError, InputError, one_line
 from harness.estimate import DEFAULT_VIEWS, Estimate, clear_caches, estimate
 from harness.evidence.profile import load_profile
 from harness.inputs import TextLine, iter_lines
-from harness.interop.calculon_batch import BatchLine, DuplicateIds, iter_batch, parse_line, unreadable_line
+from harness.interop.calculon_batch import BatchLine, DuplicateIds, parse_line, unreadable_line
 from harness.outputs import atomic_output, check_output, data_files
 from harness.pipeline import lower
 from harness.vocabulary import BATCH_STATUSES, VIEWS
@@ -60,8 +61,8 @@ if TYPE_CHECKING:  # the case path's figures (harness.throughput), imported ther
     from harness.throughput import Throughput
 
 
-#: Lines between two clearings of the estimate path's memo tables in a batch: their content is bounded only by
-#: their own limits (4096 lowerings, 65536 entries per table: 529 MB peak for 50,000 distinct configurations),
+#: Lowerings a batch process's memo tables may hold before they are cleared (after a chunk): their content is
+#: bounded only by their own limits (4096 lowerings, 65536 entries per table: 529 MB peak for 50,000 distinct configurations),
 #: while a batch gains little from remembering lines it will not see again. Measured on 5,000 differential-
 #: space lines: peak 242 MB without clearing, 130 MB clearing every 1024 lines, 70 MB every 256, same time.
 BATCH_CACHE_LINES = 256
@@ -281,50 +282,22 @@ def run_batch(args, views) -> int:
     if args.output is not None:
         check_output(args.output, inputs=[args.calculon_batch, *data_files()])
     source = str(args.calculon_batch)
-    counts: Counter[str] = Counter()
-    if args.jobs > 1:
-        _run_batch_jobs(args, views, source, counts)
-    else:
-        lines = iter_batch(args.calculon_batch)
-        first = next(lines, None)  # a file that cannot be read fails here, before the output is touched
-        if first is None:
-            raise InputError(source, "<file>", "no batch lines (the file is empty or blank): nothing to estimate")
-        with _destination(args.output) as handle:
-            writer = JsonListWriter(handle)
-            _write_entry(writer, first, views, source, counts)
-            for entry in lines:
-                _write_entry(writer, entry, views, source, counts)
-            writer.close()
-    summary = ", ".join(f"{counts[s]} {s}" for s in BATCH_STATUSES)
-    where = args.output if args.output else "stdout"
-    print(f"estimated {sum(counts.values())} batch lines to {where}: {summary}", file=sys.stderr)
-    return 1 if counts["invalid"] else 0
-
-
-def _write_entry(writer: JsonListWriter, entry: BatchLine, views, source: str, counts: Counter) -> None:
-    result = batch_entry_json(entry, views, source)
-    writer.write(result)
-    counts[result["status"]] += 1
-    if counts.total() % BATCH_CACHE_LINES == 0:
-        clear_caches()
-
-
-def _run_batch_jobs(args, views, source: str, counts: Counter) -> None:
-    """``--jobs N``: the lines read and written here, in file order, and classified and estimated by N worker
-    processes (:func:`harness.parallel.ordered_map`, :func:`estimate_chunk`), JOB_CHUNK_LINES at a time; the
-    duplicate-id rule applied here, in file order (a duplicate's estimate is dropped for its invalid entry), so
-    the output is the one of ``--jobs 1``."""
-    from harness.parallel import ordered_map
-
     items = (item for item in iter_lines(args.calculon_batch) if item.error is not None or item.text.strip())
     first = next(items, None)  # a file that cannot be read fails here, before the output is touched
     if first is None:
         raise InputError(source, "<file>", "no batch lines (the file is empty or blank): nothing to estimate")
     chunks = _chunks(itertools.chain((first,), items), views, source)
-    ids = DuplicateIds()
+    if args.jobs == 1:
+        results = map(estimate_chunk, chunks)
+    else:
+        from harness.parallel import ordered_map
+
+        results = ordered_map(estimate_chunk, chunks, args.jobs)
+    counts: Counter[str] = Counter()
+    ids = DuplicateIds()  # in file order, here: a duplicate's estimate is dropped for its invalid entry
     with _destination(args.output) as handle:
         writer = JsonListWriter(handle)
-        for chunk in ordered_map(estimate_chunk, chunks, args.jobs):
+        for chunk in results:
             for line, record_id, classified, status, text in chunk:
                 duplicate = ids.duplicate(line, record_id, classified)
                 if duplicate is not None:
@@ -333,10 +306,15 @@ def _run_batch_jobs(args, views, source: str, counts: Counter) -> None:
                 writer.write_text(text)
                 counts[status] += 1
         writer.close()
+    summary = ", ".join(f"{counts[s]} {s}" for s in BATCH_STATUSES)
+    where = args.output if args.output else "stdout"
+    print(f"estimated {sum(counts.values())} batch lines to {where}: {summary}", file=sys.stderr)
+    return 1 if counts["invalid"] else 0
 
 
 def _chunks(items: Iterator[TextLine], views, source: str) -> Iterator[tuple]:
-    """The tasks of :func:`estimate_chunk`: JOB_CHUNK_LINES lines each, a line as ``(number, text)`` or, when it
+    """The tasks of :func:`estimate_chunk` (in this process, or in the workers of ``--jobs``): JOB_CHUNK_LINES
+    lines each, a line as ``(number, text)`` or, when it
     could not be read, its invalid entry."""
     names = tuple(v.name for v in views)
     while chunk := [(item.number, item.text) if item.error is None else unreadable_line(item)
@@ -345,10 +323,10 @@ def _chunks(items: Iterator[TextLine], views, source: str) -> Iterator[tuple]:
 
 
 def estimate_chunk(task: tuple) -> list[tuple[int, str | None, str, str, str]]:
-    """A worker's task of ``--jobs`` (:func:`_chunks`): every line classified (:func:`parse_line`) and estimated
-    (:func:`batch_entry_json`), as ``(line, id, classified status, entry status, entry JSON text)``. The worker's
-    memo tables are cleared after a chunk once they hold BATCH_CACHE_LINES lowerings (results never depend on
-    them)."""
+    """One task of the batch (:func:`_chunks`), in this process or a worker of ``--jobs``: every line classified (:func:`parse_line`) and estimated
+    (:func:`batch_entry_json`), as ``(line, id, classified status, entry status, entry JSON text)``. The
+    process's memo tables are cleared after a chunk once they hold BATCH_CACHE_LINES lowerings (results never
+    depend on them)."""
     names, source, chunk = task
     views = tuple(COST_VIEWS[name] for name in names)
     out = []
