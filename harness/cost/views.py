@@ -426,20 +426,9 @@ class Pricer:
     def task(self, task: PlanTask) -> TaskCost:
         """Times of one plan task in every pass, TP network time included (a new TaskCost per call: see the
         class's rules)."""
-        # :meth:`work` of each pass written out (four calls fewer per task: the hot path of a first pass; a
-        # PassCost is a non-empty tuple, so ``get(w) or ...`` prices exactly the works not remembered)
-        get, put, price = self._priced.get, self._priced.put, self._work
-        forward, activation_grad, weight_grad, optimizer = (task.forward, task.activation_grad, task.weight_grad,
-                                                            task.optimizer)
-        passes = {
-            "forward": ZERO if forward is NO_WORK else get(forward) or put(price(forward, False), forward),
-            "activation_grad": ZERO if activation_grad is NO_WORK else
-            get(activation_grad) or put(price(activation_grad, False), activation_grad),
-            "weight_grad": ZERO if weight_grad is NO_WORK else
-            get(weight_grad) or put(price(weight_grad, False), weight_grad),
-            "optimizer": ZERO if optimizer is NO_WORK else
-            self._priced_optimizer.get(optimizer) or self._priced_optimizer.put(price(optimizer, True), optimizer),
-        }
+        work = self.work
+        passes = {"forward": work(task.forward), "activation_grad": work(task.activation_grad),
+                  "weight_grad": work(task.weight_grad), "optimizer": work(task.optimizer, optimizer=True)}
         msgs = task.messages
         if msgs is not None:
             fw, bw = passes["forward"], passes["activation_grad"]
