@@ -15,6 +15,7 @@ Rules:
 from __future__ import annotations
 
 import collections
+import itertools
 import multiprocessing
 from typing import Callable, Iterable, Iterator, TypeVar
 
@@ -46,19 +47,15 @@ def ordered_map(function: Callable[[T], R], items: Iterable[T], jobs: int, *, op
 
     if jobs < 1:
         raise ValueError(f"jobs must be at least 1, got {jobs}")
-    pending = collections.deque()
     source = iter(items)
     executor = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context(start_method()))
     try:
-        for item in source:
-            pending.append(executor.submit(function, item))
-            if len(pending) >= jobs * in_flight_per_job:
-                break
+        pending = collections.deque(executor.submit(function, item)
+                                    for item in itertools.islice(source, jobs * in_flight_per_job))
         while pending:
             result = pending.popleft().result()
-            for item in source:  # refill one: the window stays full while items last
+            for item in itertools.islice(source, 1):  # one more for the one taken: the window stays full
                 pending.append(executor.submit(function, item))
-                break
             yield result
     except BrokenProcessPool:
         raise WorkerError("<command line>", option, "a worker process died (killed, or out of memory): "
