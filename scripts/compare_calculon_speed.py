@@ -93,18 +93,15 @@ def read_corpus(path: Path) -> list[dict[str, Any]]:
              "system": r["system"]} for r in records]
 
 
-def median_of_alternated(first: Callable[[], float], second: Callable[[], float], repetitions: int
-                         ) -> tuple[list[float], list[float]]:
-    """Run the two measurements alternately (order flipped every repetition)."""
-    a, b = [], []
+def alternated(measurements: list[Callable[[], float]], repetitions: int) -> tuple[list[float], ...]:
+    """Run the measurements in turn, the order rotated every repetition (two: flipped), each one's results in
+    a list of its own."""
+    results: tuple[list[float], ...] = tuple([] for _ in measurements)
     for rep in range(repetitions):
-        if rep % 2 == 0:
-            a.append(first())
-            b.append(second())
-        else:
-            b.append(second())
-            a.append(first())
-    return a, b
+        for k in range(len(measurements)):
+            which = (rep + k) % len(measurements)
+            results[which].append(measurements[which]())
+    return results
 
 
 def measure_in_process(tool: str, calculon_src: Path, corpus: Path) -> float:
@@ -164,7 +161,7 @@ def in_process(calculon_src: Path, corpus: Path, repetitions: int) -> tuple[list
                              capture_output=True, text=True).stdout
         return float(out.strip().splitlines()[-1])
 
-    return median_of_alternated(lambda: child("calculon"), lambda: child("harness"), repetitions)
+    return alternated([lambda: child("calculon"), lambda: child("harness")], repetitions)
 
 
 def whole_process_environment(work: Path, bytecode_cache: bool) -> dict[str, str]:
@@ -195,15 +192,8 @@ def whole_process(calculon_src: Path, batch: Path, systems_dir: Path, work: Path
     harness = [sys.executable, "-m", "harness", "estimate", "--calculon-batch", str(batch),
                "--output", str(work / "harness.json")]
     timed(calculon), timed(harness)  # warm the file cache and bytecode caches
-    if jobs == 1:
-        return median_of_alternated(lambda: timed(calculon), lambda: timed(harness), repetitions)
-    commands = [calculon, harness, harness + ["--jobs", str(jobs)]]
-    times: list[list[float]] = [[], [], []]
-    for rep in range(repetitions):
-        for k in range(3):
-            which = (rep + k) % 3
-            times[which].append(timed(commands[which]))
-    return tuple(times)
+    commands = [calculon, harness] + ([harness + ["--jobs", str(jobs)]] if jobs > 1 else [])
+    return alternated([lambda command=command: timed(command) for command in commands], repetitions)
 
 
 def main(argv: list[str] | None = None) -> int:

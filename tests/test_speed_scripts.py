@@ -53,3 +53,17 @@ def test_the_instruction_counter_refuses_no_estimates_in_one_line():
                              "0"], capture_output=True, text=True, check=False)
     assert result.returncode == 2 and "--estimates must be at least 1" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_the_speed_comparison_rotates_the_order_of_its_contenders():
+    """Each contender runs first in turn (two: the order flips), so a machine that slows down or warms up
+    during a comparison does not favour one of them; each one's figures stay its own."""
+    compare = _script("compare_calculon_speed")
+    calls = []
+    made = [lambda name=name: calls.append(name) or len(calls) for name in "abc"]
+    results = compare.alternated(made, 3)
+    assert calls == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
+    assert results == ([1, 6, 8], [2, 4, 9], [3, 5, 7])
+    calls.clear()
+    compare.alternated(made[:2], 2)
+    assert calls == ["a", "b", "b", "a"]
