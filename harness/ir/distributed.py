@@ -420,6 +420,11 @@ SHAPE_OF: dict[str, type] = {kind: cls for cls in SHAPES for kind in get_args(cl
 EXPERT_WEIGHTS_OF: dict[str, bool] = {kind: getattr(cls, "EXPERT_WEIGHTS", False) for kind, cls in SHAPE_OF.items()}
 
 
+#: primitive kind -> the dimension whose degree separates consecutive members of its group in rank order (its
+#: shape's ``MEMBER_STRIDE``), or None; derived once, as :data:`EXPERT_WEIGHTS_OF`.
+MEMBER_STRIDE_OF: dict[str, str | None] = {kind: getattr(cls, "MEMBER_STRIDE", None) for kind, cls in SHAPE_OF.items()}
+
+
 def expert_weights(primitive: str) -> bool:
     """Whether the weights of primitive ``primitive`` are expert weights (its shape's ``EXPERT_WEIGHTS``)."""
     return EXPERT_WEIGHTS_OF[primitive]

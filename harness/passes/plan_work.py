@@ -33,6 +33,7 @@ from harness import calculon_compat as compat, session
 from harness.ir import mesh
 from harness.ir.checks import blocks_per_stage
 from harness.ir.distributed import (
+    MEMBER_STRIDE_OF,
     CollectiveOp,
     CollectiveShape,
     DistributedTaskIR,
@@ -76,7 +77,9 @@ def _task_messages(s: CollectiveShape | OverlappedLinearShape, b: int, tier: int
     if messages is not None:
         return messages
 
-    quantized = getattr(s, "precision", None)  # an overlapped linear's recipe: its all-gathers quantized
+    # An overlapped linear's recipe: its all-gathers quantized. Read from the fields (a shape without the field
+    # has no key): ``getattr`` with a default costs pydantic an AttributeError, ~8 us, per shape without it.
+    quantized = s.__dict__.get("precision")
 
     def message(op: CollectiveOp | None) -> Message | None:
         return None if op is None else Message.trusted(
@@ -114,7 +117,7 @@ def member_stride(shape, e: ExecutionLayout) -> int | None:
     """The stride between the group's members a shape's messages carry (its ``MEMBER_STRIDE`` dimension's
     degree; on any tier: the search prices a plan lowered on tier 0 on every placement); None for the other
     shapes."""
-    dimension = getattr(shape, "MEMBER_STRIDE", None)
+    dimension = MEMBER_STRIDE_OF[shape.kind]
     return None if dimension is None else mesh.degree(e, dimension)
 
 
