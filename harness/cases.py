@@ -21,7 +21,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from harness.errors import InputError, UnsupportedFeatureError
-from harness.inputs import Document, read_yaml, validate
+from harness.inputs import MIN_ITERATION_S, Document, read_yaml, validate
 from harness.ir.checks import layout_problems, unsupported_features
 from harness.ir.model import ExecutionLayout, StrictInput, TransformerShape
 from harness.names import Identifier, ProfileName
@@ -32,7 +32,8 @@ CASE_SCHEMA = "blueprinting.case.v0"
 class PaperValue(StrictInput):
     """A measured iteration time from a publication (the holdout)."""
 
-    iteration_s: float = Field(gt=0, le=1e9, allow_inf_nan=False, description="Measured seconds per iteration.")
+    iteration_s: float = Field(ge=MIN_ITERATION_S, le=1e9, allow_inf_nan=False,
+                               description="Measured seconds per iteration (at least 100 microseconds).")
     citation: str = Field(min_length=1, max_length=1000, description="Where the value was published (paper, table).")
 
 

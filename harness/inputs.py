@@ -71,6 +71,11 @@ MAX_DEPTH = 64  # nesting levels; our deepest document (a record file) has 7
 MAX_DOCUMENT_BYTES = 64 * 2**20  # one YAML/JSON document (the largest vendored one is 7.1 MB decompressed)
 MAX_LINE_BYTES = 2**20  # one JSONL/CSV line (a batch line is under 1 kB)
 MAX_ABS_INT = 2**1024 - 1  # integers must convert to a finite float (below 2^1024, at most 309 digits)
+#: The shortest training iteration a measured input (a case's paper value, a measured run, an iteration record)
+#: may state: 100 microseconds (one iteration runs the forward and backward passes of every block and the
+#: optimizer step: hundreds of kernels of microseconds each at least). A shorter one is a typo, and a reference
+#: that small (5e-324) made the relative error of any estimate against it overflow to infinity.
+MIN_ITERATION_S = 1e-4
 CHUNK_BYTES = 1 << 16
 
 Source = str | Path
@@ -293,7 +298,8 @@ def parse_yaml(text: str, source: str) -> Document:
     stack: list[_Frame] = []
     root: Any = None
     documents = 0
-    events = yaml.parse(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    events = yaml.parse(text, Loader=loader)
     try:
         for event in events:
             line = event.start_mark.line + 1 if event.start_mark is not None else None
@@ -346,11 +352,22 @@ def parse_yaml(text: str, source: str) -> Document:
         mark = error.problem_mark or error.context_mark
         where = f"line {mark.line + 1}" if mark else "<yaml>"
         raise InputError(source, where, f"not valid YAML: {error.problem or error}") from None
+    except yaml.reader.ReaderError as error:  # a character YAML refuses (NUL, a C0 or C1 control): its line
+        raise InputError(source, "<yaml>", f"not valid YAML: character U+{error.character:04X} is not printable "
+                         "(YAML allows tab, line breaks and printable characters)",
+                         line=_offset_line(text, error.position, loader is not yaml.SafeLoader)) from None
     except yaml.YAMLError as error:
         raise InputError(source, "<yaml>", f"not valid YAML: {error}") from None
     finally:
         events.close()
     return Document(source, root, lines)
+
+
+def _offset_line(text: str, position: int, utf8: bool) -> int:
+    """The line of ``text`` (from 1) at a reader's ``position``: a byte offset into the UTF-8 text for libyaml's
+    loader (``utf8``), a character offset for PyYAML's own."""
+    prefix = text.encode("utf-8")[:position] if utf8 else text[:position]
+    return prefix.count(b"\n" if utf8 else "\n") + 1
 
 
 def _attach(stack: list[_Frame], value: Any, path: tuple, lines: dict, line: int | None, source: str) -> None:

@@ -8,6 +8,7 @@ import sys
 import zlib
 
 import pytest
+import yaml
 
 from harness import inputs
 from harness.errors import InputError
@@ -107,6 +108,24 @@ def test_yaml_at_the_depth_limit_is_read(tmp_path):
 def test_undecodable_bytes_name_the_line(tmp_path, data, where):
     error = _error(inputs.read_yaml, _yaml(tmp_path, data))
     assert error.field == "<file>" and "not UTF-8 text" in error.message and error.line == where
+
+
+@pytest.mark.parametrize("loader", ["libyaml", "pure"])
+@pytest.mark.parametrize("text,where,character", [
+    ("a: 1\nb: 61\x0044\n", 2, "U+0000"),
+    ("caf\u00e9: 1\nna\u00efve: \u00e9t\u00e9\n\n\nb: 6\x07\n", 5, "U+0007"),  # multi-byte text before it
+])
+def test_a_control_character_is_named_with_its_line(tmp_path, monkeypatch, loader, text, where, character):
+    """A character YAML refuses was reported as libyaml's offset ('in "<unicode string>", position 138'); the
+    line is counted from it, a byte offset for libyaml's loader, a character offset for PyYAML's own."""
+    if loader == "pure":
+        monkeypatch.delattr(yaml, "CSafeLoader", raising=False)
+    elif not hasattr(yaml, "CSafeLoader"):
+        pytest.skip("PyYAML without libyaml")
+    error = _error(inputs.read_yaml, _yaml(tmp_path, text.encode("utf-8")))
+    assert error.field == "<yaml>" and error.line == where
+    assert error.message == (f"not valid YAML: character {character} is not printable "
+                             "(YAML allows tab, line breaks and printable characters)")
 
 
 def test_utf8_bom_is_dropped(tmp_path):

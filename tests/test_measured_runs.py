@@ -278,6 +278,7 @@ def test_summary_mape_and_bias_by_hand():
     ({"model__unknown": 1}, "rows.0.model.unknown"),
     ({"precision": "fp6"}, "rows.0.precision"),
     ({"measured__iteration_s": -1.0}, "rows.0.measured.iteration_s"),
+    ({"measured__iteration_s": 5e-324}, "rows.0.measured.iteration_s"),  # its error against an estimate: inf
 ])
 def test_bad_rows_are_one_line_naming_file_and_field(tmp_path, capsys, change, field):
     path = _write_runs(tmp_path, [gpt_row(**change)])

@@ -44,7 +44,7 @@ from pydantic import ConfigDict, Field, ValidationError, model_validator
 from harness.cases import validate_input, EstimateInput
 from harness.digest import canonical_json
 from harness.errors import InputError
-from harness.inputs import JsonLine, read_bytes, read_jsonl, validation_error
+from harness.inputs import MIN_ITERATION_S, JsonLine, read_bytes, read_jsonl, validation_error
 from harness.ir.base import Frozen
 from harness.ir.distributed import CollectiveOp
 from harness.ir.model import Datatype, ExecutionLayout, TransformerShape
@@ -55,9 +55,6 @@ SCHEMA_VERSION = 0
 MAX_TEXT = 10_000
 MAX_SECONDS = 1e7
 MAX_SWEEP_POINTS = 1 << 16
-#: The shortest training iteration a record may state: 100 microseconds (one iteration runs the forward and
-#: backward passes of every block and the optimizer step: hundreds of kernels of microseconds each at least).
-MIN_ITERATION_S = 1e-4
 
 
 class _Strict(Frozen):

@@ -23,7 +23,7 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field, model_validator
 
 from harness.errors import InputError
-from harness.inputs import read_json, validate
+from harness.inputs import MIN_ITERATION_S, read_json, validate
 from harness.ir.base import Frozen
 from harness.names import Identifier
 
@@ -128,7 +128,8 @@ class RowRecompute(_Closed):
 
 
 class RowMeasured(_Closed):
-    iteration_s: float = Field(gt=0, le=1e7, allow_inf_nan=False, strict=False, description="Seconds per step.")
+    iteration_s: float = Field(ge=MIN_ITERATION_S, le=1e7, allow_inf_nan=False, strict=False,
+                               description="Seconds per step (at least 100 microseconds).")
     derived_from: Literal["step_time", "tokens_per_s_per_gpu", "tokens_per_s_total", "tflops"]
     as_reported: dict[str, Any] = Field(description="The printed figures, verbatim (display only).")
 

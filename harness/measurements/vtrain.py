@@ -27,9 +27,9 @@ from pathlib import Path
 from harness.errors import InputError
 from pydantic import ValidationError
 
-from harness.inputs import finite_number, read_csv_rows, validation_error
+from harness.inputs import MIN_ITERATION_S, finite_number, read_csv_rows, validation_error
 from harness.ir.model import ExecutionLayout, TransformerShape
-from harness.measurements.corpus import MIN_ITERATION_S, CorpusHeader, Environment, IterationRecord, Source
+from harness.measurements.corpus import CorpusHeader, Environment, IterationRecord, Source
 
 NODE_PROCESSORS = 8
 COLUMNS = {"gpus": "# GPUs", "global_batch": "global batch", "microbatch": "micro batch", "hidden": "hidden size",
