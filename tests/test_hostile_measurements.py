@@ -438,12 +438,19 @@ def test_a_top_k_that_would_not_fit_in_memory_is_refused_before_the_work(capsys)
                    f"at most {TOP_MEMORY_BYTES // CANDIDATE_BYTES}")
 
 
+def test_a_fit_onto_a_file_that_is_no_profile_name_names_output_not_the_name_it_was_not_given(tmp_path, capsys):
+    one_error_line(*run(capsys, "evidence", "fit", "--base", "a100_80g", "--measurements",
+                        ROOT / "measurements" / "korthikanti22.jsonl", "--output", tmp_path / "MANIFEST.json")[::2],
+                   "<command line>: --output: the output file (a profile is NAME.yaml): 'MANIFEST' is not a profile name")
+
+
 # --- weak: derive's name and reason ---------------------------------------------------------------------------------
 
 def test_derive_names_the_name_rule_and_refuses_an_invisible_character_in_the_reason(tmp_path, capsys):
     out = tmp_path / "Mine.yaml"
     one_error_line(*run(capsys, "evidence", "derive", "--from", "a100_measured", "--without", "gradient_accumulation",
-                        "--reason", "x", "--output", out)[::2], "'Mine' is not a profile name (lower-case letters")
+                        "--reason", "x", "--output", out)[::2], "--output: the output file (a profile is NAME.yaml)",
+                   "'Mine' is not a profile name (lower-case letters")  # the name comes from --output: it names that
     one_error_line(*run(capsys, "evidence", "derive", "--from", "a100_measured", "--without", "gradient_accumulation",
                         "--reason", "fused \u202eaccumulation", "--output", tmp_path / "mine.yaml")[::2],
                    "--reason: holds the invisible character U+202E")

@@ -170,12 +170,14 @@ def _combine_option(parser) -> None:
                              "faster time at each size); without it such sweeps are an error")
 
 
-def _name(value: str, option: str) -> str:
+def _name(value: str, option: str, what: str = "") -> str:
+    """``value`` if it is a profile name, else an error naming ``option`` (``what``: where the value came from,
+    such as the output file's stem when ``--name`` is not given)."""
     from harness.evidence.profile import PROFILE_NAME
     from harness.names import PROFILE_NAME_RULE
 
     if not PROFILE_NAME.fullmatch(value):
-        raise InputError("<command line>", option, f"{value!r} is not a profile name ({PROFILE_NAME_RULE})")
+        raise InputError("<command line>", option, f"{what}{value!r} is not a profile name ({PROFILE_NAME_RULE})")
     return value
 
 
@@ -325,7 +327,8 @@ def run_fit(args) -> int:
         if given:
             raise InputError("<command line>", option, "needs --structure megatron-core")
 
-    name = _name(args.name or args.output.stem, "--name")
+    name = _name(args.name, "--name") if args.name else _name(args.output.stem, "--output",
+                                                                  "the output file (a profile is NAME.yaml): ")
     if args.output.stem != name:
         raise InputError(str(args.output), "--output", f"a profile file is named after its profile: {name}.yaml")
     for option, weight in (("--layer-weight", args.layer_weight), ("--benchmark-weight", args.benchmark_weight)):
@@ -364,7 +367,8 @@ def _fit_megatron_core(args) -> int:
     from harness.measurements.runs_fit import fit_runs_revision, island_of
     from harness.outputs import check_output, write_text
 
-    name = _name(args.name or args.output.stem, "--name")
+    name = _name(args.name, "--name") if args.name else _name(args.output.stem, "--output",
+                                                                  "the output file (a profile is NAME.yaml): ")
     if args.output.stem != name:
         raise InputError(str(args.output), "--output", f"a profile file is named after its profile: {name}.yaml")
     if bool(args.fixed) != bool(args.fixed_from):
@@ -429,7 +433,8 @@ def run_derive(args) -> int:
     from harness.evidence.profile import dump_profile, load_profile
     from harness.outputs import check_output, write_text
 
-    name = _name(args.name or args.output.stem, "--name")
+    name = _name(args.name, "--name") if args.name else _name(args.output.stem, "--output",
+                                                                  "the output file (a profile is NAME.yaml): ")
     if args.output.stem != name:
         raise InputError(str(args.output), "--output", f"a profile file is named after its profile: {name}.yaml")
     if name == args.source:
