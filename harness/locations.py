@@ -107,21 +107,31 @@ class Locations:
         """Where profiles are looked up, in order."""
         return self._evidence_dirs
 
+    @functools.cached_property
+    def _evidence_dir_texts(self) -> tuple[str, ...]:
+        return tuple(map(str, self._evidence_dirs))
+
     def profile_file(self, name: str) -> tuple[Path, os.stat_result | None]:
         """The first ``<dir>/<name>.yaml`` that is a regular file (links followed) with its status, else the
-        first candidate (for the error message) and None; one ``stat`` per candidate looked at (an estimate
-        loads its profile through here, so this is all a cached profile costs)."""
-        dirs = self._evidence_dirs
+        first candidate (for the error message) and None (:meth:`profile_file_text`)."""
+        text, status = self.profile_file_text(name)
+        return Path(text), status
+
+    def profile_file_text(self, name: str) -> tuple[str, os.stat_result | None]:
+        """:meth:`profile_file` with the path as text: one ``stat`` per candidate looked at and no ``Path`` (an
+        estimate loads its profile through here, so this is all a cached profile costs; a ``Path`` made, hashed
+        and written out is twice the ``stat``)."""
+        dirs = self._evidence_dir_texts
         if not dirs:
             raise HarnessError(f"no evidence profile {name!r}: no project directory and no packaged data "
                                f"(give --project DIR or set {ENV_PROJECT})")
-        file = f"{name}.yaml"
+        file = f"{os.sep}{name}.yaml"
         for directory in dirs:
-            path = directory / file
+            path = directory + file
             status = regular_file_status(path)
             if status is not None:
                 return path, status
-        return dirs[0] / file, None
+        return dirs[0] + file, None
 
     def profile_path(self, name: str) -> Path:
         """The first ``<dir>/<name>.yaml`` that exists, else the first candidate (:meth:`profile_file`)."""

@@ -367,10 +367,10 @@ def load_profile(name: str, directory: Path | None = None, *, referrer: str | No
     """
     check_profile_name(name, *((referrer, field) if referrer else ()))
     if directory is not None:  # one system call per estimate when the profile is cached
-        path = profile_path(name, directory)
+        path = str(profile_path(name, directory))
         status = locations.regular_file_status(path)
     else:
-        path, status = locations.current().profile_file(name)
+        path, status = locations.current().profile_file_text(name)  # text: the memo's key, the errors' file
     if status is None:
         if referrer is not None:
             raise EvidenceError(referrer, field, f"no evidence profile named {name!r} (no {path})")
