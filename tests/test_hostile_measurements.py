@@ -444,6 +444,14 @@ def test_a_fit_onto_a_file_that_is_no_profile_name_names_output_not_the_name_it_
                    "<command line>: --output: the output file (a profile is NAME.yaml): 'MANIFEST' is not a profile name")
 
 
+def test_a_profile_written_under_another_name_than_its_file_is_refused(tmp_path, capsys):
+    out = tmp_path / "other.yaml"
+    one_error_line(*run(capsys, "evidence", "derive", "--from", "a100_measured", "--without", "gradient_accumulation",
+                        "--reason", "x", "--name", "mine", "--output", out)[::2],
+                   "--output", "a profile file is named after its profile: mine.yaml")
+    assert not out.exists()
+
+
 # --- weak: derive's name and reason ---------------------------------------------------------------------------------
 
 def test_derive_names_the_name_rule_and_refuses_an_invisible_character_in_the_reason(tmp_path, capsys):

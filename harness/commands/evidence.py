@@ -170,6 +170,18 @@ def _combine_option(parser) -> None:
                              "faster time at each size); without it such sweeps are an error")
 
 
+def _profile_name(args) -> str:
+    """The profile name a command writing ``args.output`` (a profile file) uses: ``--name``, else the output file's
+    stem; either way the file is named ``NAME.yaml`` (an error names the option the name came from)."""
+    if args.name:
+        name = _name(args.name, "--name")
+    else:
+        name = _name(args.output.stem, "--output", "the output file (a profile is NAME.yaml): ")
+    if args.output.stem != name:
+        raise InputError(str(args.output), "--output", f"a profile file is named after its profile: {name}.yaml")
+    return name
+
+
 def _name(value: str, option: str, what: str = "") -> str:
     """``value`` if it is a profile name, else an error naming ``option`` (``what``: where the value came from,
     such as the output file's stem when ``--name`` is not given)."""
@@ -327,10 +339,7 @@ def run_fit(args) -> int:
         if given:
             raise InputError("<command line>", option, "needs --structure megatron-core")
 
-    name = _name(args.name, "--name") if args.name else _name(args.output.stem, "--output",
-                                                                  "the output file (a profile is NAME.yaml): ")
-    if args.output.stem != name:
-        raise InputError(str(args.output), "--output", f"a profile file is named after its profile: {name}.yaml")
+    name = _profile_name(args)
     for option, weight in (("--layer-weight", args.layer_weight), ("--benchmark-weight", args.benchmark_weight)):
         if not (0 <= weight < math.inf):
             raise InputError("<command line>", option, f"weights must be finite and >= 0, got {weight}")
@@ -367,10 +376,7 @@ def _fit_megatron_core(args) -> int:
     from harness.measurements.runs_fit import fit_runs_revision, island_of
     from harness.outputs import check_output, write_text
 
-    name = _name(args.name, "--name") if args.name else _name(args.output.stem, "--output",
-                                                                  "the output file (a profile is NAME.yaml): ")
-    if args.output.stem != name:
-        raise InputError(str(args.output), "--output", f"a profile file is named after its profile: {name}.yaml")
+    name = _profile_name(args)
     if bool(args.fixed) != bool(args.fixed_from):
         raise InputError("<command line>", "--fixed", "--fixed and --fixed-from go together")
     inputs_ = [*args.measurements, _profile_input(args.base, "--base")]
@@ -433,10 +439,7 @@ def run_derive(args) -> int:
     from harness.evidence.profile import dump_profile, load_profile
     from harness.outputs import check_output, write_text
 
-    name = _name(args.name, "--name") if args.name else _name(args.output.stem, "--output",
-                                                                  "the output file (a profile is NAME.yaml): ")
-    if args.output.stem != name:
-        raise InputError(str(args.output), "--output", f"a profile file is named after its profile: {name}.yaml")
+    name = _profile_name(args)
     if name == args.source:
         raise InputError("<command line>", "--name", f"the derived profile needs a name of its own, not {name}")
     check_output(args.output, inputs=[_profile_input(args.source, "--from")], replaces_data=("evidence",))
