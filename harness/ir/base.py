@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, PrivateAttr
 
 from harness import session
 from harness.digest import canonical_json, sha256_text
-from harness.ir import canonical
+from harness.ir import attribute_read, canonical
 
 
 class Frozen(BaseModel):
@@ -50,6 +50,14 @@ class Frozen(BaseModel):
     #: canonical text leave them out, so adding such a field keeps every existing digest. Rule: only for fields
     #: added after the class's first digests were published.
     ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset()
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        """Each IR class without private attributes reads its fields through CPython's generic attribute read,
+        not pydantic's ``__getattr__`` hook (:mod:`harness.ir.attribute_read`: the same values, faster)."""
+        super().__pydantic_init_subclass__(**kwargs)
+        attribute_read.use_generic_read(cls, BaseModel, cls.model_config,
+                                        _class_attribute(cls, "__private_attributes__"))
 
     def model_dump(self, **kwargs: Any) -> dict[str, Any]:
         """As pydantic's, without the :data:`ABSENT_IF_NONE` fields that are None (at any depth)."""
