@@ -61,6 +61,21 @@ def test_a_private_attribute_is_still_read():
     assert (obj.a, obj._note) == (1, "kept")
 
 
+def test_a_subclass_is_judged_on_its_own():
+    """CPython computes a new class's read from its MRO (pydantic's hook), not from its base's slot: a subclass
+    of a generic-read class that adds a private attribute keeps the hook that serves it."""
+
+    class Base(Frozen):
+        a: int
+
+    class WithPrivate(Base):
+        _note: str = PrivateAttr(default="kept")
+
+    assert getattro(Base) == GENERIC
+    assert getattro(WithPrivate) == getattro(BaseModel) != GENERIC
+    assert WithPrivate(a=1)._note == "kept"
+
+
 def test_an_extra_field_is_still_read():
     class Open(Frozen):
         model_config = ConfigDict(extra="allow")
