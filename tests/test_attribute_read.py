@@ -6,7 +6,9 @@ not through the module's own helpers."""
 
 from __future__ import annotations
 
+import copy
 import ctypes
+import pickle
 import sys
 import types
 
@@ -86,6 +88,37 @@ def test_an_extra_field_is_still_read():
     assert (obj.a, obj.b) == (1, 2)
 
 
+@pytest.mark.parametrize("method, data", [("model_validate", {"a": 1, "b": 2}),
+                                          ("model_validate_json", '{"a": 1, "b": 2}'),
+                                          ("model_validate_strings", {"a": "1", "b": "2"})])
+def test_a_validation_cannot_allow_extras_a_generic_class_forbids(method, data):
+    """pydantic's per-call ``extra="allow"`` would keep extras only the skipped fallback can read: refused."""
+
+    class Closed(Frozen):
+        a: int
+
+    class Open(Frozen):
+        model_config = ConfigDict(extra="allow")
+        a: int
+
+    with pytest.raises(TypeError, match="Closed forbids extra fields"):
+        getattr(Closed, method)(data, extra="allow")
+    assert getattr(Closed, method)(data, extra="ignore").a == 1
+    assert getattr(Closed, method)({"a": 1} if method == "model_validate" else
+                                   '{"a": 1}' if method == "model_validate_json" else {"a": "1"}).a == 1
+    assert getattr(Open, method)(data, extra="allow").b in (2, "2")
+
+
+def test_copies_and_pickles_read_the_same():
+    task = _plan_task()
+    fields = {name: task.__dict__[name] for name in PlanTask.model_fields}
+    for other in (copy.copy(task), copy.deepcopy(task), pickle.loads(pickle.dumps(task))):
+        assert type(other) is PlanTask
+        assert {name: getattr(other, name) for name in fields} == fields
+    renamed = task.model_copy(update={"name": "renamed"})
+    assert {name: getattr(renamed, name) for name in fields} == {**fields, "name": "renamed"}
+
+
 def test_a_new_frozen_class_reads_generically_and_misses_as_before():
     class Plain(Frozen):
         a: int
@@ -147,3 +180,12 @@ def test_a_read_of_its_own_is_left():
     assert getattro(OwnGetattribute) != GENERIC and getattro(OwnGetattr) != GENERIC
     assert not attribute_read.use_generic_read(OwnGetattribute, BaseModel, dict(OwnGetattribute.model_config), {})
     assert (OwnGetattribute(a=1).a, OwnGetattr(a=1).a, OwnGetattr(a=1).b) == ("own", 1, "missing b")
+
+
+def _plan_task() -> PlanTask:
+    """A plan task of a real lowering (the first of the 22B case's plan)."""
+    from conftest import ROOT
+    from harness.cases import load_case
+    from harness.pipeline import lower
+
+    return lower(load_case(ROOT / "cases" / "megatron-22B_full.yaml").estimate_input()).plan.tasks[0]

@@ -14,7 +14,12 @@ for it, that is, the class has no private attributes and forbids extra fields (`
 pydantic's and ``__getattribute__`` is ``object``'s: a class that defines either keeps the hook, which calls
 it). The fallback then only raises ``AttributeError``, with the message the
 generic read gives (``'Work' object has no attribute 'x'``), so every read, ``getattr`` with a default and
-``hasattr`` behave as before. Nothing is changed where this cannot be checked: not CPython, a type layout this
+``hasattr`` behave as before (a property that raises AttributeError is called once, not twice: the same
+result for any property that does not change state). pydantic lets one validation override the class's rule
+(``model_validate(data, extra="allow")``: the extras are then readable only through the fallback);
+``Frozen.model_validate``, ``model_validate_json`` and ``model_validate_strings`` refuse that override for a
+class that forbids extra fields. Not covered: a ``pydantic.TypeAdapter`` of an IR class called with
+``extra="allow"`` (the harness makes none). Nothing is changed where this cannot be checked: not CPython, a type layout this
 module does not recognise (the word it would write is checked against ``object``'s first), or a class
 whose read is its own.
 

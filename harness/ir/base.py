@@ -51,6 +51,24 @@ class Frozen(BaseModel):
     #: added after the class's first digests were published.
     ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset()
 
+    # pydantic lets a call override the class's extra-field rule (``model_validate(data, extra="allow")``); the
+    # extras would then be readable only through pydantic's ``__getattr__``, which the generic read of
+    # :mod:`harness.ir.attribute_read` skips. A class that forbids extra fields refuses that override instead.
+    @classmethod
+    def model_validate(cls, obj: Any, **options: Any) -> Self:
+        _refuse_allowing_extra(cls, options)
+        return super().model_validate(obj, **options)
+
+    @classmethod
+    def model_validate_json(cls, json_data: Any, **options: Any) -> Self:
+        _refuse_allowing_extra(cls, options)
+        return super().model_validate_json(json_data, **options)
+
+    @classmethod
+    def model_validate_strings(cls, obj: Any, **options: Any) -> Self:
+        _refuse_allowing_extra(cls, options)
+        return super().model_validate_strings(obj, **options)
+
     @classmethod
     def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
         """Each IR class without private attributes reads its fields through CPython's generic attribute read,
@@ -137,6 +155,12 @@ class Frozen(BaseModel):
     def trusted_replace(self, **changes: Any) -> Self:
         """A copy with ``changes`` applied, under the rules of :meth:`trusted`."""
         return self.trusted(**{**self.__dict__, **changes})
+
+
+def _refuse_allowing_extra(cls: type, options: dict[str, Any]) -> None:
+    if options.get("extra") == "allow" and cls.model_config.get("extra") == "forbid":
+        raise TypeError(f"{cls.__name__} forbids extra fields: a validation with extra='allow' is refused "
+                        "(its extras would be unreadable: harness.ir.attribute_read)")
 
 
 #: The template's value of a field without an immutable default (always overwritten: given or made by a factory).
