@@ -5,23 +5,25 @@ so CPython gives every model class the *hook* read (``slot_tp_getattr_hook``): e
 ``__getattr__`` and ``__getattribute__`` up in the class, then reads the attribute generically, and Python
 3.11's specializing interpreter never caches an attribute read on such a class (it specializes only classes
 whose read is ``PyObject_GenericGetAttr``). An estimate reads IR fields millions of times: with the generic
-read a cold first pass of the public differential corpus costs about a sixth fewer instructions
-(docs/performance.md).
+read a cold first pass of the public differential corpus costs a tenth fewer instructions (a sixth without
+the digests; docs/performance.md).
 
 Rule (:func:`use_generic_read`): a class gets the generic read only if pydantic's fallback could never answer
 for it, that is, the class has no private attributes and forbids extra fields (``extra="forbid"``: its
 ``__pydantic_extra__`` is always None), and if it reads as ``BaseModel`` does (``__getattr__`` is
 pydantic's and ``__getattribute__`` is ``object``'s: a class that defines either keeps the hook, which calls
-it). The fallback then only raises ``AttributeError``, with the message the
-generic read gives (``'Work' object has no attribute 'x'``), so every read, ``getattr`` with a default and
-``hasattr`` behave as before (a property that raises AttributeError is called once, not twice: the same
-result for any property that does not change state). pydantic lets one validation override the class's rule
-(``model_validate(data, extra="allow")``: the extras are then readable only through the fallback);
-``Frozen.model_validate``, ``model_validate_json`` and ``model_validate_strings`` refuse that override for a
-class that forbids extra fields. Not covered: a ``pydantic.TypeAdapter`` of an IR class called with
-``extra="allow"`` (the harness makes none). Nothing is changed where this cannot be checked: not CPython, a type layout this
-module does not recognise (the word it would write is checked against ``object``'s first), or a class
-whose read is its own.
+it). The fallback then only raises ``AttributeError``, with the message the generic read gives (``'Work'
+object has no attribute 'x'``), so every read, ``getattr`` with a default and ``hasattr`` behave as before
+(a property that raises AttributeError is called once, not twice: the same result for any property that does
+not change state).
+
+pydantic lets one validation override the class's rule (``model_validate(data, extra="allow")``: the extras
+are then readable only through the fallback); ``Frozen.model_validate``, ``model_validate_json`` and
+``model_validate_strings`` refuse that override for a class that forbids extra fields. Not covered: a
+``pydantic.TypeAdapter`` of an IR class called with ``extra="allow"`` (the harness makes none).
+
+Nothing is changed where the rule cannot be checked: not CPython, a type layout this module does not
+recognise (the word it would write is checked against ``object``'s first), or a class whose read is its own.
 
 Invariant: the generic read is the class's own C slot. CPython recomputes that slot when ``__getattr__`` or
 ``__getattribute__`` is later assigned on the class or a base; the hook read comes back, which is slower,

@@ -158,6 +158,7 @@ class Frozen(BaseModel):
 
 
 def _refuse_allowing_extra(cls: type, options: dict[str, Any]) -> None:
+    """Refuse a validation's ``extra="allow"`` for a class that forbids extra fields (see ``Frozen``)."""
     if options.get("extra") == "allow" and cls.model_config.get("extra") == "forbid":
         raise TypeError(f"{cls.__name__} forbids extra fields: a validation with extra='allow' is refused "
                         "(its extras would be unreadable: harness.ir.attribute_read)")
