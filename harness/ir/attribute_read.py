@@ -84,8 +84,3 @@ def _inherited(cls: type, name: str) -> Any:
             return klass.__dict__[name]
     return None
 
-
-def has_generic_read(cls: type) -> bool:
-    """Whether ``cls`` reads attributes through ``PyObject_GenericGetAttr`` (False where that cannot be told)."""
-    generic = _generic_read()
-    return generic is not None and _slot_word(cls).value == generic
