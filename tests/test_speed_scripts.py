@@ -35,6 +35,25 @@ def test_the_instruction_counter_lowers_what_its_stage_names_in_a_cleared_sessio
 
 
 @pytest.mark.skipif(not CORPUS.is_file(), reason="no shared reference corpus beside the checkout")
+@pytest.mark.parametrize("stage, lowerings, texts", [("line", 0, 0), ("entry", 4, 0), ("text", 4, 4)])
+def test_the_batch_line_counter_runs_what_its_stage_names_in_a_cleared_session(monkeypatch, stage, lowerings,
+                                                                               texts):
+    """``--batch``: after the warm-up (three lines, every stage) and the cleared memos, the first N lines are
+    parsed; estimated as the batch estimates them from ``entry`` on; their entries written from ``text`` on."""
+    from harness.commands import estimate as command
+
+    counter = _script("first_pass_instructions")
+    written = []
+    monkeypatch.setattr(command, "indented_json", lambda entry, indent: written.append((entry, indent)) or "")
+    with session.using(session.Session()) as own:
+        counter.batch_worker(stage, 4, CORPUS)
+        assert len(own.lowerings) == lowerings
+    assert len(written) == 3 + texts and {indent for _, indent in written} == {" "}
+    assert all(entry["status"] in ("ok", "infeasible") and set(entry["views"]) == {"peak_only", "system_evidence"}
+               for entry, _ in written)
+
+
+@pytest.mark.skipif(not CORPUS.is_file(), reason="no shared reference corpus beside the checkout")
 def test_the_instruction_counter_disables_the_collector_only_when_asked(monkeypatch):
     import gc
 
