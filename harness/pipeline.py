@@ -14,6 +14,8 @@ import dataclasses
 
 from harness import session
 from harness.cases import EstimateInput
+from harness.errors import UnsupportedFeatureError
+from harness.ir import blocks
 from harness.ir.base import Artifact
 from harness.ir.concrete import ConcretePlanIR
 from harness.ir.distributed import DistributedTaskIR
@@ -136,8 +138,14 @@ def run_pipeline(passes: tuple[ModulePass, ...], ir: Artifact) -> tuple[tuple[Ar
 
 
 def lower(data: EstimateInput, source: str = "<input>") -> Lowering:
-    """Import, validate and lower one anonymous input."""
-    return lower_model(import_model(data, source))
+    """Import, validate and lower one anonymous input: one plan, so a model priced stage by stage (dense and MoE
+    blocks, MTP layers: :func:`harness.ir.blocks.one_plan_problem`) is an UnsupportedFeatureError naming
+    ``source`` (the estimate lowers each kind of its blocks on its own)."""
+    model = import_model(data, source)
+    problem = blocks.one_plan_problem(data.model)
+    if problem is not None:
+        raise UnsupportedFeatureError(source, *problem)
+    return lower_model(model)
 
 
 def lower_distributed(data: EstimateInput, source: str = "<input>") -> tuple[ModelIR, DistributedTaskIR]:

@@ -49,10 +49,19 @@ def block_matrix_flops(plan: PortablePlanIR) -> float:
     return total
 
 
-def throughput(plan: PortablePlanIR, data: EstimateInput, total_s: float, peak_flops_per_s: float) -> Throughput:
-    """The figures of ``data``'s iteration of ``total_s`` seconds (``plan``: its PortablePlanIR)."""
+def throughput(plan: PortablePlanIR, data: EstimateInput, total_s: float, peak_flops_per_s: float,
+               block_kinds: tuple[tuple[PortablePlanIR, int], ...] | None = None) -> Throughput:
+    """The figures of ``data``'s iteration of ``total_s`` seconds (``plan``: its PortablePlanIR).
+
+    ``block_kinds``: a model priced stage by stage (:mod:`harness.ir.blocks`: dense and MoE blocks, MTP layers)
+    as ``(plan of one kind of block, blocks of that kind in the model's stages)`` pairs, each kind's model FLOPs
+    summed (an MTP layer counts as the block it holds); None: every one of ``plan``'s blocks is of its kind."""
     e, s = data.execution, plan.schedule
-    model_flops = block_matrix_flops(plan) * e.tensor_parallel * s.blocks * s.microbatches * e.data_parallel
+    if block_kinds is None:
+        model_flops = block_matrix_flops(plan) * e.tensor_parallel * s.blocks * s.microbatches * e.data_parallel
+    else:
+        model_flops = sum(block_matrix_flops(kind) * e.tensor_parallel * count * s.microbatches * e.data_parallel
+                          for kind, count in block_kinds)
     per_processor = model_flops / total_s / e.processors if total_s else 0.0
     tokens = s.global_batch * data.model.sequence_length
     return Throughput(

@@ -57,6 +57,25 @@ def test_k_and_v_go_round_the_ring_on_the_context_group():
     assert (m4.forward_base.message_bytes, m4.ring_steps, m4.forward_base.network_tier) == (2 * 8 * 32 * 2, 3, 1)
 
 
+def test_the_printer_shows_a_rings_group_steps_and_the_tasks_it_hides_behind():
+    """``harness lower``'s text of a ring task: its messages, then the group, the steps and the hidden tasks
+    (the fields a TP collective has not: a printer that read them as messages failed on every CP plan)."""
+    from harness.ir.printer import render_portable
+
+    lines = render_portable(plan(4, network_tiers={**TIERS, "context": 1}))
+    at = lines.index("  %attn.context_exchange = context_exchange[forward]")
+    hidden = task(plan(4, network_tiers={**TIERS, "context": 1}), "attn.context_exchange").messages.hides_behind
+    assert hidden  # the scores' tasks run while a step travels
+    assert lines[at + 1:at + 8] == [
+        "      forward_base: p2p 1024B x2 tier 1",  # 2 x 8 positions x 32 local width x 2 bytes
+        "      forward_edge: p2p 1024B x2 tier 1",
+        "      backward_base: p2p 2048B x2 tier 1",  # K, V and their gradients
+        "      backward_edge: p2p 2048B x2 tier 1",
+        "      group: context",
+        "      ring: 3 steps",  # CP 4: three steps round the ring
+        f"      hides behind: {', '.join(hidden)}"]
+
+
 def test_weight_gradients_are_reduced_over_data_x_context():
     p = plan(optimizer_sharding=True)
     weights = 3 * 64 * 32 + 32 * 64 + 64 * 128 + 128 * 64 + 2 * (2 * 64)  # per TP rank, one block

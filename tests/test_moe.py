@@ -5,6 +5,7 @@ MixtureOfExperts, harness/ir/checks.py's expert_problems, harness/ir/mesh.py's f
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -313,8 +314,15 @@ def test_dense_and_moe_blocks_are_refused_where_only_one_kind_of_block_is_lowere
 
     mixed = case(dict(moe=dict(experts=128, top_k=8, expert_ffn=768, dense_layers=3)))
     validate_input("deepseek.yaml", mixed)  # the estimate prices it (estimate_mixed)
-    with pytest.raises(PassError, match="model.moe.dense_layers"):
-        lower(mixed)  # one plan holds one kind of block: lower, trace, explain refuse it
+    with pytest.raises(UnsupportedFeatureError) as refused:
+        lower(mixed, "deepseek.yaml")  # one plan holds one kind of block: lower, trace, explain refuse it
+    assert (refused.value.source, refused.value.field) == ("deepseek.yaml", "model.moe.dense_layers")
+    assert "two plans" in str(refused.value) and "\n" not in str(refused.value)
+    with pytest.raises(PassError, match="model.moe.dense_layers"):  # the pass itself still refuses it
+        from harness.ir.model import ModelIR
+        from harness.passes.distribute import TransformerDistribute
+
+        TransformerDistribute().requires(ModelIR(shape=mixed.model, execution=mixed.execution))
     with pytest.raises(UnsupportedFeatureError) as error:  # the ConcretePlanIR holds one kind of block
         validate_input("deepseek.yaml", case(dict(moe=dict(experts=128, top_k=8, expert_ffn=768, dense_layers=3)),
                                              dict(dp_overlap=True)))
@@ -408,6 +416,73 @@ def test_a_deepseek_v3_like_model_estimates_with_dense_and_moe_blocks_on_differe
         est = estimate(data)
         for view in est.views.values():
             assert view.total_s > 0 and view.components_s.tensor_parallel > 0 and view.memory_bytes.weight > 0
+
+
+def _dense_variant(blocks: int) -> EstimateInput:
+    """The model without its experts (the dense blocks' uniform model): no ``moe``, no expert layout."""
+    model = {k: v for k, v in QWEN3_30B_A3B.items() if k != "moe"}
+    layout = {k: v for k, v in QWEN_LAYOUT.items() if k not in ("expert_parallel", "expert_tensor_parallel")}
+    layout["network_tiers"] = {k: v for k, v in QWEN_LAYOUT["network_tiers"].items() if k != "expert"}
+    return EstimateInput.model_validate({"model": {**model, "blocks": blocks}, "execution": layout,
+                                         "system": "h100_sxm_80g"})
+
+
+def test_the_throughput_of_a_model_priced_stage_by_stage_counts_each_kinds_blocks():
+    """A case's MFU figures (``harness estimate CASE``): the model FLOPs of 8 blocks, 3 dense and 5 MoE, are 5/8
+    of the all-MoE model's plus 3/8 of the all-dense model's, each read off the one-plan path; an MTP layer
+    counts as one more block of the last block's kind (9/8 of the all-MoE model's)."""
+    from harness.commands.estimate import case_throughput
+    from harness.estimate import estimate
+
+    def flops(data):
+        est = estimate(data)
+        figures = case_throughput("<t>", data, est)
+        return est, {name: t.model_flops_per_iteration for name, t in figures.items()}
+
+    _, moe_only = flops(case(dict(blocks=8)))
+    _, dense_only = flops(_dense_variant(8))
+    est, mixed = flops(case(dict(blocks=8, moe=dict(experts=128, top_k=8, expert_ffn=768, dense_layers=3))))
+    assert set(mixed) == {"peak_only", "system_evidence"}
+    for name, value in mixed.items():
+        assert value == pytest.approx(moe_only[name] * 5 / 8 + dense_only[name] * 3 / 8, rel=1e-12)
+        assert dense_only[name] < value < moe_only[name]  # a dense block does more here than a 3B-active MoE one
+    figures = case_throughput("<t>", case(dict(blocks=8, moe=dict(experts=128, top_k=8, expert_ffn=768,
+                                                                   dense_layers=3))), est)
+    total = est.views["system_evidence"].total_s
+    # 512 samples x 4096 tokens over the iteration, per GPU of 16
+    assert figures["system_evidence"].tokens_per_s_per_processor == pytest.approx(512 * 4096 / total / 16)
+    _, with_mtp = flops(case(dict(blocks=8, mtp_layers=1)))
+    for name, value in with_mtp.items():
+        assert value == pytest.approx(moe_only[name] * 9 / 8, rel=1e-12)
+
+
+def test_lower_explain_and_trace_refuse_a_model_of_two_plans_naming_the_file(tmp_path, capsys):
+    from conftest import one_error_line, run_cli
+
+    from harness.cases import CASE_SCHEMA
+
+    mixed = {**QWEN3_30B_A3B, "moe": {**QWEN3_30B_A3B["moe"], "dense_layers": 1}}
+    path = tmp_path / "mixed.yaml"
+    path.write_text(yaml.safe_dump({"schema": CASE_SCHEMA, "id": "mixed", "system": "h100_sxm_80g",
+                                    "model": mixed, "execution": QWEN_LAYOUT}))
+    for argv in (("lower", path), ("explain", path), ("trace", path, "--output", tmp_path / "t.json")):
+        one_error_line(*run_cli(capsys, *argv)[::2], str(path), "model.moe.dense_layers", "two plans")
+    assert not (tmp_path / "t.json").exists()
+    status, out, _ = run_cli(capsys, "estimate", path)  # the estimate prices it, MFU included
+    assert status == 0 and len(re.findall(r"MFU \d+\.\d%", out)) == 2  # one figure per view
+
+
+def test_the_printer_shows_the_group_of_a_moe_plans_all_to_alls():
+    """``harness lower``'s text of an expert-parallel plan: the dispatch's four messages, then its group."""
+    from harness.ir.printer import render_portable
+
+    lines = render_portable(plan_of(case()))
+    at = lines.index("  %mlp.dispatch = expert_all_to_all[forward]")
+    sent = 1 * 4096 * 2048 * 8 * 2  # microbatch x tokens x hidden x top_k copies x 2 bytes
+    assert sent == 134217728
+    assert lines[at + 1:at + 6] == [f"      {slot}: all_to_all 1.34218e+08B x16 tier 1" for slot in
+                                    ("forward_base", "forward_edge", "backward_base", "backward_edge")] + [
+        "      group: expert"]
 
 
 def test_the_search_takes_a_moe_model_and_refuses_dense_and_moe_blocks_naming_dense_layers(tmp_path):

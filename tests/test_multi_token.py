@@ -82,11 +82,11 @@ def test_mtp_on_a_dense_model_and_in_one_plan_is_refused_by_name():
     with pytest.raises(UnsupportedFeatureError) as error:
         validate_input("<t>", data)
     assert error.value.field == "model.mtp_layers"
-    from harness.errors import PassError
     from harness.pipeline import lower
     validate_input("<t>", case(model=dict(mtp_layers=1)))  # a MoE model with MTP: the estimate prices it
-    with pytest.raises(PassError, match="model.mtp_layers"):
-        lower(case(model=dict(mtp_layers=1)))  # one plan holds one kind of block: lower, trace, explain refuse it
+    with pytest.raises(UnsupportedFeatureError) as refused:
+        lower(case(model=dict(mtp_layers=1)), "mtp.yaml")  # one plan: lower, trace, explain refuse it
+    assert (refused.value.source, refused.value.field) == ("mtp.yaml", "model.mtp_layers")
     with pytest.raises(UnsupportedFeatureError) as error:  # the ConcretePlanIR holds no MTP head
         validate_input("<t>", case(model=dict(mtp_layers=1), execution=dict(dp_overlap=True)))
     assert error.value.field == "model.mtp_layers" and "\n" not in str(error.value)

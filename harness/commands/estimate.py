@@ -49,9 +49,10 @@ from harness import session
 from harness.commands.case_arguments import CASE_HELP, infeasible_line, load_case_argument, report_infeasible
 from harness.cost.views import COST_VIEWS
 from harness.errors import HarnessError, InputError, one_line
-from harness.estimate import DEFAULT_VIEWS, Estimate, clear_caches, estimate
+from harness.estimate import DEFAULT_VIEWS, Estimate, clear_caches, estimate, mixed_lowerings
 from harness.evidence.profile import load_profile
 from harness.inputs import TextLine, iter_lines
+from harness.ir import blocks
 from harness.interop.calculon_batch import BatchLine, DuplicateIds, parse_line, unreadable_line
 from harness.outputs import atomic_output, check_output, data_files
 from harness.pipeline import lower
@@ -104,12 +105,20 @@ SCOPES = {
 
 
 def case_throughput(source: str, data, est: Estimate) -> dict[str, Throughput]:
-    """Tokens/s, model FLOP/s and MFU per GPU of each view of a case's estimate (:mod:`harness.throughput`)."""
+    """Tokens/s, model FLOP/s and MFU per GPU of each view of a case's estimate (:mod:`harness.throughput`); a
+    model priced stage by stage counts the blocks each kind's plan holds in its stages (``estimate_mixed``'s
+    lowerings)."""
     from harness.throughput import throughput
 
-    plan = lower(data, source).plan
+    kinds = None
+    if blocks.has_stages(data.model):
+        moe, dense, mixed = mixed_lowerings(data, source)
+        plan = moe.plan
+        kinds = ((moe.plan, sum(n for n, _ in mixed.stages)), (dense.plan, sum(d for _, d in mixed.stages)))
+    else:
+        plan = lower(data, source).plan
     peak = load_profile(data.system).matrix[data.execution.datatype].peak_flops_per_s
-    return {name: throughput(plan, data, v.total_s, peak) for name, v in est.views.items()}
+    return {name: throughput(plan, data, v.total_s, peak, kinds) for name, v in est.views.items()}
 
 
 def case_json(case_id: str, est: Estimate, figures: dict[str, Throughput]) -> dict[str, Any]:

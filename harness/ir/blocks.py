@@ -77,6 +77,21 @@ def stage_problems(shape: TransformerShape, execution: ExecutionLayout) -> list[
     return problems
 
 
+def one_plan_problem(shape: TransformerShape) -> Problem | None:
+    """Why ``shape`` has no single plan (dense and MoE blocks, or MTP layers on the last stage: the estimate
+    prices it stage by stage, :func:`has_stages`), or None. What shows one plan (``harness lower``, ``explain``,
+    ``trace``) refuses such a model with it."""
+    if is_mixed(shape):
+        return ("model.moe.dense_layers", "dense and MoE blocks (dense_layers, layer_frequency) lower to two plans, "
+                                          "one per kind of block: `harness estimate` prices the model; a view of one "
+                                          "plan (lower, explain, trace) does not show it yet")
+    if has_stages(shape):
+        return ("model.mtp_layers", "multi-token-prediction layers are priced on the last stage beside the plan: "
+                                    "`harness estimate` prices the model; a view of one plan (lower, explain, "
+                                    "trace) does not show it yet")
+    return None
+
+
 def stage_blocks(shape: TransformerShape, execution: ExecutionLayout) -> list[tuple[int, int]]:
     """``(MoE blocks, dense blocks)`` of each pipeline stage, in stage order (module rules)."""
     moe = shape.moe

@@ -97,6 +97,11 @@ class TaskMessages(Frozen):
         return TENSOR if self.group is None else self.group
 
 
+#: The message slots of :class:`TaskMessages` (its fields that hold one message), in declaration order.
+MESSAGE_SLOTS: tuple[str, ...] = tuple(name for name, field in TaskMessages.model_fields.items()
+                                       if field.annotation == Message | None)
+
+
 class Capacity(Frozen):
     """Bytes a task holds, per microbatch (activations) or per block (state)."""
 

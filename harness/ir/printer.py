@@ -10,7 +10,7 @@ from harness.ir.base import Artifact
 from harness.ir.concrete import ConcretePlanIR
 from harness.ir.distributed import DistributedTaskIR
 from harness.ir.model import ModelIR
-from harness.ir.portable import PASSES, PortablePlanIR
+from harness.ir.portable import MESSAGE_SLOTS, PASSES, PortablePlanIR
 
 
 def _fields(model) -> str:
@@ -75,11 +75,19 @@ def render_portable(ir: PortablePlanIR) -> list[str]:
             if w.operations or w.bytes_read or w.bytes_written:
                 lines.append(f"      {name}: ops={_num(w.operations)} read={_num(w.bytes_read)}B "
                              f"written={_num(w.bytes_written)}B engine={w.engine}")
-        if t.messages:
-            for slot, m in t.messages.model_dump().items():
+        messages = t.messages
+        if messages:
+            for slot in MESSAGE_SLOTS:
+                m = getattr(messages, slot)
                 if m:
-                    lines.append(f"      {slot}: {m['collective']} {_num(m['message_bytes'])}B x{m['participants']} "
-                                 f"tier {m['network_tier']}")
+                    lines.append(f"      {slot}: {m.collective} {_num(m.message_bytes)}B x{m.participants} "
+                                 f"tier {m.network_tier}")
+            if messages.group is not None:  # absent: the tensor group
+                lines.append(f"      group: {' x '.join(messages.group)}")
+            if messages.ring_steps is not None:
+                lines.append(f"      ring: {messages.ring_steps} steps")
+            if messages.hides_behind:
+                lines.append(f"      hides behind: {', '.join(messages.hides_behind)}")
     for label, m in (("pipeline forward", ir.pipeline.forward), ("pipeline backward", ir.pipeline.backward)):
         if m:
             lines.append(f"  {label}: p2p {_num(m.message_bytes)}B tier {m.network_tier}")
