@@ -179,11 +179,17 @@ def evidence_profile(case):
 
 def _view_fixture(view_name: str):
     @pytest.fixture(scope="session")
-    def fixture(case, lowering, evidence_profile, comparison_gate):
+    def fixture(request, case, evidence_profile, comparison_gate):
         from harness.cost.views import COST_VIEWS
-        from harness.estimate import estimate_lowering
+        from harness.estimate import estimate_lowering, estimate_mixed
+        from harness.ir import blocks
 
-        est = estimate_lowering(lowering, evidence_profile, (COST_VIEWS[view_name],))
+        views = (COST_VIEWS[view_name],)
+        data = case.estimate_input()
+        if blocks.has_stages(data.model):  # two plans, no ``lowering``: each kind of block lowered on its own
+            est = estimate_mixed(data, evidence_profile, views, case.id)
+        else:
+            est = estimate_lowering(request.getfixturevalue("lowering"), evidence_profile, views)
         comparison_gate.register_estimate(case.id, view_name)
         return est
 

@@ -50,6 +50,92 @@ def test_adding_a_case_yaml_adds_its_tests(pytester):
         "--harness-cases", str(directory), "--collect-only", "-q").stdout.str()
 
 
+MIXED_CASE = """\
+schema: blueprinting.case.v0
+id: hf/deepseek-mixed-4
+system: b200
+model:
+  hidden: 7168
+  feedforward: 18432
+  sequence_length: 8192
+  attention_heads: 128
+  head_size: 192
+  blocks: 4
+  vocabulary: 129280
+  mlp: swiglu
+  norm: rmsnorm
+  position: rope
+  attention_dropout: 0.0
+  tied_embeddings: false
+  mla:
+    q_lora_rank: 1536
+    kv_lora_rank: 512
+    qk_rope_head_dim: 64
+    qk_nope_head_dim: 128
+    v_head_dim: 128
+  moe:
+    experts: 256
+    top_k: 8
+    expert_ffn: 2048
+    shared_experts: 1
+    dense_layers: 3
+    router: sigmoid
+execution:
+  tensor_parallel: 1
+  pipeline_parallel: 1
+  data_parallel: 8
+  global_batch: 128
+  microbatch: 1
+  pipeline_interleaving: 1
+  datatype: bfloat16
+  recompute: none
+  tp_communication: ar
+  seq_par_ag_redo: false
+  optimizer_sharding: true
+  fused_activation: false
+  attention: multihead
+  network_tiers:
+    tensor: 0
+    pipeline: 0
+    data: 0
+    expert: 0
+  training: true
+  tp_overlap: none
+  dp_overlap: false
+  offload:
+    weights: false
+    activations: false
+    optimizer: false
+  attention_kernel: flash
+  expert_parallel: 8
+comparison: {}
+"""
+
+
+def test_a_case_of_dense_and_moe_blocks_gets_both_estimates_and_refuses_its_one_plan_lowering(pytester):
+    """A DeepSeek-V3-like case (3 dense blocks, then MoE) has two plans: its view fixtures are the estimate's
+    (``harness estimate`` prices it stage by stage), the ``lowering`` fixture refuses it naming the field."""
+    directory = pytester.path / "cases"
+    directory.mkdir()
+    (directory / "deepseek-mixed-4.yaml").write_text(MIXED_CASE)
+    pytester.makepyfile(test_mixed="""
+import pytest
+from harness.errors import UnsupportedFeatureError
+from harness.estimate import estimate
+
+def test_views(case, peak_only_estimate, evidence_estimate):
+    whole = estimate(case.estimate_input())
+    assert peak_only_estimate.views["peak_only"] == whole.views["peak_only"]
+    assert evidence_estimate.views["system_evidence"] == whole.views["system_evidence"]
+    assert whole.views["system_evidence"].total_s > whole.views["peak_only"].total_s > 0
+
+def test_lowering(request, case):
+    with pytest.raises(UnsupportedFeatureError, match="model.moe.dense_layers: dense and MoE blocks"):
+        request.getfixturevalue("lowering")
+""")
+    pytester.runpytest("--harness-cases", str(directory), "-q").assert_outcomes(passed=2)
+
+
 def test_markers_are_registered_for_strict_markers(pytester):
     pytester.makepyfile("""
         import pytest
