@@ -462,3 +462,78 @@ def test_a_fully_sharded_row_is_execution_fsdp_with_its_own_overlap(plain_stack)
     assert run_case(run_of(gpt_row(parallel__tp_comm_overlap=False)), "h100_80g_nvl8").input.execution.fsdp is None
     overlapped = run_case(run_of(gpt_row(parallel__fsdp=True)), "h100_80g_nvl8")
     assert overlapped.invalid is None and "parallel.tp_comm_overlap" in dict(overlapped.unsupported)
+
+
+# ------------------------------------------------------------------ hostile rows (robustness: one error line, nothing written)
+
+MOE = {"experts": 8, "top_k": 2, "expert_ffn_hidden": 6144, "shared_experts": 0, "shared_expert_ffn_hidden": 0,
+       "dense_layers": 0, "layer_freq": 1, "capacity_factor": 1.0, "token_dropping": True}
+MLA = {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_head_dim": 128, "qk_pos_emb_head_dim": 64, "v_head_dim": 128}
+
+
+def numeric_fields(model: type[BaseModel], prefix: str = "") -> list[str]:
+    """Every field of the row schema whose value is a number (``int`` or ``float``, optional or not), descending
+    into every section and feature object (moe, mla)."""
+    import typing
+
+    out = []
+    for name, info in model.model_fields.items():
+        kinds = [k for k in (typing.get_args(info.annotation) or (info.annotation,)) if k is not type(None)]
+        for kind in kinds:
+            if isinstance(kind, type) and issubclass(kind, BaseModel):
+                out += numeric_fields(kind, f"{prefix}{name}.")
+        if any(kind in (int, float) for kind in kinds):
+            out.append(prefix + name)
+    return out
+
+
+NUMERIC_FIELDS = numeric_fields(MeasuredRun)
+
+
+def test_the_numeric_fields_are_every_number_of_the_schema(tmp_path):
+    """The walk finds the numbers of every section (so the refusal test below covers the schema, not a few), and
+    the row the refusal test starts from, with every feature object set, is a valid row."""
+    (run,) = read_runs(_write_runs(tmp_path, [gpt_row(model__moe=dict(MOE), model__mla=dict(MLA))]))
+    assert run.model.moe.capacity_factor == 1.0 and run.model.mla.kv_lora_rank == 512
+    # system 2, model 11, moe 8, mla 5, parallel 7, batch 3, recompute 1, measured 1 (counted by hand)
+    assert len(NUMERIC_FIELDS) == 38
+    for field in ("measured.iteration_s", "model.moe.capacity_factor", "model.mla.q_lora_rank", "parallel.etp",
+                  "system.num_gpus", "batch.gradient_accumulation", "recompute.layers", "model.truncated_from"):
+        assert field in NUMERIC_FIELDS
+    assert "model.tied_embeddings" not in NUMERIC_FIELDS and "parallel.fsdp" not in NUMERIC_FIELDS
+
+
+def _with(row: dict, field: str, value) -> dict:
+    target = row
+    *keys, last = field.split(".")
+    for key in keys:
+        target = target[key]
+    target[last] = value
+    return row
+
+
+@pytest.mark.parametrize("value, shown", [(True, "got true (a boolean)"), (False, "got false (a boolean)"),
+                                          ("12", 'got "12" (a string)')])
+@pytest.mark.parametrize("field", NUMERIC_FIELDS)
+def test_every_numeric_field_refuses_a_boolean_and_a_string(tmp_path, capsys, field, value, shown):
+    """``measured.iteration_s: true`` was read as 1.0 s (error 933.7 %, exit 0) and ``"12.91"`` as 12.91: no
+    coercion in any number of the row, through ``estimate --runs`` and ``evidence import runs``; nothing written."""
+    row = gpt_row(model__moe=dict(MOE), model__mla=dict(MLA))
+    path = _write_runs(tmp_path, [_with(row, field, value)])
+    out = tmp_path / "out.json"
+    status, _, err = run_cli(capsys, "estimate", "--runs", path, "--system", "auto", "--output", out)
+    one_error_line(status, err, f"{path}: rows.0.{field}: ", shown)
+    assert not out.exists()
+    corpus = tmp_path / "corpus.jsonl"
+    status, _, err = run_cli(capsys, "evidence", "import", "runs", path, "--gpu", "h100_sxm_80g", "--output", corpus)
+    one_error_line(status, err, f"{path}: rows.0.{field}: ", shown)
+    assert not corpus.exists()
+
+
+def test_a_json_integer_is_a_number_where_a_number_is_due(tmp_path):
+    """The documented format's numbers include JSON integers (one shared row's iteration_s is an integer): 20 is
+    20.0 s, and a capacity factor of 1 is 1.0."""
+    path = _write_runs(tmp_path, [gpt_row(measured__iteration_s=20, model__moe={**MOE, "capacity_factor": 1})])
+    (run,) = read_runs(path)
+    assert run.measured.iteration_s == 20.0 and type(run.measured.iteration_s) is float
+    assert run.model.moe.capacity_factor == 1.0 and type(run.model.moe.capacity_factor) is float

@@ -6,7 +6,9 @@ fields are documented in ``../shared/reference/measurements/modern/README.md``
 fields the harness can price, and how, is :mod:`harness.measurements.runs`.
 
 Input rules (those of :mod:`harness.inputs`): one JSON document, strict types
-(``true`` is not 1, ``"8"`` is not 8), every section closed (an unknown field
+(``true`` is not 1, ``"8"`` is not 8; a JSON integer is a number, ``13`` for
+``13.0``, but a boolean or a string never is: ``iteration_s: true`` was read as
+1.0 s), every section closed (an unknown field
 is an error naming it: a new fact must be mapped, or refused, never dropped
 unseen), finite numbers, unique keys, row ids unique. A bad file is one
 :class:`~harness.errors.InputError` naming the file, the row (``rows.12``) and
@@ -65,7 +67,7 @@ class RowMoE(_Closed):
     shared_expert_ffn_hidden: int = Count
     dense_layers: int = Count
     layer_freq: int = Positive
-    capacity_factor: float | None = Field(None, ge=0, le=1e6, allow_inf_nan=False, strict=False)
+    capacity_factor: float | None = Field(None, ge=0, le=1e6, allow_inf_nan=False)
     token_dropping: bool
     router: str | None = Field(None, max_length=MAX_TEXT)
 
@@ -128,7 +130,7 @@ class RowRecompute(_Closed):
 
 
 class RowMeasured(_Closed):
-    iteration_s: float = Field(ge=MIN_ITERATION_S, le=1e7, allow_inf_nan=False, strict=False,
+    iteration_s: float = Field(ge=MIN_ITERATION_S, le=1e7, allow_inf_nan=False,
                                description="Seconds per step (at least 100 microseconds).")
     derived_from: Literal["step_time", "tokens_per_s_per_gpu", "tokens_per_s_total", "tflops"]
     as_reported: dict[str, Any] = Field(description="The printed figures, verbatim (display only).")
