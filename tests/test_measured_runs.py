@@ -537,3 +537,47 @@ def test_a_json_integer_is_a_number_where_a_number_is_due(tmp_path):
     (run,) = read_runs(path)
     assert run.measured.iteration_s == 20.0 and type(run.measured.iteration_s) is float
     assert run.model.moe.capacity_factor == 1.0 and type(run.model.moe.capacity_factor) is float
+
+
+@pytest.mark.parametrize("name", [" ", "\t\n", "\u3000"])
+def test_a_blank_model_name_is_one_error_line_and_nothing_written(tmp_path, capsys, name):
+    """A whitespace-only name crashed the summary (``name.split()[0]``: internal error IndexError, exit 3) after
+    the output was written; it is the row's field now, before anything is estimated or written (an existing
+    output is left as it was)."""
+    path = _write_runs(tmp_path, [gpt_row(model__name=name)])
+    out = tmp_path / "out.json"
+    status, _, err = run_cli(capsys, "estimate", "--runs", path, "--system", "auto", "--output", out)
+    one_error_line(status, err, f"{path}: rows.0.model.name: must hold a word", f"got {len(name)} blank character")
+    assert not out.exists()
+    out.write_text("old\n")
+    status, _, err = run_cli(capsys, "estimate", "--runs", path, "--system", "auto", "--output", out)
+    one_error_line(status, err, "rows.0.model.name")
+    assert out.read_text() == "old\n"
+
+
+def test_the_family_is_total():
+    """The first word up to its first ``-``; a word starting with ``-`` is its own family, never an empty label;
+    a name without a word (the schema refuses it: a copy skips validation) is no IndexError."""
+    def named(name):
+        return run_of(gpt_row(model__name=name))
+    assert [family(named(n)) for n in ("Nemotron-4 15B", "-", "-x y", "  Llama 3")] == ["Nemotron", "-", "-x", "Llama"]
+    run = named("GPT")
+    blank = run.model_copy(update={"model": run.model.model_copy(update={"name": " "})})
+    assert blank.model.name == " " and family(blank) == ""
+
+
+def test_a_summary_that_fails_writes_no_output(plain_stack, tmp_path, capsys, monkeypatch):
+    """The summary is computed before the output is written: when it fails, no output file is created."""
+    from harness.errors import InputError
+    from harness.measurements import runs_estimate
+
+    def failing(results):
+        assert [r.status for r in results] == ["ok"]
+        raise InputError("runs.json", "rows.0.model.name", "the summary failed")
+
+    monkeypatch.setattr(runs_estimate, "summary", failing)
+    out = tmp_path / "out.json"
+    status, _, err = run_cli(capsys, "estimate", "--runs", _write_runs(tmp_path, [gpt_row()]), "--system",
+                             "h100_sxm_80g", "--output", out)
+    one_error_line(status, err, "runs.json: rows.0.model.name: the summary failed")
+    assert not out.exists()

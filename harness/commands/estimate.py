@@ -356,9 +356,10 @@ def run_runs(args) -> int:
         check_output(args.output, inputs=[args.runs, *data_files()])
     view = args.view or DEFAULT_VIEW
     results = estimate_runs(read_runs(args.runs), args.system, str(args.runs))
-    _emit([r.json(view) for r in results], args.output)
+    entries, lines = [r.json(view) for r in results], summary(results)  # before the output: a failure writes none
+    _emit(entries, args.output)
     out = sys.stdout if args.output is not None else sys.stderr
-    for line in summary(results):
+    for line in lines:
         print(line, file=out)
     return 0
 

@@ -14,7 +14,8 @@ unseen), finite numbers, unique keys, row ids unique. A bad file is one
 :class:`~harness.errors.InputError` naming the file, the row (``rows.12``) and
 the field. The free-text sections (``source``, ``software``, ``notes``,
 ``extra``, ``measured.as_reported``, ``consistency``) are kept for display and
-never reach the estimate path; neither do ``id`` and ``model.name``.
+never reach the estimate path; neither do ``id`` and ``model.name`` (which must
+hold a word: the summary's model family is its first word).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from harness.errors import InputError
 from harness.inputs import MIN_ITERATION_S, read_json, validate
@@ -101,6 +102,13 @@ class RowModel(_Closed):
     mtp_layers: int | None = Field(None, ge=0, le=2**16)
     truncated_from: int | None = Field(None, gt=0, le=2**31,
                                        description="The full model's layers when the run used a proxy of `layers`.")
+
+    @field_validator("name")
+    @classmethod
+    def _named(cls, name: str) -> str:
+        if not name.split():  # the summary's model family is the name's first word
+            raise ValueError(f"must hold a word (the family is its first word), got {len(name)} blank character(s)")
+        return name
 
 
 class RowParallel(_Closed):
