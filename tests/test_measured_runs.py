@@ -581,3 +581,17 @@ def test_a_summary_that_fails_writes_no_output(plain_stack, tmp_path, capsys, mo
                              "h100_sxm_80g", "--output", out)
     one_error_line(status, err, "runs.json: rows.0.model.name: the summary failed")
     assert not out.exists()
+
+
+@pytest.mark.parametrize("system, message", [("nope", "no evidence profile named 'nope'"),
+                                             ("../x", "'../x' is not an evidence profile name")])
+def test_an_unknown_system_is_refused_up_front_as_for_cases(tmp_path, capsys, system, message):
+    """``--runs --system nope`` exited 0 with every row unsupported (``system.gpu: no evidence profile``); it is the
+    case path's error now, the same line, and nothing is written."""
+    path = _write_runs(tmp_path, [gpt_row()])
+    out = tmp_path / "out.json"
+    status, _, err = run_cli(capsys, "estimate", "--runs", path, "--system", system, "--output", out)
+    one_error_line(status, err, f"error: --system: system: {message}")
+    assert not out.exists()
+    status, _, case_err = run_cli(capsys, "estimate", "megatron-22B_full", "--system", system)
+    assert (status, case_err) == (2, err)

@@ -342,7 +342,6 @@ def estimate_chunk(task: tuple) -> list[tuple[int, str | None, str, str, str]]:
 def run_runs(args) -> int:
     """``--runs``: the rows as cases, estimated (:mod:`harness.measurements.runs_estimate`); the JSON list to
     ``--output`` (or stdout) and the summary to stdout (or stderr when the list goes to stdout)."""
-    from harness.evidence.profile import check_profile_name
     from harness.measurements.runs_estimate import AUTOMATIC, DEFAULT_VIEW, estimate_runs, summary
     from harness.measurements.runs_schema import read_runs
 
@@ -350,8 +349,8 @@ def run_runs(args) -> int:
         raise InputError("--runs", "CASE.yaml", "give --runs alone, not with case files or --calculon-batch")
     if args.system is None:
         raise InputError("<command line>", "--system", "--runs needs --system PROFILE, auto or auto-measured")
-    if args.system not in AUTOMATIC:
-        check_profile_name(args.system, "<command line>", "--system")
+    if args.system not in AUTOMATIC:  # a bad or unknown name is refused up front, as for cases (case_arguments)
+        load_profile(args.system, referrer="--system")
     if args.output is not None:
         check_output(args.output, inputs=[args.runs, *data_files()])
     view = args.view or DEFAULT_VIEW
