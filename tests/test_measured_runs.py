@@ -595,3 +595,38 @@ def test_an_unknown_system_is_refused_up_front_as_for_cases(tmp_path, capsys, sy
     assert not out.exists()
     status, _, case_err = run_cli(capsys, "estimate", "megatron-22B_full", "--system", system)
     assert (status, case_err) == (2, err)
+
+
+def test_an_invalid_row_makes_the_exit_status_1_and_the_rest_are_estimated(plain_stack, tmp_path, capsys):
+    """The batch's rule: an invalid row (5 key/value heads of 96) is its entry, the other rows are estimated, the
+    list is written and the exit status is 1 (it was 0); unsupported rows alone exit 0."""
+    out = tmp_path / "out.json"
+    rows = _write_runs(tmp_path, [gpt_row(), gpt_row(id="kv", model__kv_heads=5, model__attention="gqa")])
+    status, printed, err = run_cli(capsys, "estimate", "--runs", rows, "--system", "h100_sxm_80g", "--output", out)
+    assert status == 1, err
+    ok, invalid = json.loads(out.read_text())
+    assert (ok["status"], ok["reason"], invalid["id"], invalid["status"]) == ("ok", None, "kv", "invalid")
+    assert invalid["reason"].startswith("model.kv_heads: 5 does not divide attention_heads=96")
+    assert invalid["total_s"] is None and ok["total_s"] > 0
+    assert "2 rows: 1 ok, 0 infeasible, 0 unsupported, 1 invalid" in printed and "Traceback" not in err
+    rows = _write_runs(tmp_path, [gpt_row(), gpt_row(id="mtp", model__mtp_layers=1)])
+    status, printed, err = run_cli(capsys, "estimate", "--runs", rows, "--system", "h100_sxm_80g", "--output", out)
+    assert status == 0, err
+    assert "2 rows: 1 ok, 0 infeasible, 1 unsupported, 0 invalid" in printed
+
+
+@pytest.mark.parametrize("factor, message", [(0, "Input should be greater than 0, got 0 (an integer)"),
+                                             (-0.0, "Input should be greater than 0, got -0.0 (a number)"),
+                                             (65536.5, "Input should be less than or equal to 65536")])
+def test_the_capacity_factor_has_the_case_formats_bounds(tmp_path, capsys, factor, message):
+    """``capacity_factor: 0`` passed the row schema (``ge=0``) and came back as an invalid row from the case
+    format (> 0, <= 2^16); it is the row file's field error now, nothing written. The bounds themselves are
+    rows."""
+    out = tmp_path / "out.json"
+    path = _write_runs(tmp_path, [gpt_row(model__moe={**MOE, "capacity_factor": factor})])
+    status, _, err = run_cli(capsys, "estimate", "--runs", path, "--system", "auto", "--output", out)
+    one_error_line(status, err, f"{path}: rows.0.model.moe.capacity_factor: {message}")
+    assert not out.exists()
+    for bound in (1e-3, 65536):
+        (run,) = read_runs(_write_runs(tmp_path, [gpt_row(model__moe={**MOE, "capacity_factor": bound})]))
+        assert run.model.moe.capacity_factor == bound

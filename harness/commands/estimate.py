@@ -341,7 +341,9 @@ def estimate_chunk(task: tuple) -> list[tuple[int, str | None, str, str, str]]:
 
 def run_runs(args) -> int:
     """``--runs``: the rows as cases, estimated (:mod:`harness.measurements.runs_estimate`); the JSON list to
-    ``--output`` (or stdout) and the summary to stdout (or stderr when the list goes to stdout)."""
+    ``--output`` (or stdout) and the summary to stdout (or stderr when the list goes to stdout). Like a batch,
+    every row carries its status and the exit status is 1 when any row is ``invalid``, else 0 (``unsupported``
+    and ``infeasible`` rows are figures or refusals by design, not bad input)."""
     from harness.measurements.runs_estimate import AUTOMATIC, DEFAULT_VIEW, estimate_runs, summary
     from harness.measurements.runs_schema import read_runs
 
@@ -360,7 +362,7 @@ def run_runs(args) -> int:
     out = sys.stdout if args.output is not None else sys.stderr
     for line in lines:
         print(line, file=out)
-    return 0
+    return 1 if any(r.status == "invalid" for r in results) else 0  # the batch's rule (module docstring)
 
 
 def run(args) -> int:

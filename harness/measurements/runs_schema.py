@@ -28,6 +28,7 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 from harness.errors import InputError
 from harness.inputs import MIN_ITERATION_S, read_json, validate
 from harness.ir.base import Frozen
+from harness.ir.model import MAX_EXPERTS
 from harness.names import Identifier
 
 SCHEMA = "blueprinting.measured-runs.v0"
@@ -68,7 +69,8 @@ class RowMoE(_Closed):
     shared_expert_ffn_hidden: int = Count
     dense_layers: int = Count
     layer_freq: int = Positive
-    capacity_factor: float | None = Field(None, ge=0, le=1e6, allow_inf_nan=False)
+    capacity_factor: float | None = Field(None, gt=0, le=MAX_EXPERTS, allow_inf_nan=False,  # the case format's bounds
+                                          description="Expert capacity (token dropping); null: none stated.")
     token_dropping: bool
     router: str | None = Field(None, max_length=MAX_TEXT)
 
