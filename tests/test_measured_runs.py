@@ -630,3 +630,15 @@ def test_the_capacity_factor_has_the_case_formats_bounds(tmp_path, capsys, facto
     for bound in (1e-3, 65536):
         (run,) = read_runs(_write_runs(tmp_path, [gpt_row(model__moe={**MOE, "capacity_factor": bound})]))
         assert run.model.moe.capacity_factor == bound
+
+
+@pytest.mark.parametrize("gpu", ["../x", "H100_SXM_80G", "h100"])
+def test_evidence_import_runs_names_a_bad_gpu_as_the_gpu_option(tmp_path, capsys, gpu):
+    """``--gpu ../x`` was reported as ``--name: 'runs-../x' is not a profile name`` (a --name nobody gave, built
+    from --gpu); --gpu is checked first against the schema's system.gpu values; nothing written."""
+    out = tmp_path / "corpus.jsonl"
+    status, _, err = run_cli(capsys, "evidence", "import", "runs", _write_runs(tmp_path, [gpt_row()]), "--gpu", gpu,
+                             "--output", out)
+    one_error_line(status, err, f"error: <command line>: --gpu: {gpu!r} is not a system.gpu of the measured-runs "
+                                "schema (a100_sxm_80g, h100_sxm_80g, b200, b300, gb200, gb300)")
+    assert "--name" not in err and not out.exists()

@@ -21,7 +21,7 @@ hold a word: the summary's model family is its first word).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
@@ -36,6 +36,7 @@ MAX_ROWS = 100_000
 MAX_TEXT = 10_000
 
 Gpu = Literal["a100_sxm_80g", "h100_sxm_80g", "b200", "b300", "gb200", "gb300"]
+GPUS: tuple[str, ...] = get_args(Gpu)  # the values of ``system.gpu``
 Precision = Literal["bf16", "fp16", "fp8_delayed", "fp8_current", "mxfp8", "nvfp4"]
 
 
