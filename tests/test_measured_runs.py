@@ -462,3 +462,183 @@ def test_a_fully_sharded_row_is_execution_fsdp_with_its_own_overlap(plain_stack)
     assert run_case(run_of(gpt_row(parallel__tp_comm_overlap=False)), "h100_80g_nvl8").input.execution.fsdp is None
     overlapped = run_case(run_of(gpt_row(parallel__fsdp=True)), "h100_80g_nvl8")
     assert overlapped.invalid is None and "parallel.tp_comm_overlap" in dict(overlapped.unsupported)
+
+
+# ------------------------------------------------------------------ hostile rows (robustness: one error line, nothing written)
+
+MOE = {"experts": 8, "top_k": 2, "expert_ffn_hidden": 6144, "shared_experts": 0, "shared_expert_ffn_hidden": 0,
+       "dense_layers": 0, "layer_freq": 1, "capacity_factor": 1.0, "token_dropping": True}
+MLA = {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_head_dim": 128, "qk_pos_emb_head_dim": 64, "v_head_dim": 128}
+
+
+def numeric_fields(model: type[BaseModel], prefix: str = "") -> list[str]:
+    """Every field of the row schema whose value is a number (``int`` or ``float``, optional or not), descending
+    into every section and feature object (moe, mla)."""
+    import typing
+
+    out = []
+    for name, info in model.model_fields.items():
+        kinds = [k for k in (typing.get_args(info.annotation) or (info.annotation,)) if k is not type(None)]
+        for kind in kinds:
+            if isinstance(kind, type) and issubclass(kind, BaseModel):
+                out += numeric_fields(kind, f"{prefix}{name}.")
+        if any(kind in (int, float) for kind in kinds):
+            out.append(prefix + name)
+    return out
+
+
+NUMERIC_FIELDS = numeric_fields(MeasuredRun)
+
+
+def test_the_numeric_fields_are_every_number_of_the_schema(tmp_path):
+    """The walk finds the numbers of every section (so the refusal test below covers the schema, not a few), and
+    the row the refusal test starts from, with every feature object set, is a valid row."""
+    (run,) = read_runs(_write_runs(tmp_path, [gpt_row(model__moe=dict(MOE), model__mla=dict(MLA))]))
+    assert run.model.moe.capacity_factor == 1.0 and run.model.mla.kv_lora_rank == 512
+    # system 2, model 11, moe 8, mla 5, parallel 7, batch 3, recompute 1, measured 1 (counted by hand)
+    assert len(NUMERIC_FIELDS) == 38
+    for field in ("measured.iteration_s", "model.moe.capacity_factor", "model.mla.q_lora_rank", "parallel.etp",
+                  "system.num_gpus", "batch.gradient_accumulation", "recompute.layers", "model.truncated_from"):
+        assert field in NUMERIC_FIELDS
+    assert "model.tied_embeddings" not in NUMERIC_FIELDS and "parallel.fsdp" not in NUMERIC_FIELDS
+
+
+def _with(row: dict, field: str, value) -> dict:
+    target = row
+    *keys, last = field.split(".")
+    for key in keys:
+        target = target[key]
+    target[last] = value
+    return row
+
+
+@pytest.mark.parametrize("value, shown", [(True, "got true (a boolean)"), (False, "got false (a boolean)"),
+                                          ("12", 'got "12" (a string)')])
+@pytest.mark.parametrize("field", NUMERIC_FIELDS)
+def test_every_numeric_field_refuses_a_boolean_and_a_string(tmp_path, capsys, field, value, shown):
+    """``measured.iteration_s: true`` was read as 1.0 s (error 933.7 %, exit 0) and ``"12.91"`` as 12.91: no
+    coercion in any number of the row, through ``estimate --runs`` and ``evidence import runs``; nothing written."""
+    row = gpt_row(model__moe=dict(MOE), model__mla=dict(MLA))
+    path = _write_runs(tmp_path, [_with(row, field, value)])
+    out = tmp_path / "out.json"
+    status, _, err = run_cli(capsys, "estimate", "--runs", path, "--system", "auto", "--output", out)
+    one_error_line(status, err, f"{path}: rows.0.{field}: ", shown)
+    assert not out.exists()
+    corpus = tmp_path / "corpus.jsonl"
+    status, _, err = run_cli(capsys, "evidence", "import", "runs", path, "--gpu", "h100_sxm_80g", "--output", corpus)
+    one_error_line(status, err, f"{path}: rows.0.{field}: ", shown)
+    assert not corpus.exists()
+
+
+def test_a_json_integer_is_a_number_where_a_number_is_due(tmp_path):
+    """The documented format's numbers include JSON integers (one shared row's iteration_s is an integer): 20 is
+    20.0 s, and a capacity factor of 1 is 1.0."""
+    path = _write_runs(tmp_path, [gpt_row(measured__iteration_s=20, model__moe={**MOE, "capacity_factor": 1})])
+    (run,) = read_runs(path)
+    assert run.measured.iteration_s == 20.0 and type(run.measured.iteration_s) is float
+    assert run.model.moe.capacity_factor == 1.0 and type(run.model.moe.capacity_factor) is float
+
+
+@pytest.mark.parametrize("name", [" ", "\t\n", "\u3000"])
+def test_a_blank_model_name_is_one_error_line_and_nothing_written(tmp_path, capsys, name):
+    """A whitespace-only name crashed the summary (``name.split()[0]``: internal error IndexError, exit 3) after
+    the output was written; it is the row's field now, before anything is estimated or written (an existing
+    output is left as it was)."""
+    path = _write_runs(tmp_path, [gpt_row(model__name=name)])
+    out = tmp_path / "out.json"
+    status, _, err = run_cli(capsys, "estimate", "--runs", path, "--system", "auto", "--output", out)
+    one_error_line(status, err, f"{path}: rows.0.model.name: must hold a word", f"got {len(name)} blank character")
+    assert not out.exists()
+    out.write_text("old\n")
+    status, _, err = run_cli(capsys, "estimate", "--runs", path, "--system", "auto", "--output", out)
+    one_error_line(status, err, "rows.0.model.name")
+    assert out.read_text() == "old\n"
+
+
+def test_the_family_is_total():
+    """The first word up to its first ``-``; a word starting with ``-`` is its own family, never an empty label;
+    a name without a word (the schema refuses it: a copy skips validation) is no IndexError."""
+    def named(name):
+        return run_of(gpt_row(model__name=name))
+    assert [family(named(n)) for n in ("Nemotron-4 15B", "-", "-x y", "  Llama 3")] == ["Nemotron", "-", "-x", "Llama"]
+    run = named("GPT")
+    blank = run.model_copy(update={"model": run.model.model_copy(update={"name": " "})})
+    assert blank.model.name == " " and family(blank) == ""
+
+
+def test_a_summary_that_fails_writes_no_output(plain_stack, tmp_path, capsys, monkeypatch):
+    """The summary is computed before the output is written: when it fails, no output file is created."""
+    from harness.errors import InputError
+    from harness.measurements import runs_estimate
+
+    def failing(results):
+        assert [r.status for r in results] == ["ok"]
+        raise InputError("runs.json", "rows.0.model.name", "the summary failed")
+
+    monkeypatch.setattr(runs_estimate, "summary", failing)
+    out = tmp_path / "out.json"
+    status, _, err = run_cli(capsys, "estimate", "--runs", _write_runs(tmp_path, [gpt_row()]), "--system",
+                             "h100_sxm_80g", "--output", out)
+    one_error_line(status, err, "runs.json: rows.0.model.name: the summary failed")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("system, message", [("nope", "no evidence profile named 'nope'"),
+                                             ("../x", "'../x' is not an evidence profile name")])
+def test_an_unknown_system_is_refused_up_front_as_for_cases(tmp_path, capsys, system, message):
+    """``--runs --system nope`` exited 0 with every row unsupported (``system.gpu: no evidence profile``); it is the
+    case path's error now, the same line, and nothing is written."""
+    path = _write_runs(tmp_path, [gpt_row()])
+    out = tmp_path / "out.json"
+    status, _, err = run_cli(capsys, "estimate", "--runs", path, "--system", system, "--output", out)
+    one_error_line(status, err, f"error: --system: system: {message}")
+    assert not out.exists()
+    status, _, case_err = run_cli(capsys, "estimate", "megatron-22B_full", "--system", system)
+    assert (status, case_err) == (2, err)
+
+
+def test_an_invalid_row_makes_the_exit_status_1_and_the_rest_are_estimated(plain_stack, tmp_path, capsys):
+    """The batch's rule: an invalid row (5 key/value heads of 96) is its entry, the other rows are estimated, the
+    list is written and the exit status is 1 (it was 0); unsupported rows alone exit 0."""
+    out = tmp_path / "out.json"
+    rows = _write_runs(tmp_path, [gpt_row(), gpt_row(id="kv", model__kv_heads=5, model__attention="gqa")])
+    status, printed, err = run_cli(capsys, "estimate", "--runs", rows, "--system", "h100_sxm_80g", "--output", out)
+    assert status == 1, err
+    ok, invalid = json.loads(out.read_text())
+    assert (ok["status"], ok["reason"], invalid["id"], invalid["status"]) == ("ok", None, "kv", "invalid")
+    assert invalid["reason"].startswith("model.kv_heads: 5 does not divide attention_heads=96")
+    assert invalid["total_s"] is None and ok["total_s"] > 0
+    assert "2 rows: 1 ok, 0 infeasible, 0 unsupported, 1 invalid" in printed and "Traceback" not in err
+    rows = _write_runs(tmp_path, [gpt_row(), gpt_row(id="mtp", model__mtp_layers=1)])
+    status, printed, err = run_cli(capsys, "estimate", "--runs", rows, "--system", "h100_sxm_80g", "--output", out)
+    assert status == 0, err
+    assert "2 rows: 1 ok, 0 infeasible, 1 unsupported, 0 invalid" in printed
+
+
+@pytest.mark.parametrize("factor, message", [(0, "Input should be greater than 0, got 0 (an integer)"),
+                                             (-0.0, "Input should be greater than 0, got -0.0 (a number)"),
+                                             (65536.5, "Input should be less than or equal to 65536")])
+def test_the_capacity_factor_has_the_case_formats_bounds(tmp_path, capsys, factor, message):
+    """``capacity_factor: 0`` passed the row schema (``ge=0``) and came back as an invalid row from the case
+    format (> 0, <= 2^16); it is the row file's field error now, nothing written. The bounds themselves are
+    rows."""
+    out = tmp_path / "out.json"
+    path = _write_runs(tmp_path, [gpt_row(model__moe={**MOE, "capacity_factor": factor})])
+    status, _, err = run_cli(capsys, "estimate", "--runs", path, "--system", "auto", "--output", out)
+    one_error_line(status, err, f"{path}: rows.0.model.moe.capacity_factor: {message}")
+    assert not out.exists()
+    for bound in (1e-3, 65536):
+        (run,) = read_runs(_write_runs(tmp_path, [gpt_row(model__moe={**MOE, "capacity_factor": bound})]))
+        assert run.model.moe.capacity_factor == bound
+
+
+@pytest.mark.parametrize("gpu", ["../x", "H100_SXM_80G", "h100"])
+def test_evidence_import_runs_names_a_bad_gpu_as_the_gpu_option(tmp_path, capsys, gpu):
+    """``--gpu ../x`` was reported as ``--name: 'runs-../x' is not a profile name`` (a --name nobody gave, built
+    from --gpu); --gpu is checked first against the schema's system.gpu values; nothing written."""
+    out = tmp_path / "corpus.jsonl"
+    status, _, err = run_cli(capsys, "evidence", "import", "runs", _write_runs(tmp_path, [gpt_row()]), "--gpu", gpu,
+                             "--output", out)
+    one_error_line(status, err, f"error: <command line>: --gpu: {gpu!r} is not a system.gpu of the measured-runs "
+                                "schema (a100_sxm_80g, h100_sxm_80g, b200, b300, gb200, gb300)")
+    assert "--name" not in err and not out.exists()

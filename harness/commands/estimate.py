@@ -350,8 +350,9 @@ def estimate_chunk(task: tuple) -> list[tuple[int, str | None, str, str, str]]:
 
 def run_runs(args) -> int:
     """``--runs``: the rows as cases, estimated (:mod:`harness.measurements.runs_estimate`); the JSON list to
-    ``--output`` (or stdout) and the summary to stdout (or stderr when the list goes to stdout)."""
-    from harness.evidence.profile import check_profile_name
+    ``--output`` (or stdout) and the summary to stdout (or stderr when the list goes to stdout). Like a batch,
+    every row carries its status and the exit status is 1 when any row is ``invalid``, else 0 (``unsupported``
+    and ``infeasible`` rows are figures or refusals by design, not bad input)."""
     from harness.measurements.runs_estimate import AUTOMATIC, DEFAULT_VIEW, estimate_runs, summary
     from harness.measurements.runs_schema import read_runs
 
@@ -359,17 +360,18 @@ def run_runs(args) -> int:
         raise InputError("--runs", "CASE.yaml", "give --runs alone, not with case files or --calculon-batch")
     if args.system is None:
         raise InputError("<command line>", "--system", "--runs needs --system PROFILE, auto or auto-measured")
-    if args.system not in AUTOMATIC:
-        check_profile_name(args.system, "<command line>", "--system")
+    if args.system not in AUTOMATIC:  # a bad or unknown name is refused up front, as for cases (case_arguments)
+        load_profile(args.system, referrer="--system")
     if args.output is not None:
         check_output(args.output, inputs=[args.runs, *data_files()])
     view = args.view or DEFAULT_VIEW
     results = estimate_runs(read_runs(args.runs), args.system, str(args.runs))
-    _emit([r.json(view) for r in results], args.output)
+    entries, lines = [r.json(view) for r in results], summary(results)  # before the output: a failure writes none
+    _emit(entries, args.output)
     out = sys.stdout if args.output is not None else sys.stderr
-    for line in summary(results):
+    for line in lines:
         print(line, file=out)
-    return 0
+    return 1 if any(r.status == "invalid" for r in results) else 0  # the batch's rule (module docstring)
 
 
 def run(args) -> int:

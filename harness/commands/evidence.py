@@ -70,7 +70,8 @@ def register(sub) -> None:
     k.set_defaults(func=run_import_korthikanti)
     r = kinds.add_parser("runs", help="measured runs (blueprinting.measured-runs.v0) of one GPU as iteration records")
     r.add_argument("runs", type=Path, metavar="ROWS.json", help="the measured-runs file (blueprinting.measured-runs.v0)")
-    r.add_argument("--gpu", required=True, help="the rows of this system.gpu (e.g. h100_sxm_80g, b200, gb200)")
+    r.add_argument("--gpu", required=True, help="the rows of this system.gpu (one of the schema's: h100_sxm_80g, b200, "
+                                                "gb200, ...)")
     r.add_argument("--name", help="corpus name (default: runs-<gpu>)")
     r.add_argument("--output", type=Path, required=True, metavar="CORPUS.jsonl",
                    help="measurement corpus to write (JSON lines)")
@@ -234,9 +235,12 @@ def run_import_korthikanti(args) -> int:
 def run_import_runs(args) -> int:
     from harness.measurements.corpus import write_corpus
     from harness.measurements.runs_corpus import header, import_runs
-    from harness.measurements.runs_schema import read_runs
+    from harness.measurements.runs_schema import GPUS, read_runs
     from harness.outputs import check_output, data_files
 
+    if args.gpu not in GPUS:  # first: the default --name is built from it, and would be blamed for it
+        raise InputError("<command line>", "--gpu", f"{args.gpu!r} is not a system.gpu of the measured-runs schema "
+                                                    f"({', '.join(GPUS)})")
     check_output(args.output, inputs=[args.runs, *data_files()])
     name = _name(args.name or f"runs-{args.gpu}", "--name")
     runs = read_runs(args.runs)

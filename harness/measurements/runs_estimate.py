@@ -130,8 +130,10 @@ def estimate_runs(runs: Iterable[MeasuredRun], system: str, source: str, views=D
 
 def family(run: MeasuredRun) -> str:
     """The display family: the first word of ``model.name`` up to its first ``-`` (``Nemotron-4 15B`` ->
-    ``Nemotron``)."""
-    return run.model.name.split()[0].split("-")[0]
+    ``Nemotron``), the whole word when it starts with ``-`` (``-`` -> ``-``: never an empty label); total, though
+    the schema refuses a name without a word."""
+    word = next(iter(run.model.name.split()), "")
+    return word.split("-")[0] or word
 
 
 def _stats(errors: list[float]) -> str:

@@ -6,25 +6,29 @@ fields are documented in ``../shared/reference/measurements/modern/README.md``
 fields the harness can price, and how, is :mod:`harness.measurements.runs`.
 
 Input rules (those of :mod:`harness.inputs`): one JSON document, strict types
-(``true`` is not 1, ``"8"`` is not 8), every section closed (an unknown field
+(``true`` is not 1, ``"8"`` is not 8; a JSON integer is a number, ``13`` for
+``13.0``, but a boolean or a string never is: ``iteration_s: true`` was read as
+1.0 s), every section closed (an unknown field
 is an error naming it: a new fact must be mapped, or refused, never dropped
 unseen), finite numbers, unique keys, row ids unique. A bad file is one
 :class:`~harness.errors.InputError` naming the file, the row (``rows.12``) and
 the field. The free-text sections (``source``, ``software``, ``notes``,
 ``extra``, ``measured.as_reported``, ``consistency``) are kept for display and
-never reach the estimate path; neither do ``id`` and ``model.name``.
+never reach the estimate path; neither do ``id`` and ``model.name`` (which must
+hold a word: the summary's model family is its first word).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from harness.errors import InputError
 from harness.inputs import MIN_ITERATION_S, read_json, validate
 from harness.ir.base import Frozen
+from harness.ir.model import MAX_EXPERTS
 from harness.names import Identifier
 
 SCHEMA = "blueprinting.measured-runs.v0"
@@ -32,6 +36,7 @@ MAX_ROWS = 100_000
 MAX_TEXT = 10_000
 
 Gpu = Literal["a100_sxm_80g", "h100_sxm_80g", "b200", "b300", "gb200", "gb300"]
+GPUS: tuple[str, ...] = get_args(Gpu)  # the values of ``system.gpu``
 Precision = Literal["bf16", "fp16", "fp8_delayed", "fp8_current", "mxfp8", "nvfp4"]
 
 
@@ -65,7 +70,8 @@ class RowMoE(_Closed):
     shared_expert_ffn_hidden: int = Count
     dense_layers: int = Count
     layer_freq: int = Positive
-    capacity_factor: float | None = Field(None, ge=0, le=1e6, allow_inf_nan=False, strict=False)
+    capacity_factor: float | None = Field(None, gt=0, le=MAX_EXPERTS, allow_inf_nan=False,  # the case format's bounds
+                                          description="Expert capacity (token dropping); null: none stated.")
     token_dropping: bool
     router: str | None = Field(None, max_length=MAX_TEXT)
 
@@ -100,6 +106,13 @@ class RowModel(_Closed):
     truncated_from: int | None = Field(None, gt=0, le=2**31,
                                        description="The full model's layers when the run used a proxy of `layers`.")
 
+    @field_validator("name")
+    @classmethod
+    def _named(cls, name: str) -> str:
+        if not name.split():  # the summary's model family is the name's first word
+            raise ValueError(f"must hold a word (the family is its first word), got {len(name)} blank character(s)")
+        return name
+
 
 class RowParallel(_Closed):
     tp: int = Positive
@@ -128,7 +141,7 @@ class RowRecompute(_Closed):
 
 
 class RowMeasured(_Closed):
-    iteration_s: float = Field(ge=MIN_ITERATION_S, le=1e7, allow_inf_nan=False, strict=False,
+    iteration_s: float = Field(ge=MIN_ITERATION_S, le=1e7, allow_inf_nan=False,
                                description="Seconds per step (at least 100 microseconds).")
     derived_from: Literal["step_time", "tokens_per_s_per_gpu", "tokens_per_s_total", "tflops"]
     as_reported: dict[str, Any] = Field(description="The printed figures, verbatim (display only).")
