@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from harness.cases import case_has_field
+from harness.errors import InputError
 from harness.interop.hf_config import translate_config
 from conftest import one_error_line, run_cli
 
@@ -90,6 +91,9 @@ def test_head_dim_independent_of_hidden_over_heads():
 def test_multi_head_sets_no_kv_heads_and_multi_query_is_todays_attention_or_kv_heads():
     assert "model.kv_heads" not in fields({**LLAMA3_8B, "num_key_value_heads": 32}, 8192)
     assert "model.kv_heads" not in fields({k: v for k, v in LLAMA3_8B.items() if k != "num_key_value_heads"}, 8192)
+    # null (transformers: the heads) is multi-head too; it was an internal error (None in a modulo)
+    null = translate_config({**LLAMA3_8B, "num_key_value_heads": None}, "c.json", 8192)
+    assert "model.kv_heads" not in fields({**LLAMA3_8B, "num_key_value_heads": None}, 8192) and null.refusals == []
     one = fields({**LLAMA3_8B, "num_key_value_heads": 1}, 8192)
     assert one.get("model.kv_heads") == 1 or one.get("execution.attention") == "multiquery"
 
@@ -164,11 +168,30 @@ def test_import_writes_the_case_or_names_the_first_missing_field(capsys, tmp_pat
     ({**LLAMA3_8B, "num_hidden_layers": True}, "num_hidden_layers", "must be int"),
     ({**LLAMA3_8B, "attention_dropout": 1.5}, "attention_dropout", "probability"),
     ({k: v for k, v in LLAMA3_8B.items() if k != "vocab_size"}, "vocab_size", "missing"),
+    # a model_type that is not a string is refused as one before it is looked up (a list or a mapping is
+    # unhashable: it was an internal error)
+    ({**LLAMA3_8B, "model_type": ["llama"]}, "model_type", "must be str, got ['llama']"),
+    ({**LLAMA3_8B, "model_type": {"a": 1}}, "model_type", "must be str, got {'a': 1}"),
+    ({**LLAMA3_8B, "model_type": None}, "model_type", "must not be null"),
+    ({k: v for k, v in LLAMA3_8B.items() if k != "model_type"}, "model_type", "required field is missing"),
+    ({**LLAMA3_8B, "hidden_act": ["silu"]}, "hidden_act", "must be str, got ['silu']"),
+    ({**LLAMA3_8B, "architectures": {"LlamaForCausalLM": 1}}, "architectures", "must be list, got {'Llama"),
 ])
 def test_bad_or_unpriced_configs_are_one_line_naming_the_field(capsys, tmp_path, config, field, needle):
     status, err, out, cfg = _import(capsys, tmp_path, config)
-    one_error_line(status, err, cfg, f": {field}: ", needle)
-    assert not out.exists()
+    one_error_line(status, err, f"error: {cfg}: {field}: ", needle)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "exec.yaml"]  # nothing written
+
+
+def test_a_huge_bad_value_is_shown_shortened():
+    with pytest.raises(InputError) as raised:
+        translate_config({**LLAMA3_8B, "model_type": "x" * 100_000}, "c.json", 8192)
+    assert str(raised.value) == (f"c.json: model_type: '{'x' * 44}... (100002 characters) is not an architecture "
+                                 "the importer knows (llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, "
+                                 "deepseek_v3)")
+    with pytest.raises(InputError) as raised:
+        translate_config({**LLAMA3_8B, "hidden_size": [0] * 100_000}, "c.json", 8192)
+    assert str(raised.value) == f"c.json: hidden_size: must be int, got [{'0, ' * 14}0,... (300000 characters)"
 
 
 def test_a_bad_execution_section_names_its_file_and_field(capsys, tmp_path):

@@ -136,9 +136,9 @@ def _ignored(draft: Draft, field: str, value: Any) -> None:
     """Affects nothing priced (listed in one note)."""
 
 
-def _kv_heads(draft: Draft, field: str, value: int) -> None:
+def _kv_heads(draft: Draft, field: str, value: int | None) -> None:
     heads = draft.config["num_attention_heads"]
-    if value == heads:
+    if value is None or value == heads:  # null: transformers' default, the heads (multi-head)
         return
     if heads % value:
         draft.refuse(field, f"{value} does not divide num_attention_heads {heads}")
@@ -355,6 +355,12 @@ REQUIRED = ("model_type", "hidden_size", "intermediate_size", "num_hidden_layers
             "vocab_size", "hidden_act")
 
 
+def _shown(value: Any) -> str:
+    """``repr(value)``, shortened to 60 characters: an error line never holds a whole huge value."""
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:45]}... ({len(text)} characters)"
+
+
 def _check_type(source: str, field: str, value: Any) -> None:
     types, nullable, _ = CONFIG_FIELDS[field]
     if value is None:
@@ -363,7 +369,7 @@ def _check_type(source: str, field: str, value: Any) -> None:
         return
     ok = isinstance(value, types) and not (isinstance(value, bool) and bool not in types and object not in types)
     if not ok:
-        raise InputError(source, field, f"must be {' or '.join(t.__name__ for t in types)}, got {value!r}")
+        raise InputError(source, field, f"must be {' or '.join(t.__name__ for t in types)}, got {_shown(value)}")
     if types == INT and not (0 if field in COUNTS else 1) <= value <= 2**31:
         raise InputError(source, field, f"must be a {'non-negative' if field in COUNTS else 'positive'} integer, "
                                         f"got {value}")
@@ -376,9 +382,12 @@ def translate_config(config: Any, source: str, sequence_length: int, context_par
     Refusals are collected, not raised (:func:`model_section` raises them)."""
     if not isinstance(config, dict):
         raise InputError(source, "<file>", "must be a JSON object (a Hugging Face config.json)")
-    model_type = config.get("model_type")
+    if "model_type" not in config:
+        raise InputError(source, "model_type", "required field is missing")
+    model_type = config["model_type"]
+    _check_type(source, "model_type", model_type)  # a string before it is looked up (a list is unhashable)
     if model_type not in ARCHITECTURES:
-        raise InputError(source, "model_type", f"{model_type!r} is not an architecture the importer knows "
+        raise InputError(source, "model_type", f"{_shown(model_type)} is not an architecture the importer knows "
                                                f"({', '.join(ARCHITECTURES)})")
     for field in REQUIRED:
         if field not in config:
