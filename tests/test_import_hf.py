@@ -8,12 +8,14 @@ written case, one that does not exist yet is the one error line naming the confi
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import yaml
 
 from harness.cases import case_has_field
 from harness.errors import InputError
+from harness.interop.case_document import printable
 from harness.interop.hf_config import translate_config
 from conftest import one_error_line, run_cli
 
@@ -67,6 +69,10 @@ EXPECTED = {
 
 EXEC = {"tensor_parallel": 1, "pipeline_parallel": 1, "data_parallel": 8, "global_batch": 128, "microbatch": 1,
         "datatype": "float16", "network_tiers": {"tensor": 0, "pipeline": 0, "data": 0}}
+
+
+#: docs/examples/hf/h100_dp8.yaml: Llama-3-8B at S = 8192 fits on b200 (estimate exits 0).
+FEASIBLE_EXEC = {**EXEC, "datatype": "bfloat16", "attention_kernel": "flash", "optimizer_sharding": True}
 
 
 def fields(config, sequence_length, **kw) -> dict:
@@ -355,3 +361,53 @@ def test_multi_token_prediction_needs_its_case_field():
     else:
         with pytest.raises(Exception, match="c.json: num_nextn_predict_layers: 1: needs case field model.mtp_layers"):
             model_section(draft, "c.json")
+
+
+# --- file names and --id that are not plain text (hostile-input probe) --------------------------------------
+
+@pytest.mark.parametrize("config_name, exec_name, shown", [
+    ("c\x01.json", "exec.yaml", "c\\x01.json + exec.yaml"),  # a control character: YAML refused the comment
+    (os.fsdecode(b"c\xff.json"), "exec.yaml", "c\\udcff.json + exec.yaml"),  # not UTF-8: the write failed
+    ("c.json", "e\nid: x\u202e\u2028.yaml", "c.json + e\\nid: x\\u202e\\u2028.yaml"),  # one comment line
+])
+def test_a_file_name_that_is_not_printable_is_escaped_in_the_header_and_the_case_reads_back(
+        capsys, tmp_path, config_name, exec_name, shown):
+    from harness.cases import load_case
+
+    cfg, exe, out = tmp_path / config_name, tmp_path / exec_name, tmp_path / "case.yaml"
+    cfg.write_text(json.dumps(LLAMA3_8B))
+    exe.write_text(yaml.safe_dump(FEASIBLE_EXEC))
+    status, _, err = run_cli(capsys, "import", "hf", "--config", cfg, "--execution", exe, "--sequence-length",
+                             8192, "--system", "b200", "-o", out)
+    assert status == 0, err
+    text = out.read_text(encoding="utf-8")
+    assert text.splitlines()[0] == f"# Imported from the Hugging Face config {shown} by `harness import hf`."
+    assert text.splitlines()[2].startswith("schema: ")  # the header is two comment lines (the name's, one note)
+    assert f"note: {printable(str(cfg))}: affect nothing priced: " in err and text.isascii()
+    case = load_case(out)
+    assert case.id == "hf/llama-32x4096/s8192" and case.model.vocabulary == 128256
+    status, printed, err = run_cli(capsys, "estimate", out)
+    assert status == 0 and printed.startswith("hf/llama-32x4096/s8192\n"), err
+    # to standard output: the same text (UTF-8 encodable)
+    status, printed, _ = run_cli(capsys, "import", "hf", "--config", cfg, "--execution", exe, "--sequence-length",
+                                 8192, "--system", "b200")
+    assert status == 0 and printed == text and printed.encode("utf-8")
+
+
+def test_printable_escapes_exactly_the_characters_that_are_not_printable():
+    assert printable("llama3-8b.config.json") == "llama3-8b.config.json"
+    assert printable("modèle 模型 ü.json") == "modèle 模型 ü.json"  # printable non-ASCII kept
+    assert printable("a\x01\t\x7f\x85\u00a0\u200b\u202e\u2028\ufeff\udcff\U000e0041z") == \
+        "a\\x01\\t\\x7f\\x85\\xa0\\u200b\\u202e\\u2028\\ufeff\\udcff\\U000e0041z"
+
+
+def test_case_text_makes_any_header_printable_comment_lines():
+    """The safety net of every command that writes a case (import calculon and search name files too)."""
+    from harness.cases import load_case, parse_case
+    from harness.interop.case_document import case_text
+    from conftest import CASES_DIR
+
+    data = load_case(CASES_DIR / "megatron-22B_full.yaml").estimate_input()
+    text = case_text("x/1", data, "from a\x01b.json\nnote: c\udcff\u2028d")
+    assert text.startswith("# from a\\x01b.json\n# note: c\\udcff\\u2028d\nschema: ")
+    assert parse_case(yaml.safe_load(text), "t").estimate_input() == data

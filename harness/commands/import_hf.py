@@ -22,7 +22,7 @@ from harness.errors import InputError
 from harness.estimate import check_tiers
 from harness.evidence.profile import check_profile_name, load_profile
 from harness.inputs import read_json, read_yaml, validate
-from harness.interop.case_document import case_text, emit_case
+from harness.interop.case_document import case_text, emit_case, printable
 from harness.interop.hf_config import model_section, translate_config
 from harness.ir.model import MAX_SEQUENCE, ExecutionLayout, TransformerShape
 from harness.outputs import check_output, data_files
@@ -72,8 +72,9 @@ def run(args) -> int:
     config_type = read_json(args.config).data["model_type"]
     case_id = args.case_id or f"hf/{config_type}-{data.model.blocks}x{data.model.hidden}/s{args.sequence_length}"
     for note in notes:
-        print(f"note: {args.config}: {note}", file=sys.stderr)
-    header = "\n".join([f"Imported from the Hugging Face config {args.config.name} + {args.execution.name} by "
-                        "`harness import hf`.", *(f"note: {note}" for note in notes)])
+        print(f"note: {printable(str(args.config))}: {printable(note)}", file=sys.stderr)
+    header = "\n".join([f"Imported from the Hugging Face config {printable(args.config.name)} + "
+                        f"{printable(args.execution.name)} by `harness import hf`.",
+                        *(f"note: {printable(note)}" for note in notes)])  # a file name is any bytes
     text = case_text(case_id, data, header)
     return emit_case(case_id, text, args.output)
