@@ -411,3 +411,34 @@ def test_case_text_makes_any_header_printable_comment_lines():
     text = case_text("x/1", data, "from a\x01b.json\nnote: c\udcff\u2028d")
     assert text.startswith("# from a\\x01b.json\n# note: c\\udcff\\u2028d\nschema: ")
     assert parse_case(yaml.safe_load(text), "t").estimate_input() == data
+
+
+@pytest.mark.parametrize("case_id, message", [
+    ("a\nb", '"a\\nb" must not contain a control character: U+000A (category Cc)'),
+    ("a\u202eb", '"a\\u202eb" must not contain a format (invisible or bidi) character: U+202E (category Cf)'),
+    ("a" * 100_000, f'"{"a" * 37}..." must be 1 to 256 characters, got 100000'),
+    (os.fsdecode(b"a\xffb"), '"a\\udcffb" must be UTF-8 text: U+DCFF is a byte that is not UTF-8 (a lone surrogate)'),
+])
+def test_a_bad_id_is_refused_first_naming_the_option_shortened_and_escaped(capsys, tmp_path, case_id, message):
+    """Before the files are read (no note line; the config here is not even there), as the option: it was
+    ``case <the whole id>: id`` after the notes, and a surrogate (a non-UTF-8 argument) wrote a case that did not
+    read back."""
+    cfg, exe = _files(tmp_path, LLAMA3_8B, FEASIBLE_EXEC)
+    out = tmp_path / "case.yaml"
+    for config in (cfg, tmp_path / "absent.json"):
+        status, printed, err = run_cli(capsys, "import", "hf", "--config", config, "--execution", exe,
+                                       "--sequence-length", 8192, "--system", "b200", "-o", out, "--id", case_id)
+        one_error_line(status, err)
+        assert err == f"error: <command line>: --id: {message}\n" and printed == ""
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "exec.yaml"]
+
+
+def test_a_good_id_is_the_case_id(capsys, tmp_path):
+    from harness.cases import load_case
+
+    cfg, exe = _files(tmp_path, LLAMA3_8B, FEASIBLE_EXEC)
+    out = tmp_path / "case.yaml"
+    status, _, err = run_cli(capsys, "import", "hf", "--config", cfg, "--execution", exe, "--sequence-length", 8192,
+                             "--system", "b200", "-o", out, "--id", "mine/模型 8b")
+    assert status == 0 and err.endswith(f"wrote case mine/模型 8b to {out}\n"), err
+    assert load_case(out).id == "mine/模型 8b"

@@ -14,6 +14,7 @@ Rules:
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from harness.inputs import read_json, read_yaml, validate
 from harness.interop.case_document import case_text, emit_case, printable
 from harness.interop.hf_config import model_section, translate_config
 from harness.ir.model import MAX_SEQUENCE, ExecutionLayout, TransformerShape
+from harness.names import identifier_problem
 from harness.outputs import check_output, data_files
 
 
@@ -65,12 +67,29 @@ def translate(config_path: Path, execution_path: Path, sequence_length: int, sys
     return data, draft.notes
 
 
+def check_case_id(case_id: str | None) -> None:
+    """``--id`` (when given) is an identifier (:mod:`harness.names`) that UTF-8 can write; else one error line
+    naming ``--id``, the id shown shortened and escaped (never echoed whole: a line break or a bidi override
+    in it would garble the error)."""
+    if case_id is None:
+        return
+    problem = identifier_problem(case_id)
+    surrogate = next((char for char in case_id if "\ud800" <= char <= "\udfff"), None)
+    if problem is None and surrogate is not None:
+        problem = f"must be UTF-8 text: U+{ord(surrogate):04X} is a byte that is not UTF-8 (a lone surrogate)"
+    if problem is not None:
+        shown = json.dumps(case_id if len(case_id) <= 40 else f"{case_id[:37]}...")  # ASCII: escapes all
+        raise InputError("<command line>", "--id", f"{shown} {problem}")
+
+
 def run(args) -> int:
+    check_case_id(args.case_id)  # first: before any note line, the case file's header names no id
     if args.output is not None:
         check_output(args.output, inputs=[args.config, args.execution, *data_files()])
     data, notes = translate(args.config, args.execution, args.sequence_length, args.system)
     config_type = read_json(args.config).data["model_type"]
-    case_id = args.case_id or f"hf/{config_type}-{data.model.blocks}x{data.model.hidden}/s{args.sequence_length}"
+    case_id = (args.case_id if args.case_id is not None
+               else f"hf/{config_type}-{data.model.blocks}x{data.model.hidden}/s{args.sequence_length}")
     for note in notes:
         print(f"note: {printable(str(args.config))}: {printable(note)}", file=sys.stderr)
     header = "\n".join([f"Imported from the Hugging Face config {printable(args.config.name)} + "
