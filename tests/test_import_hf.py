@@ -442,3 +442,61 @@ def test_a_good_id_is_the_case_id(capsys, tmp_path):
                              "--system", "b200", "-o", out, "--id", "mine/模型 8b")
     assert status == 0 and err.endswith(f"wrote case mine/模型 8b to {out}\n"), err
     assert load_case(out).id == "mine/模型 8b"
+
+
+# --- a case-format error in the model names the config field (the one the user edits) -----------------------
+
+def _without(config, *names):
+    return {k: v for k, v in config.items() if k not in names}
+
+
+@pytest.mark.parametrize("config, field_message", [
+    # the case's bounds, in the config's names (were vocabulary, blocks)
+    ({**LLAMA3_8B, "vocab_size": 2**31}, "vocab_size: Input should be less than or equal to 16777216, got 2147483648 "
+                                         "(an integer)"),
+    ({**LLAMA3_8B, "num_hidden_layers": 2**20}, "num_hidden_layers: Input should be less than or equal to 65536, got "
+                                                "1048576 (an integer)"),
+    ({**MIXTRAL_8X7B, "num_local_experts": 2**17}, "num_local_experts: Input should be less than or equal to 65536, "
+                                                   "got 131072 (an integer)"),
+    ({**NO_MTP, "kv_lora_rank": 2**21}, "kv_lora_rank: Input should be less than or equal to 1048576, got 2097152 "
+                                        "(an integer)"),
+    # a derived case field: named by the config fields it is made of (was head_size)
+    ({**LLAMA3_8B, "hidden_size": 2**20, "num_attention_heads": 1, "num_key_value_heads": 1},
+     "hidden_size / num_attention_heads: Input should be less than or equal to 65536, got 1048576 (an integer)"),
+    ({**NO_MTP, "qk_nope_head_dim": 2**16}, "qk_nope_head_dim + qk_rope_head_dim: Input should be less than or equal "
+                                            "to 65536, got 65600 (an integer)"),
+    # a mixture of experts' or latent attention's missing field by its config name (were moe.top_k, moe.experts,
+    # head_size); a Qwen-MoE config without its three expert fields was priced as a dense model
+    (_without(MIXTRAL_8X7B, "num_experts_per_tok"), "num_experts_per_tok: required field is missing"),
+    (_without(MIXTRAL_8X7B, "num_local_experts"), "num_local_experts: required field is missing"),
+    (_without(QWEN3_30B_A3B, "num_experts", "num_experts_per_tok", "moe_intermediate_size"),
+     "num_experts: required field is missing"),
+    (_without(NO_MTP, "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"),
+     "kv_lora_rank: required field is missing"),
+    (_without(NO_MTP, "qk_rope_head_dim"), "qk_rope_head_dim: required field is missing"),
+    # the case's top_k <= experts rule, in config names (was moe: top_k=9 exceeds experts=8)
+    ({**MIXTRAL_8X7B, "num_experts_per_tok": 9}, "num_experts_per_tok: 9 exceeds num_local_experts 8 (a token picks "
+                                                 "distinct experts)"),
+    # a layout rule on a model field the config set (was exec.yaml: model.moe.dense_layers)
+    ({**NO_MTP, "moe_layer_freq": 100}, "first_k_dense_replace: no MoE block among the 61 blocks (dense_layers=3, "
+                                        "layer_frequency=100)"),
+])
+def test_a_case_format_error_names_the_config_field(capsys, tmp_path, config, field_message):
+    status, err, out, cfg = _import(capsys, tmp_path, config, execution=FEASIBLE_EXEC)
+    one_error_line(status, err)
+    assert err == f"error: {cfg}: {field_message}\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "exec.yaml"]
+
+
+def test_a_layout_error_no_config_field_caused_still_names_the_execution_file(capsys, tmp_path):
+    """DeepSeek's latent attention sets no kv_heads: multiquery is the execution section's choice."""
+    status, err, out, _ = _import(capsys, tmp_path, NO_MTP, execution={**FEASIBLE_EXEC, "attention": "multiquery"})
+    one_error_line(status, err, f"error: {tmp_path / 'exec.yaml'}: model.kv_heads: multi-head latent attention")
+
+
+def test_an_expert_field_of_a_dense_family_is_noted_not_half_a_moe_section():
+    """Llama with num_experts_per_tok (as with num_local_experts): noted, no model.moe (it was a model.moe of
+    top_k alone, refused as moe.experts: required field is missing)."""
+    draft = translate_config({**LLAMA3_8B, "num_experts_per_tok": 2}, "c.json", 8192)
+    assert "num_experts_per_tok: 2: used by no block of a 'llama' model" in draft.notes
+    assert "model.moe" not in draft.fields and draft.refusals == []

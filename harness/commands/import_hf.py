@@ -24,7 +24,7 @@ from harness.estimate import check_tiers
 from harness.evidence.profile import check_profile_name, load_profile
 from harness.inputs import read_json, read_yaml, validate
 from harness.interop.case_document import case_text, emit_case, printable
-from harness.interop.hf_config import model_section, translate_config
+from harness.interop.hf_config import Draft, model_section, translate_config
 from harness.ir.model import MAX_SEQUENCE, ExecutionLayout, TransformerShape
 from harness.names import identifier_problem
 from harness.outputs import check_output, data_files
@@ -40,6 +40,13 @@ def register(isub) -> None:
     h.add_argument("-o", "--output", type=Path, metavar="CASE.yaml", help="case file to write (default: stdout)")
     h.add_argument("--id", dest="case_id", help="case id (default: hf/<model_type>-<blocks>x<hidden>/s<S>)")
     h.set_defaults(func=run)
+
+
+def _in_config_terms(error: InputError, case_path: str, draft: Draft, config_path: Path) -> InputError:
+    """A case-format error in a model field the config set, as the config's: its file and its field (the user
+    fixes ``vocab_size``, not ``vocabulary``), the message kept; a field no config field set keeps its error."""
+    field = draft.config_field(case_path)
+    return error if field is None else type(error)(str(config_path), field, error.message)
 
 
 def translate(config_path: Path, execution_path: Path, sequence_length: int, system: str):
@@ -60,9 +67,17 @@ def translate(config_path: Path, execution_path: Path, sequence_length: int, sys
             raise InputError(source, name, f"{exec_doc.data[name]!r} contradicts the config ({value!r})")
     execution = validate(ExecutionLayout, {**exec_doc.data, **implied_execution}, source, document=exec_doc,
                          what=what)
-    shape = validate(TransformerShape, model, str(config_path))
+    try:
+        shape = validate(TransformerShape, model, str(config_path))
+    except InputError as error:
+        raise _in_config_terms(error, f"model.{error.field}", draft, config_path) from None
     data = EstimateInput(model=shape, execution=execution, system=system)
-    validate_input(source, data)
+    try:
+        validate_input(source, data)
+    except InputError as error:
+        if not error.field.startswith("model."):
+            raise  # the execution section's
+        raise _in_config_terms(error, error.field, draft, config_path) from None
     check_tiers(data, load_profile(system, referrer="<command line>", field="--system"), source)
     return data, draft.notes
 
