@@ -8,11 +8,14 @@ written case, one that does not exist yet is the one error line naming the confi
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import yaml
 
 from harness.cases import case_has_field
+from harness.errors import InputError
+from harness.interop.case_document import printable
 from harness.interop.hf_config import translate_config
 from conftest import one_error_line, run_cli
 
@@ -68,6 +71,10 @@ EXEC = {"tensor_parallel": 1, "pipeline_parallel": 1, "data_parallel": 8, "globa
         "datatype": "float16", "network_tiers": {"tensor": 0, "pipeline": 0, "data": 0}}
 
 
+#: docs/examples/hf/h100_dp8.yaml: Llama-3-8B at S = 8192 fits on b200 (estimate exits 0).
+FEASIBLE_EXEC = {**EXEC, "datatype": "bfloat16", "attention_kernel": "flash", "optimizer_sharding": True}
+
+
 def fields(config, sequence_length, **kw) -> dict:
     return {path: value for path, (value, _) in translate_config(config, "c.json", sequence_length, **kw).fields.items()}
 
@@ -90,6 +97,9 @@ def test_head_dim_independent_of_hidden_over_heads():
 def test_multi_head_sets_no_kv_heads_and_multi_query_is_todays_attention_or_kv_heads():
     assert "model.kv_heads" not in fields({**LLAMA3_8B, "num_key_value_heads": 32}, 8192)
     assert "model.kv_heads" not in fields({k: v for k, v in LLAMA3_8B.items() if k != "num_key_value_heads"}, 8192)
+    # null (transformers: the heads) is multi-head too; it was an internal error (None in a modulo)
+    null = translate_config({**LLAMA3_8B, "num_key_value_heads": None}, "c.json", 8192)
+    assert "model.kv_heads" not in fields({**LLAMA3_8B, "num_key_value_heads": None}, 8192) and null.refusals == []
     one = fields({**LLAMA3_8B, "num_key_value_heads": 1}, 8192)
     assert one.get("model.kv_heads") == 1 or one.get("execution.attention") == "multiquery"
 
@@ -164,11 +174,30 @@ def test_import_writes_the_case_or_names_the_first_missing_field(capsys, tmp_pat
     ({**LLAMA3_8B, "num_hidden_layers": True}, "num_hidden_layers", "must be int"),
     ({**LLAMA3_8B, "attention_dropout": 1.5}, "attention_dropout", "probability"),
     ({k: v for k, v in LLAMA3_8B.items() if k != "vocab_size"}, "vocab_size", "missing"),
+    # a model_type that is not a string is refused as one before it is looked up (a list or a mapping is
+    # unhashable: it was an internal error)
+    ({**LLAMA3_8B, "model_type": ["llama"]}, "model_type", "must be str, got ['llama']"),
+    ({**LLAMA3_8B, "model_type": {"a": 1}}, "model_type", "must be str, got {'a': 1}"),
+    ({**LLAMA3_8B, "model_type": None}, "model_type", "must not be null"),
+    ({k: v for k, v in LLAMA3_8B.items() if k != "model_type"}, "model_type", "required field is missing"),
+    ({**LLAMA3_8B, "hidden_act": ["silu"]}, "hidden_act", "must be str, got ['silu']"),
+    ({**LLAMA3_8B, "architectures": {"LlamaForCausalLM": 1}}, "architectures", "must be list, got {'Llama"),
 ])
 def test_bad_or_unpriced_configs_are_one_line_naming_the_field(capsys, tmp_path, config, field, needle):
     status, err, out, cfg = _import(capsys, tmp_path, config)
-    one_error_line(status, err, cfg, f": {field}: ", needle)
-    assert not out.exists()
+    one_error_line(status, err, f"error: {cfg}: {field}: ", needle)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "exec.yaml"]  # nothing written
+
+
+def test_a_huge_bad_value_is_shown_shortened():
+    with pytest.raises(InputError) as raised:
+        translate_config({**LLAMA3_8B, "model_type": "x" * 100_000}, "c.json", 8192)
+    assert str(raised.value) == (f"c.json: model_type: '{'x' * 44}... (100002 characters) is not an architecture "
+                                 "the importer knows (llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, "
+                                 "deepseek_v3)")
+    with pytest.raises(InputError) as raised:
+        translate_config({**LLAMA3_8B, "hidden_size": [0] * 100_000}, "c.json", 8192)
+    assert str(raised.value) == f"c.json: hidden_size: must be int, got [{'0, ' * 14}0,... (300000 characters)"
 
 
 def test_a_bad_execution_section_names_its_file_and_field(capsys, tmp_path):
@@ -332,3 +361,142 @@ def test_multi_token_prediction_needs_its_case_field():
     else:
         with pytest.raises(Exception, match="c.json: num_nextn_predict_layers: 1: needs case field model.mtp_layers"):
             model_section(draft, "c.json")
+
+
+# --- file names and --id that are not plain text (hostile-input probe) --------------------------------------
+
+@pytest.mark.parametrize("config_name, exec_name, shown", [
+    ("c\x01.json", "exec.yaml", "c\\x01.json + exec.yaml"),  # a control character: YAML refused the comment
+    (os.fsdecode(b"c\xff.json"), "exec.yaml", "c\\udcff.json + exec.yaml"),  # not UTF-8: the write failed
+    ("c.json", "e\nid: x\u202e\u2028.yaml", "c.json + e\\nid: x\\u202e\\u2028.yaml"),  # one comment line
+])
+def test_a_file_name_that_is_not_printable_is_escaped_in_the_header_and_the_case_reads_back(
+        capsys, tmp_path, config_name, exec_name, shown):
+    from harness.cases import load_case
+
+    cfg, exe, out = tmp_path / config_name, tmp_path / exec_name, tmp_path / "case.yaml"
+    cfg.write_text(json.dumps(LLAMA3_8B))
+    exe.write_text(yaml.safe_dump(FEASIBLE_EXEC))
+    status, _, err = run_cli(capsys, "import", "hf", "--config", cfg, "--execution", exe, "--sequence-length",
+                             8192, "--system", "b200", "-o", out)
+    assert status == 0, err
+    text = out.read_text(encoding="utf-8")
+    assert text.splitlines()[0] == f"# Imported from the Hugging Face config {shown} by `harness import hf`."
+    assert text.splitlines()[2].startswith("schema: ")  # the header is two comment lines (the name's, one note)
+    assert f"note: {printable(str(cfg))}: affect nothing priced: " in err and text.isascii()
+    case = load_case(out)
+    assert case.id == "hf/llama-32x4096/s8192" and case.model.vocabulary == 128256
+    status, printed, err = run_cli(capsys, "estimate", out)
+    assert status == 0 and printed.startswith("hf/llama-32x4096/s8192\n"), err
+    # to standard output: the same text (UTF-8 encodable)
+    status, printed, _ = run_cli(capsys, "import", "hf", "--config", cfg, "--execution", exe, "--sequence-length",
+                                 8192, "--system", "b200")
+    assert status == 0 and printed == text and printed.encode("utf-8")
+
+
+def test_printable_escapes_exactly_the_characters_that_are_not_printable():
+    assert printable("llama3-8b.config.json") == "llama3-8b.config.json"
+    assert printable("modèle 模型 ü.json") == "modèle 模型 ü.json"  # printable non-ASCII kept
+    assert printable("a\x01\t\x7f\x85\u00a0\u200b\u202e\u2028\ufeff\udcff\U000e0041z") == \
+        "a\\x01\\t\\x7f\\x85\\xa0\\u200b\\u202e\\u2028\\ufeff\\udcff\\U000e0041z"
+
+
+def test_case_text_makes_any_header_printable_comment_lines():
+    """The safety net of every command that writes a case (import calculon and search name files too)."""
+    from harness.cases import load_case, parse_case
+    from harness.interop.case_document import case_text
+    from conftest import CASES_DIR
+
+    data = load_case(CASES_DIR / "megatron-22B_full.yaml").estimate_input()
+    text = case_text("x/1", data, "from a\x01b.json\nnote: c\udcff\u2028d")
+    assert text.startswith("# from a\\x01b.json\n# note: c\\udcff\\u2028d\nschema: ")
+    assert parse_case(yaml.safe_load(text), "t").estimate_input() == data
+
+
+@pytest.mark.parametrize("case_id, message", [
+    ("a\nb", '"a\\nb" must not contain a control character: U+000A (category Cc)'),
+    ("a\u202eb", '"a\\u202eb" must not contain a format (invisible or bidi) character: U+202E (category Cf)'),
+    ("a" * 100_000, f'"{"a" * 37}..." must be 1 to 256 characters, got 100000'),
+    (os.fsdecode(b"a\xffb"), '"a\\udcffb" must be UTF-8 text: U+DCFF is a byte that is not UTF-8 (a lone surrogate)'),
+])
+def test_a_bad_id_is_refused_first_naming_the_option_shortened_and_escaped(capsys, tmp_path, case_id, message):
+    """Before the files are read (no note line; the config here is not even there), as the option: it was
+    ``case <the whole id>: id`` after the notes, and a surrogate (a non-UTF-8 argument) wrote a case that did not
+    read back."""
+    cfg, exe = _files(tmp_path, LLAMA3_8B, FEASIBLE_EXEC)
+    out = tmp_path / "case.yaml"
+    for config in (cfg, tmp_path / "absent.json"):
+        status, printed, err = run_cli(capsys, "import", "hf", "--config", config, "--execution", exe,
+                                       "--sequence-length", 8192, "--system", "b200", "-o", out, "--id", case_id)
+        one_error_line(status, err)
+        assert err == f"error: <command line>: --id: {message}\n" and printed == ""
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "exec.yaml"]
+
+
+def test_a_good_id_is_the_case_id(capsys, tmp_path):
+    from harness.cases import load_case
+
+    cfg, exe = _files(tmp_path, LLAMA3_8B, FEASIBLE_EXEC)
+    out = tmp_path / "case.yaml"
+    status, _, err = run_cli(capsys, "import", "hf", "--config", cfg, "--execution", exe, "--sequence-length", 8192,
+                             "--system", "b200", "-o", out, "--id", "mine/模型 8b")
+    assert status == 0 and err.endswith(f"wrote case mine/模型 8b to {out}\n"), err
+    assert load_case(out).id == "mine/模型 8b"
+
+
+# --- a case-format error in the model names the config field (the one the user edits) -----------------------
+
+def _without(config, *names):
+    return {k: v for k, v in config.items() if k not in names}
+
+
+@pytest.mark.parametrize("config, field_message", [
+    # the case's bounds, in the config's names (were vocabulary, blocks)
+    ({**LLAMA3_8B, "vocab_size": 2**31}, "vocab_size: Input should be less than or equal to 16777216, got 2147483648 "
+                                         "(an integer)"),
+    ({**LLAMA3_8B, "num_hidden_layers": 2**20}, "num_hidden_layers: Input should be less than or equal to 65536, got "
+                                                "1048576 (an integer)"),
+    ({**MIXTRAL_8X7B, "num_local_experts": 2**17}, "num_local_experts: Input should be less than or equal to 65536, "
+                                                   "got 131072 (an integer)"),
+    ({**NO_MTP, "kv_lora_rank": 2**21}, "kv_lora_rank: Input should be less than or equal to 1048576, got 2097152 "
+                                        "(an integer)"),
+    # a derived case field: named by the config fields it is made of (was head_size)
+    ({**LLAMA3_8B, "hidden_size": 2**20, "num_attention_heads": 1, "num_key_value_heads": 1},
+     "hidden_size / num_attention_heads: Input should be less than or equal to 65536, got 1048576 (an integer)"),
+    ({**NO_MTP, "qk_nope_head_dim": 2**16}, "qk_nope_head_dim + qk_rope_head_dim: Input should be less than or equal "
+                                            "to 65536, got 65600 (an integer)"),
+    # a mixture of experts' or latent attention's missing field by its config name (were moe.top_k, moe.experts,
+    # head_size); a Qwen-MoE config without its three expert fields was priced as a dense model
+    (_without(MIXTRAL_8X7B, "num_experts_per_tok"), "num_experts_per_tok: required field is missing"),
+    (_without(MIXTRAL_8X7B, "num_local_experts"), "num_local_experts: required field is missing"),
+    (_without(QWEN3_30B_A3B, "num_experts", "num_experts_per_tok", "moe_intermediate_size"),
+     "num_experts: required field is missing"),
+    (_without(NO_MTP, "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"),
+     "kv_lora_rank: required field is missing"),
+    (_without(NO_MTP, "qk_rope_head_dim"), "qk_rope_head_dim: required field is missing"),
+    # the case's top_k <= experts rule, in config names (was moe: top_k=9 exceeds experts=8)
+    ({**MIXTRAL_8X7B, "num_experts_per_tok": 9}, "num_experts_per_tok: 9 exceeds num_local_experts 8 (a token picks "
+                                                 "distinct experts)"),
+    # a layout rule on a model field the config set (was exec.yaml: model.moe.dense_layers)
+    ({**NO_MTP, "moe_layer_freq": 100}, "first_k_dense_replace: no MoE block among the 61 blocks (dense_layers=3, "
+                                        "layer_frequency=100)"),
+])
+def test_a_case_format_error_names_the_config_field(capsys, tmp_path, config, field_message):
+    status, err, out, cfg = _import(capsys, tmp_path, config, execution=FEASIBLE_EXEC)
+    one_error_line(status, err)
+    assert err == f"error: {cfg}: {field_message}\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "exec.yaml"]
+
+
+def test_a_layout_error_no_config_field_caused_still_names_the_execution_file(capsys, tmp_path):
+    """DeepSeek's latent attention sets no kv_heads: multiquery is the execution section's choice."""
+    status, err, out, _ = _import(capsys, tmp_path, NO_MTP, execution={**FEASIBLE_EXEC, "attention": "multiquery"})
+    one_error_line(status, err, f"error: {tmp_path / 'exec.yaml'}: model.kv_heads: multi-head latent attention")
+
+
+def test_an_expert_field_of_a_dense_family_is_noted_not_half_a_moe_section():
+    """Llama with num_experts_per_tok (as with num_local_experts): noted, no model.moe (it was a model.moe of
+    top_k alone, refused as moe.experts: required field is missing)."""
+    draft = translate_config({**LLAMA3_8B, "num_experts_per_tok": 2}, "c.json", 8192)
+    assert "num_experts_per_tok: 2: used by no block of a 'llama' model" in draft.notes
+    assert "model.moe" not in draft.fields and draft.refusals == []

@@ -14,6 +14,7 @@ Rules:
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -22,9 +23,10 @@ from harness.errors import InputError
 from harness.estimate import check_tiers
 from harness.evidence.profile import check_profile_name, load_profile
 from harness.inputs import read_json, read_yaml, validate
-from harness.interop.case_document import case_text, emit_case
-from harness.interop.hf_config import model_section, translate_config
+from harness.interop.case_document import case_text, emit_case, printable
+from harness.interop.hf_config import Draft, model_section, translate_config
 from harness.ir.model import MAX_SEQUENCE, ExecutionLayout, TransformerShape
+from harness.names import identifier_problem
 from harness.outputs import check_output, data_files
 
 
@@ -38,6 +40,13 @@ def register(isub) -> None:
     h.add_argument("-o", "--output", type=Path, metavar="CASE.yaml", help="case file to write (default: stdout)")
     h.add_argument("--id", dest="case_id", help="case id (default: hf/<model_type>-<blocks>x<hidden>/s<S>)")
     h.set_defaults(func=run)
+
+
+def _in_config_terms(error: InputError, case_path: str, draft: Draft, config_path: Path) -> InputError:
+    """A case-format error in a model field the config set, as the config's: its file and its field (the user
+    fixes ``vocab_size``, not ``vocabulary``), the message kept; a field no config field set keeps its error."""
+    field = draft.config_field(case_path)
+    return error if field is None else type(error)(str(config_path), field, error.message)
 
 
 def translate(config_path: Path, execution_path: Path, sequence_length: int, system: str):
@@ -58,22 +67,48 @@ def translate(config_path: Path, execution_path: Path, sequence_length: int, sys
             raise InputError(source, name, f"{exec_doc.data[name]!r} contradicts the config ({value!r})")
     execution = validate(ExecutionLayout, {**exec_doc.data, **implied_execution}, source, document=exec_doc,
                          what=what)
-    shape = validate(TransformerShape, model, str(config_path))
+    try:
+        shape = validate(TransformerShape, model, str(config_path))
+    except InputError as error:
+        raise _in_config_terms(error, f"model.{error.field}", draft, config_path) from None
     data = EstimateInput(model=shape, execution=execution, system=system)
-    validate_input(source, data)
+    try:
+        validate_input(source, data)
+    except InputError as error:
+        if not error.field.startswith("model."):
+            raise  # the execution section's
+        raise _in_config_terms(error, error.field, draft, config_path) from None
     check_tiers(data, load_profile(system, referrer="<command line>", field="--system"), source)
     return data, draft.notes
 
 
+def check_case_id(case_id: str | None) -> None:
+    """``--id`` (when given) is an identifier (:mod:`harness.names`) that UTF-8 can write; else one error line
+    naming ``--id``, the id shown shortened and escaped (never echoed whole: a line break or a bidi override
+    in it would garble the error)."""
+    if case_id is None:
+        return
+    problem = identifier_problem(case_id)
+    surrogate = next((char for char in case_id if "\ud800" <= char <= "\udfff"), None)
+    if problem is None and surrogate is not None:
+        problem = f"must be UTF-8 text: U+{ord(surrogate):04X} is a byte that is not UTF-8 (a lone surrogate)"
+    if problem is not None:
+        shown = json.dumps(case_id if len(case_id) <= 40 else f"{case_id[:37]}...")  # ASCII: escapes all
+        raise InputError("<command line>", "--id", f"{shown} {problem}")
+
+
 def run(args) -> int:
+    check_case_id(args.case_id)  # first: before any note line, the case file's header names no id
     if args.output is not None:
         check_output(args.output, inputs=[args.config, args.execution, *data_files()])
     data, notes = translate(args.config, args.execution, args.sequence_length, args.system)
     config_type = read_json(args.config).data["model_type"]
-    case_id = args.case_id or f"hf/{config_type}-{data.model.blocks}x{data.model.hidden}/s{args.sequence_length}"
+    case_id = (args.case_id if args.case_id is not None
+               else f"hf/{config_type}-{data.model.blocks}x{data.model.hidden}/s{args.sequence_length}")
     for note in notes:
-        print(f"note: {args.config}: {note}", file=sys.stderr)
-    header = "\n".join([f"Imported from the Hugging Face config {args.config.name} + {args.execution.name} by "
-                        "`harness import hf`.", *(f"note: {note}" for note in notes)])
+        print(f"note: {printable(str(args.config))}: {printable(note)}", file=sys.stderr)
+    header = "\n".join([f"Imported from the Hugging Face config {printable(args.config.name)} + "
+                        f"{printable(args.execution.name)} by `harness import hf`.",
+                        *(f"note: {printable(note)}" for note in notes)])  # a file name is any bytes
     text = case_text(case_id, data, header)
     return emit_case(case_id, text, args.output)

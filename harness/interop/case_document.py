@@ -4,7 +4,9 @@ Rules: the document holds every field of the shape and the layout that is not
 absent (an optional field that is None is left out, so the digests of a shape
 without it stay as they are); it is validated by :func:`harness.cases.parse_case`
 before it is returned, so the text always reads back to exactly the input it
-was made from (``load_case(path).estimate_input() == data``).
+was made from (``load_case(path).estimate_input() == data``); its header
+comment is :func:`printable` (a file name with a control character or bytes
+that are not UTF-8 is escaped, never written raw).
 """
 
 from __future__ import annotations
@@ -29,9 +31,21 @@ def case_document(case_id: str, data: EstimateInput, oracle_record: str | None =
     return document
 
 
+def printable(text: str) -> str:
+    """``text`` with every character that is not printable (:meth:`str.isprintable`: a control or format
+    character, a bidi override, a line or paragraph separator, the lone surrogate a file name that is not UTF-8
+    decodes to) escaped as Python writes it (``\\x01``, ``\\u2028``, ``\\udcff``): the text is one line
+    that YAML accepts in a comment and UTF-8 can encode."""
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
+
+
 def case_text(case_id: str, data: EstimateInput, header: str, oracle_record: str | None = None) -> str:
-    """The case YAML text: ``header`` (one ``#`` comment line per line) and the document in field order."""
-    comment = "".join(f"# {line}\n" for line in header.splitlines())
+    """The case YAML text: ``header`` (one ``#`` comment line per ``\\n``-separated line, each
+    :func:`printable`: a user's file name in it never makes the case unreadable) and the document in field
+    order."""
+    comment = "".join(f"# {printable(line)}\n" for line in (header.split("\n") if header else ()))
     document = case_document(case_id, data, oracle_record)
     return comment + yaml.safe_dump(document, sort_keys=False, default_flow_style=False, width=100)
 
@@ -43,5 +57,5 @@ def emit_case(case_id: str, text: str, output: Path | None) -> int:
         sys.stdout.write(text)
         return 0
     write_text(output, text)
-    print(f"wrote case {case_id} to {output}", file=sys.stderr)
+    print(f"wrote case {case_id} to {printable(str(output))}", file=sys.stderr)
     return 0

@@ -27,6 +27,10 @@ Rules (each field is one of):
   window under context parallelism; Qwen-MoE ``decoder_sparse_step`` > 1 or ``mlp_only_layers``: MoE on
   other blocks than ``moe.layer_frequency`` puts it; multi-token prediction layers without their case field).
 
+A case-format error in a model field is reported by the config field it came from (:meth:`Draft.config_field`:
+``vocab_size``, not ``vocabulary``); a mixture of experts' three expert fields and DeepSeek-V3's latent widths
+are required (:func:`required`).
+
 Mixture-of-experts fields that steer the routing but add no priced work (the router's top-k rule, its
 normalisation and scaling, group-limited routing, the auxiliary losses, jitter) are noted, one line each.
 """
@@ -105,22 +109,35 @@ class Draft:
         self.sequence_length = sequence_length
         self.context_parallel = context_parallel
         self.fields: dict[str, tuple[Any, str]] = {}  # case path -> (value, config field)
+        #: case path (a section's key too: ``model.moe.top_k``) -> the config field(s) it came from
+        self.origins: dict[str, str] = {}
         self.notes: list[str] = []
         self.refusals: list[tuple[str, str]] = []  # (config field, why)
 
     def set(self, case_path: str, value: Any, field: str) -> None:
         self.fields[case_path] = (value, field)
+        self.origins[case_path] = field
 
     def merge(self, case_path: str, key: str, value: Any, field: str) -> None:
         """One key of a section-valued case field (``model.moe``, ``model.mla``); the first config field names it."""
         section, first = self.fields.get(case_path, ({}, field))
         self.fields[case_path] = ({**section, key: value}, first)
+        self.origins[f"{case_path}.{key}"] = field
 
     def note(self, field: str, text: str) -> None:
         self.notes.append(f"{field}: {text}")
 
     def refuse(self, field: str, why: str) -> None:
         self.refusals.append((field, why))
+
+    def config_field(self, case_path: str) -> str | None:
+        """The config field(s) a case field (``model.vocabulary``, ``model.moe.top_k``) came from, for an error
+        the case format finds in it (the user fixes the config's ``vocab_size``, not ``vocabulary``): its own
+        origin, else its section's; None when no config field set it."""
+        path = case_path
+        while path not in self.origins and "." in path:
+            path = path.rsplit(".", 1)[0]
+        return self.origins.get(path)
 
 
 Rule = Callable[[Draft, str, Any], None]
@@ -136,9 +153,9 @@ def _ignored(draft: Draft, field: str, value: Any) -> None:
     """Affects nothing priced (listed in one note)."""
 
 
-def _kv_heads(draft: Draft, field: str, value: int) -> None:
+def _kv_heads(draft: Draft, field: str, value: int | None) -> None:
     heads = draft.config["num_attention_heads"]
-    if value == heads:
+    if value is None or value == heads:  # null: transformers' default, the heads (multi-head)
         return
     if heads % value:
         draft.refuse(field, f"{value} does not divide num_attention_heads {heads}")
@@ -216,13 +233,6 @@ def _layer_types(draft: Draft, field: str, value: list) -> None:
         draft.refuse(field, "layers other than full_attention: per-layer attention is not priced")
 
 
-def _moe(key: str) -> Rule:
-    """A ``model.moe`` field (the case field is the whole section: one dict)."""
-    def rule(draft: Draft, field: str, value: Any) -> None:
-        draft.merge("model.moe", key, value, field)
-    return rule
-
-
 def _latent(draft: Draft, field: str, value: int | None) -> None:
     if value is not None:  # q_lora_rank null: no query compression (DeepSeek-V2-Lite)
         draft.merge("model.mla", field, value, field)
@@ -233,9 +243,13 @@ def _routing_note(draft: Draft, field: str, value: Any) -> None:
 
 
 def _experts(draft: Draft, field: str, value: int) -> None:
+    """A routed-experts field (``model.moe`` is one dict): of the family's three, else noted (a dense family's
+    or another family's name; it was a half ``model.moe`` refused as ``moe.experts``)."""
     names = ARCHITECTURES[draft.config["model_type"]].experts
     if names is not None and field == names[0]:
         draft.merge("model.moe", "experts", value, field)
+    elif names is not None and field == names[1]:
+        draft.merge("model.moe", "top_k", value, field)
     elif names is not None and field == names[2]:
         draft.merge("model.moe", "expert_ffn", value, field)
     else:
@@ -334,7 +348,7 @@ CONFIG_FIELDS: dict[str, tuple[tuple[type, ...], bool, Rule]] = {
     "num_experts": (INT, False, _experts),
     "n_routed_experts": (INT, False, _experts),
     "moe_intermediate_size": (INT, False, _experts),
-    "num_experts_per_tok": (INT, False, _moe("top_k")),
+    "num_experts_per_tok": (INT, False, _experts),
     "n_shared_experts": (INT, True, _shared_experts),
     "shared_expert_intermediate_size": (INT, True, _shared_expert_ffn),
     "first_k_dense_replace": (INT, False, _dense_layers),
@@ -355,6 +369,21 @@ REQUIRED = ("model_type", "hidden_size", "intermediate_size", "num_hidden_layers
             "vocab_size", "hidden_act")
 
 
+def required(model_type: str) -> tuple[str, ...]:
+    """The fields a config of ``model_type`` must hold: :data:`REQUIRED`, a mixture of experts' three expert
+    fields, DeepSeek-V3's latent widths (all but ``q_lora_rank``, null: no query compression). A missing one is
+    refused by its config name (transformers would fill in its class default, which the importer does not guess)."""
+    experts = ARCHITECTURES[model_type].experts or ()
+    latent = tuple(name for name in LATENT_FIELDS if name != "q_lora_rank") if model_type == "deepseek_v3" else ()
+    return tuple(dict.fromkeys((*REQUIRED, *experts, *latent)))
+
+
+def _shown(value: Any) -> str:
+    """``repr(value)``, shortened to 60 characters: an error line never holds a whole huge value."""
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:45]}... ({len(text)} characters)"
+
+
 def _check_type(source: str, field: str, value: Any) -> None:
     types, nullable, _ = CONFIG_FIELDS[field]
     if value is None:
@@ -363,7 +392,7 @@ def _check_type(source: str, field: str, value: Any) -> None:
         return
     ok = isinstance(value, types) and not (isinstance(value, bool) and bool not in types and object not in types)
     if not ok:
-        raise InputError(source, field, f"must be {' or '.join(t.__name__ for t in types)}, got {value!r}")
+        raise InputError(source, field, f"must be {' or '.join(t.__name__ for t in types)}, got {_shown(value)}")
     if types == INT and not (0 if field in COUNTS else 1) <= value <= 2**31:
         raise InputError(source, field, f"must be a {'non-negative' if field in COUNTS else 'positive'} integer, "
                                         f"got {value}")
@@ -376,11 +405,14 @@ def translate_config(config: Any, source: str, sequence_length: int, context_par
     Refusals are collected, not raised (:func:`model_section` raises them)."""
     if not isinstance(config, dict):
         raise InputError(source, "<file>", "must be a JSON object (a Hugging Face config.json)")
-    model_type = config.get("model_type")
+    if "model_type" not in config:
+        raise InputError(source, "model_type", "required field is missing")
+    model_type = config["model_type"]
+    _check_type(source, "model_type", model_type)  # a string before it is looked up (a list is unhashable)
     if model_type not in ARCHITECTURES:
-        raise InputError(source, "model_type", f"{model_type!r} is not an architecture the importer knows "
+        raise InputError(source, "model_type", f"{_shown(model_type)} is not an architecture the importer knows "
                                                f"({', '.join(ARCHITECTURES)})")
-    for field in REQUIRED:
+    for field in required(model_type):
         if field not in config:
             raise InputError(source, field, "required field is missing")
     for field, value in config.items():
@@ -397,14 +429,19 @@ def translate_config(config: Any, source: str, sequence_length: int, context_par
         CONFIG_FIELDS[field][2](draft, field, value)
     if model_type == "deepseek_v3":  # latent attention: head_size is the query/key head width
         if isinstance(config.get("qk_nope_head_dim"), int) and isinstance(config.get("qk_rope_head_dim"), int):
-            draft.set("model.head_size", config["qk_nope_head_dim"] + config["qk_rope_head_dim"], "qk_nope_head_dim")
+            draft.set("model.head_size", config["qk_nope_head_dim"] + config["qk_rope_head_dim"],
+                      "qk_nope_head_dim + qk_rope_head_dim")
     elif "head_dim" not in config or config["head_dim"] is None:
         hidden, heads = config["hidden_size"], config["num_attention_heads"]
         if hidden % heads:
             draft.refuse("num_attention_heads", f"{heads} does not divide hidden_size {hidden} (and no head_dim)")
         else:
-            draft.set("model.head_size", hidden // heads, "hidden_size")
+            draft.set("model.head_size", hidden // heads, "hidden_size / num_attention_heads")
     moe = draft.fields.get("model.moe")
+    names = ARCHITECTURES[model_type].experts
+    if moe is not None and names is not None and moe[0]["top_k"] > moe[0]["experts"]:  # the case rule, in config names
+        draft.refuse(names[1], f"{moe[0]['top_k']} exceeds {names[0]} {moe[0]['experts']} (a token picks distinct "
+                               "experts)")
     if moe is not None and moe[0].get("dense_layers", 0) >= config["num_hidden_layers"]:
         del draft.fields["model.moe"]  # every block dense (DeepSeek's first_k_dense_replace): no MoE section
         draft.note("first_k_dense_replace", f"{moe[0]['dense_layers']} >= num_hidden_layers "
