@@ -360,6 +360,20 @@ def test_import_system_is_a_name_never_a_path(tmp_path, capsys, system):
                    "--system: system:", "is not an evidence profile name")
 
 
+@pytest.mark.parametrize("case_id, message", [
+    ("x" * 300, f"\"{'x' * 37}...\" must be 1 to 256 characters, got 300"),
+    ("a\nb", "\"a\\nb\" must not contain a control character: U+000A (category Cc)")])
+def test_import_calculon_refuses_a_bad_id_first_naming_the_option(tmp_path, capsys, case_id, message):
+    """As ``import hf``: before the files are read (the model file here is absent), as ``--id``, shown escaped
+    and shortened (it was ``case <the whole id>: id``, after the files were read)."""
+    e, output = tmp_path / "e.json", tmp_path / "case.yaml"
+    e.write_text(json.dumps(_execution()))
+    status, out, err = run(capsys, "import", "calculon", "--model", tmp_path / "absent.json", "--execution", e,
+                           "--system", "a100_80g", "-o", output, "--id", case_id)
+    one_error_line(status, err)
+    assert err == f"error: <command line>: --id: {message}\n" and out == "" and not output.exists()
+
+
 # ---------------------------------------------------------------------------------------------- batches
 
 GOOD_LINE = {"id": "good", "model": MODEL, "execution": _execution(), "system": "a100_80g"}

@@ -6,7 +6,8 @@ Turns Calculon 0.1.0 inputs into a case YAML (schema ``blueprinting.case.v0``).
 Rules:
 - the id is ``--id``, else ``<model stem>/<execution stem>`` with a leading
   ``<model stem>_`` dropped from the execution stem (``gpt3-175B.json`` +
-  ``gpt3-175B_full.json`` -> ``gpt3-175B/full``);
+  ``gpt3-175B_full.json`` -> ``gpt3-175B/full``); a bad ``--id`` is refused first, naming ``--id`` (as
+  ``import hf`` does: :func:`harness.commands.import_hf.check_case_id`);
 - the comparison section is empty, or holds ``--oracle-record`` (not
   checked against the vendored records: a case may be imported before its
   record exists);
@@ -79,10 +80,11 @@ def translate(model_path: Path, execution_path: Path, system: str) -> EstimateIn
 
 
 def run(args) -> int:
+    import_hf.check_case_id(args.case_id)  # first, as import hf does: an empty or bad --id is --id's error
     if args.output is not None:
         check_output(args.output, inputs=[args.model, args.execution, *data_files()])
     data = translate(args.model, args.execution, args.system)
-    case_id = args.case_id or default_id(args.model, args.execution)
+    case_id = args.case_id if args.case_id is not None else default_id(args.model, args.execution)
     text = case_text(case_id, data, f"Imported from Calculon inputs {args.model.name} + {args.execution.name} "
                                     "by `harness import calculon`.", args.oracle_record)
     return emit_case(case_id, text, args.output)
