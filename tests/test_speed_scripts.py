@@ -1,5 +1,5 @@
-"""The speed scripts a figure of docs/performance.md comes from: they run what they say (the timings and counts
-themselves are not tested: they are measurements, docs/performance.md)."""
+"""The speed scripts a figure of docs/performance.md comes from, and the parity check of a fresh corpus: they run
+what they say (the timings and counts themselves are not tested: they are measurements, docs/performance.md)."""
 
 from __future__ import annotations
 
@@ -86,3 +86,24 @@ def test_the_speed_comparison_rotates_the_order_of_its_contenders():
     calls.clear()
     compare.alternated(made[:2], 2)
     assert calls == ["a", "b", "b", "a"]
+
+
+def test_the_parity_check_passes_the_public_corpus_and_fails_on_a_mismatch(capsys, monkeypatch):
+    """``scripts/check_parity.py``: every record of a vendored file against the estimate; a record whose views
+    do not all match makes the exit status 1 and is listed; a file the manifest lacks is one error line."""
+    from harness.oracles.calculon import ViewParity
+
+    check = _script("check_parity")
+    assert check.main(["records/public-differential.json.gz"]) == 0
+    assert capsys.readouterr().out == ("records/public-differential.json.gz: 400 records (281 that Calculon ran, "
+                                       "119 it refused): 0 mismatching\n")
+    real = check.check_record
+    bad = ViewParity("x", "peak_only", None, "memory tier capacity (tier 1)", ())  # a verdict Calculon did not give
+
+    monkeypatch.setattr(check, "check_record", lambda r: [bad] if r.id.endswith("/0007") else real(r))
+    assert check.main(["records/public-differential.json.gz", "--show", "1"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].endswith(": 1 mismatching") and len(out) == 2 and out[1].startswith("  differential-public/0007: ")
+    assert check.main(["records/absent.json.gz"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "absent.json.gz" in err and err.count("\n") == 1
