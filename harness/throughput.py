@@ -9,7 +9,9 @@ are not counted, nor the vector operations (softmax, norms, activations) or the 
 of B samples; for inference (forward only) a third of it. MFU = model FLOP/s per GPU / the matrix engine's peak
 for the layout's datatype (the evidence profile's ``matrix.<datatype>.peak_flops_per_s``).
 
-Every figure is per processor (GPU): the iteration's total divided by TP x PP x DP processors.
+Every figure is per processor (GPU): the iteration's total divided by the processors (TP x CP x PP x DP). A
+block's model FLOPs on one processor are its 1/(TP x CP) share (context parallelism splits the sequence: each
+rank's queries against all keys), so the iteration's are that share x TP x CP x blocks x microbatches x DP.
 """
 
 from __future__ import annotations
@@ -58,10 +60,11 @@ def throughput(plan: PortablePlanIR, data: EstimateInput, total_s: float, peak_f
     summed (an MTP layer counts as the block it holds); None: every one of ``plan``'s blocks is of its kind."""
     e, s = data.execution, plan.schedule
     if block_kinds is None:
-        model_flops = block_matrix_flops(plan) * e.tensor_parallel * s.blocks * s.microbatches * e.data_parallel
+        model_flops = (block_matrix_flops(plan) * e.tensor_parallel * s.blocks * s.microbatches * e.data_parallel
+                       * e.context_degree)
     else:
         model_flops = sum(block_matrix_flops(kind) * e.tensor_parallel * count * s.microbatches * e.data_parallel
-                          for kind, count in block_kinds)
+                          * e.context_degree for kind, count in block_kinds)
     per_processor = model_flops / total_s / e.processors if total_s else 0.0
     tokens = s.global_batch * data.model.sequence_length
     return Throughput(

@@ -17,6 +17,11 @@ def test_tokens_per_expert_mixtral_like():
     assert experts.tokens_per_expert(4096, 2, 8, 1.5) == 1536
     with pytest.raises(ValueError):
         experts.tokens_per_expert(4096, 9, 8)
+    # a capacity below the mean: every expert capped at 0.5x, 512 tokens; no factor of 0 or less
+    assert experts.tokens_per_expert(4096, 2, 8, 0.5) == 512
+    for factor in (0.0, -1.0, float("nan")):
+        with pytest.raises(ValueError):
+            experts.tokens_per_expert(4096, 2, 8, factor)
 
 
 def test_expert_parameters_per_rank_mixtral_like():

@@ -204,6 +204,14 @@ def test_the_grouped_gemms_run_each_local_expert_on_the_busiest_experts_tokens()
     assert plan_shape(case(dict(moe={**moe, "load_imbalance": 1.5})), "mlp.experts_fc1").m == 6144
     assert plan_shape(case(dict(moe={**moe, "load_imbalance": 1.5, "capacity_factor": 1.25})),
                       "mlp.experts_fc1").m == 5120
+    # a capacity factor below 1 caps every expert under the mean (it was an internal error): 4096 x 0.5 = 2048,
+    # and a tiny one still leaves one token, and the estimate stays finite
+    from harness.estimate import estimate
+
+    assert plan_shape(case(dict(moe={**moe, "capacity_factor": 0.5})), "mlp.experts_fc1").m == 2048
+    tiny = case(dict(moe={**moe, "capacity_factor": 1e-300}))
+    assert plan_shape(tiny, "mlp.experts_fc1").m == 1
+    assert all(0 < v.total_s < float("inf") for v in estimate(tiny).views.values())
     # EP 8 x ETP 2 over DP 16: 16 local experts, each on 4096 x 8 x 2 x 8 / 128 = 4096 tokens, width 768 / 2
     folded = case(execution=dict(expert_parallel=8, expert_tensor_parallel=2, network_tiers=dict(
         tensor=0, pipeline=1, data=1, expert=0, expert_tensor=0)))

@@ -45,6 +45,26 @@ def test_mfu_of_hand_computed_cases(capsys, case_name, gpus):
     assert "one processor" in entry["scopes"]["memory_bytes"] and "one microbatch" in entry["scopes"]["workload"]
 
 
+@pytest.mark.parametrize("context_parallel", [2, 4])
+def test_context_parallelism_keeps_the_model_flops_of_the_iteration(context_parallel):
+    """Model FLOPs are the model's and the batch's, not the layout's: CP splits each sequence over more ranks,
+    each doing a 1/CP share of a block, and the iteration's total is still Narayanan's (it was 1/CP of it, and
+    the MFU with it)."""
+    from harness.cases import EstimateInput
+    from harness.throughput import throughput
+
+    data = load_case(CASES_DIR / "megatron-22B_full.yaml").estimate_input()
+    e = data.execution
+    layout = e.model_copy(update={"context_parallel": context_parallel,
+                                  "network_tiers": e.network_tiers.model_copy(update={"context": 0})})
+    split = EstimateInput(model=data.model, execution=layout, system=data.system)
+    figures = throughput(lower(split).plan, split, 2.0, 1e15)
+    assert figures.model_flops_per_iteration == pytest.approx(narayanan_flops("megatron-22B_full"), rel=1e-12)
+    assert layout.processors == 8 * context_parallel
+    per_processor = narayanan_flops("megatron-22B_full") / 2.0 / (8 * context_parallel)
+    assert figures.model_flops_utilization == pytest.approx(per_processor / 1e15, rel=1e-12)
+
+
 def test_22B_by_hand():
     """The numbers themselves: 72 * 4 * 2048 * 48 * 6144^2 * (1 + 2048/36864) = 1.12810e15 model FLOPs, i.e.
     2.938e12 per block, per GPU (TP 8), per microbatch of 4: what the plan's matrix tasks add up to."""

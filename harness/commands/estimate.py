@@ -100,7 +100,7 @@ SCOPES = {
     "components_s": "one iteration's timing components, seconds; they add up to total_s",
     "memory_bytes": "one processor (GPU) of the first pipeline stage, bytes",
     "workload": "one Transformer block on one processor (its 1/TP share), one microbatch (optimizer: one block)",
-    "throughput": "per processor (GPU): the iteration's figures divided by TP x PP x DP",
+    "throughput": "per processor (GPU): the iteration's figures divided by the processors (TP x CP x PP x DP)",
 }
 
 

@@ -28,12 +28,14 @@ def all_to_all_bytes_sent_per_rank(buffer_bytes: float, participants: int) -> fl
     return buffer_bytes * (participants - 1) / participants
 
 
-def tokens_per_expert(tokens: int, top_k: int, experts: int, load_imbalance: float = 1.0) -> float:
-    """Tokens the busiest expert's GEMM processes: tokens x top_k / experts x load_imbalance."""
-    if not (1 <= top_k <= experts) or load_imbalance < 1.0:
-        raise ValueError(f"need 1 <= top_k <= experts and load_imbalance >= 1, got top_k={top_k}, "
-                         f"experts={experts}, load_imbalance={load_imbalance}")
-    return tokens * top_k / experts * load_imbalance
+def tokens_per_expert(tokens: int, top_k: int, experts: int, busiest_over_mean: float = 1.0) -> float:
+    """Tokens the busiest expert's GEMM processes: tokens x top_k / experts x ``busiest_over_mean``
+    (:attr:`harness.ir.model.MixtureOfExperts.imbalance`: the load imbalance, at least 1, capped by the capacity
+    factor, which may be below 1: then every expert is capped under the mean and drops the rest)."""
+    if not (1 <= top_k <= experts) or not busiest_over_mean > 0.0:
+        raise ValueError(f"need 1 <= top_k <= experts and busiest_over_mean > 0, got top_k={top_k}, "
+                         f"experts={experts}, busiest_over_mean={busiest_over_mean}")
+    return tokens * top_k / experts * busiest_over_mean
 
 
 def expert_parameters_per_rank(hidden: int, expert_ffn: int, experts: int, expert_parallel: int,

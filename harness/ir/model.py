@@ -91,7 +91,9 @@ class MixtureOfExperts(StrictInput):
         "token, then the top-k. Absent: softmax."))
     capacity_factor: float | None = Field(None, gt=0, le=MAX_EXPERTS, allow_inf_nan=False, description=(
         "Expert capacity (token dropping): an expert takes at most capacity_factor x tokens x top_k / experts "
-        "tokens, the rest are dropped (Megatron-Core's moe_expert_capacity_factor). Absent: dropless."))
+        "tokens, the rest are dropped (Megatron-Core's moe_expert_capacity_factor); below 1 every expert drops. "
+        "The grouped GEMMs run on the tokens kept; the dispatch and combine are priced with every token copy (the "
+        "dropped ones not subtracted: an upper bound). Absent: dropless."))
     load_imbalance: float | None = Field(None, ge=1, le=MAX_EXPERTS, allow_inf_nan=False, description=(
         "Tokens of the busiest expert over the mean (>= 1): the slowest rank's grouped GEMM, which every rank "
         "waits for, runs that many times the mean tokens (capped by capacity_factor). Absent: 1.0 (balanced, as "
@@ -122,7 +124,8 @@ class MixtureOfExperts(StrictInput):
 
     @property
     def imbalance(self) -> float:
-        """The busiest expert's tokens over the mean: load_imbalance (1 when absent), capped by the capacity."""
+        """The busiest expert's tokens over the mean: load_imbalance (1 when absent), capped by the capacity (a
+        capacity factor below 1 caps every expert under the mean: then it is below 1)."""
         imbalance = self.load_imbalance or 1.0
         return imbalance if self.capacity_factor is None else min(imbalance, self.capacity_factor)
 
