@@ -475,6 +475,11 @@ def test_lower_explain_and_trace_refuse_a_model_of_two_plans_naming_the_file(tmp
                                     "model": mixed, "execution": QWEN_LAYOUT}))
     for argv in (("lower", path), ("explain", path), ("trace", path, "--output", tmp_path / "t.json")):
         one_error_line(*run_cli(capsys, *argv)[::2], str(path), "model.moe.dense_layers", "two plans")
+    every_other = {**QWEN3_30B_A3B, "moe": {**QWEN3_30B_A3B["moe"], "layer_frequency": 2}}  # no dense_layers
+    other = tmp_path / "every-other.yaml"
+    other.write_text(yaml.safe_dump({"schema": CASE_SCHEMA, "id": "every-other", "system": "h100_sxm_80g",
+                                     "model": every_other, "execution": QWEN_LAYOUT}))
+    one_error_line(*run_cli(capsys, "lower", other)[::2], f"{other}: model.moe.layer_frequency: ", "two plans")
     assert not (tmp_path / "t.json").exists()
     status, out, _ = run_cli(capsys, "estimate", path)  # the estimate prices it, MFU included
     assert status == 0 and len(re.findall(r"MFU \d+\.\d%", out)) == 2  # one figure per view

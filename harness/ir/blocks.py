@@ -37,6 +37,13 @@ def is_mixed(shape: TransformerShape) -> bool:
     return moe is not None and (moe.dense_blocks > 0 or moe.frequency != 1)
 
 
+def mixing_field(shape: TransformerShape) -> str:
+    """The case field that makes ``shape``'s blocks of two kinds (:func:`is_mixed`), for an error to name: the one
+    the case sets (``dense_layers`` when it has leading dense blocks, else ``layer_frequency``)."""
+    moe = shape.moe
+    return "model.moe.dense_layers" if moe is None or moe.dense_blocks else "model.moe.layer_frequency"
+
+
 def has_stages(shape: TransformerShape) -> bool:
     """Whether the estimate prices the model stage by stage: dense and MoE blocks, or MTP layers on the last
     stage."""
@@ -69,7 +76,7 @@ def stage_problems(shape: TransformerShape, execution: ExecutionLayout) -> list[
     e = execution
     if e.tp_overlap != "none" or e.dp_overlap or e.offload.weights or e.offload.activations or e.offload.optimizer:
         if is_mixed(shape):
-            problems.append(("model.moe.dense_layers", "dense and MoE blocks with TP/DP overlap or offload are not "
+            problems.append((mixing_field(shape), "dense and MoE blocks with TP/DP overlap or offload are not "
                                                        "modelled yet (the ConcretePlanIR holds one kind of block)"))
         else:
             problems.append(("model.mtp_layers", "multi-token prediction with TP/DP overlap or offload is not "
@@ -82,7 +89,7 @@ def one_plan_problem(shape: TransformerShape) -> Problem | None:
     prices it stage by stage, :func:`has_stages`), or None. What shows one plan (``harness lower``, ``explain``,
     ``trace``) refuses such a model with it."""
     if is_mixed(shape):
-        return ("model.moe.dense_layers", "dense and MoE blocks (dense_layers, layer_frequency) lower to two plans, "
+        return (mixing_field(shape), "dense and MoE blocks (dense_layers, layer_frequency) lower to two plans, "
                                           "one per kind of block: `harness estimate` prices the model; a view of one "
                                           "plan (lower, explain, trace) does not show it yet")
     if has_stages(shape):

@@ -70,6 +70,7 @@ from harness.ir.distributed import (
     RingExchangeShape,
     Task,
 )
+from harness.ir import blocks
 from harness.ir.experts import tokens_per_expert
 from harness.ir.model import ExecutionLayout, ModelIR, TransformerShape, key_value_heads
 
@@ -711,7 +712,7 @@ class MixtureOfExpertsMLP(CorePattern):
         assert moe is not None
         problems: list[tuple[str, str]] = []
         if moe.dense_blocks or moe.frequency != 1:
-            problems.append(("model.moe.dense_layers", "dense and MoE blocks (dense_layers, layer_frequency) "
+            problems.append((blocks.mixing_field(shape), "dense and MoE blocks (dense_layers, layer_frequency) "
                                                        "are not one plan: the estimate lowers each kind on its own "
                                                        "(harness.ir.blocks)"))
         if shape.mtp_layers is not None:

@@ -29,7 +29,7 @@ from harness import inputs
 from harness.errors import InputError, UnsupportedFeatureError
 from harness.evidence.profile import EvidenceProfile, load_profile
 from harness.interop.calculon_format import MODEL_FIELDS
-from harness.ir.blocks import is_mixed
+from harness.ir.blocks import is_mixed, mixing_field
 from harness.ir.model import BYTES_PER_ELEMENT, MAX_BATCH, MAX_DEGREE, TransformerShape
 from harness.passes.precision import RECIPES
 from harness.search.evaluate import SearchProblem
@@ -66,7 +66,7 @@ def load_model(path: Path | str) -> TransformerShape:
     if "model" in data and isinstance(data["model"], dict):
         shape = inputs.validate(TransformerShape, data["model"], str(path), document=document, prefix=("model",))
         if shape.moe is not None and is_mixed(shape):  # the estimate prices it stage by stage (estimate_mixed)
-            raise UnsupportedFeatureError(str(path), "model.moe.dense_layers", "the search covers models whose "
+            raise UnsupportedFeatureError(str(path), mixing_field(shape), "the search covers models whose "
                                           "blocks are all MoE; dense and MoE blocks (dense_layers, layer_frequency) "
                                           "are estimated by `harness estimate` only")
         if shape.mtp_layers is not None:  # the MTP layers are priced stage by stage too
