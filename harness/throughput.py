@@ -8,8 +8,8 @@ are not counted, nor the vector operations (softmax, norms, activations) or the 
 (feedforward 4h, heads x head size = h) this is Narayanan et al. 2021's 72 B s l h^2 (1 + s/(6h)) per iteration
 of B samples; for inference (forward only) a third of it. MFU = model FLOP/s per GPU / the matrix engine's peak
 for the layout's datatype (the evidence profile's ``matrix.<datatype>.peak_flops_per_s``), also under a
-low-precision recipe (``execution.precision``: fp8, fp4 GEMMs), as NVIDIA's and Megatron's reports count it:
-such a recipe's GEMMs run at their own, higher peak, so its MFU can pass 100 % in the peak-only view.
+low-precision recipe (``execution.precision``: fp8, fp4 GEMMs), so that MFUs of one layout compare across
+recipes: such a recipe's GEMMs run at their own, higher peak, so its MFU can pass 100 % in the peak-only view.
 
 Every figure is per processor (GPU): the iteration's total divided by the processors (TP x CP x PP x DP). A
 block's model FLOPs on one processor are its 1/(TP x CP) share (context parallelism splits the sequence: each
