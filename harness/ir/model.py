@@ -288,7 +288,8 @@ class ExecutionLayout(StrictInput):
     precision: Precision | None = Field(None, description=(
         "Mixed-precision recipe (Transformer Engine's; harness.passes.precision): fp16 or bf16 (everything in the "
         "datatype), or fp8_delayed, fp8_current, mxfp8, nvfp4 (the linear GEMMs on quantized operands, everything "
-        "else bf16). Absent: everything in the datatype."))
+        "else bf16). mxfp8 and nvfp4 are Blackwell's block-scaled formats: the profile's float8 (float4) engine "
+        "prices them, and no check refuses them on a profile of an older GPU. Absent: everything in the datatype."))
     cp_comm: ContextCommunication | None = Field(None, description=(
         "How context-parallel attention exchanges K/V: p2p (a ring of CP-1 steps overlapped with the attention; "
         "the default) or a2a (Ulysses: all-to-all of Q, K, V and the output)."))
