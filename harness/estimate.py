@@ -15,6 +15,7 @@ it unreachable; it stays as the last line of defence.
 
 import dataclasses
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -398,12 +399,40 @@ def estimate_lowering(lowering: Lowering, profile: EvidenceProfile,
 def estimate(data: EstimateInput, views: tuple[CostView, ...] = DEFAULT_VIEWS, *, source: str = "<input>",
              evidence_dir: Path | None = None, digests: bool = True) -> Estimate:
     """Lower ``data`` and cost it under ``views`` with its evidence profile (``digests``: with the IR digests;
-    a caller that does not report them saves writing the IRs' canonical text)."""
+    a caller that does not report them saves writing the IRs' canonical text). ``views``: a tuple (or list) of
+    :class:`CostView` or of the named views' names (``harness.vocabulary.VIEWS``: ``peak_only``,
+    ``system_evidence``). Arguments of another type are an InputError naming the argument (the public API,
+    ``harness.estimate_input``, raises the project's errors only)."""
+    source = source if isinstance(source, str) else "<input>"
+    data, views = _checked_arguments(data, views, evidence_dir, source)
     profile = load_profile(data.system, evidence_dir, referrer=source)
     check_tiers(data, profile, source)
     if blocks.has_stages(data.model):
         return estimate_mixed(data, profile, views, source, digests=digests)
     return estimate_lowering(lower(data, source), profile, views, source, digests=digests)
+
+
+def _checked_arguments(data, views, evidence_dir, source: str) -> tuple[EstimateInput, tuple[CostView, ...]]:
+    """:func:`estimate`'s arguments as it needs them, or an InputError naming the argument."""
+    if not isinstance(data, EstimateInput):
+        raise InputError(source, "data", f"must be an EstimateInput (harness.EstimateInput(...), or "
+                                         f"harness.load_case(path).estimate_input()), got {type(data).__name__}")
+    if isinstance(views, str) or not isinstance(views, (tuple, list)):
+        hint = f" (a tuple of one: views=({views!r},))" if isinstance(views, str) else ""
+        raise InputError(source, "views", f"must be a tuple of cost views or view names ({', '.join(COST_VIEWS)}), "
+                                          f"got {type(views).__name__}{hint}")
+    resolved = []
+    for index, view in enumerate(views):
+        if isinstance(view, str) and view in COST_VIEWS:
+            view = COST_VIEWS[view]
+        if not isinstance(view, CostView):
+            raise InputError(source, f"views[{index}]", f"{view!r} is not a cost view (a CostView, or one of "
+                                                        f"{', '.join(COST_VIEWS)})")
+        resolved.append(view)
+    if evidence_dir is not None and not isinstance(evidence_dir, (str, os.PathLike)):
+        raise InputError(source, "evidence_dir", f"must be a directory path (str or os.PathLike) or None, got "
+                                                 f"{type(evidence_dir).__name__}")
+    return data, tuple(resolved)
 
 
 def mixed_lowerings(data: EstimateInput, source: str = "<input>") -> tuple[Lowering, Lowering, MixedBlocks]:
