@@ -7,7 +7,15 @@ Rules:
   command's inputs (also through a symbolic or hard link), the same path as
   another output of the command, a read-only file, or whose nearest existing
   ancestor is not a writable directory is refused with one line naming the
-  path and the option, before anything is computed.
+  path and the option, before anything is computed. Writable is tested for
+  real: a temporary file is created and removed in that directory (``os.access``
+  says yes to root everywhere, ``/proc`` and ``/sys`` included).
+- **Several outputs together** (:func:`committed_together`): a command with
+  more than one output (``trace --png``, ``search --results --pareto --plot
+  --emit-case``, ``calibrate --plots``, ``evidence report|modern-report
+  --plots``, ``evidence import nccl-tests --profile-output``, a vendored record
+  and its manifest) puts them in place only after all were written; a failure
+  in any leaves every target as it was.
 - **The tool's own data is never an output** (one guard for every command):
   :func:`data_files` (case files, evidence profiles, vendored records,
   measurement corpora, the contract; symbolic links resolved) are refused by
