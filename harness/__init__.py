@@ -12,6 +12,14 @@ Public API (the package's names; modules hold the rest):
   ``harness.estimate.estimate``);
 - :class:`Estimate` (its result), :class:`EstimateInput`, ``load_case(path)``.
 
+``data`` is an :class:`EstimateInput`; ``views`` a tuple (or list) of cost views
+(``harness.cost.views.CostView``) or of the named views' names (``"peak_only"``,
+``"system_evidence"``); ``path`` a str or os.PathLike. An argument of another type
+(``estimate_input(None)``, a dict, ``views="peak_only"``, ``load_case(5)``) is an
+:class:`~harness.errors.InputError` naming the argument (``<input>: views: ...``), as
+is bad input; constructing ``EstimateInput(...)`` yourself raises pydantic's
+ValidationError.
+
 The public names are imported on first use: ``import harness`` (which every
 submodule's import begins with) loads neither pydantic nor the estimate path.
 ``harness.estimate`` is the module, never the function: the package does not

@@ -15,6 +15,7 @@ A case directory must exist and hold at least one ``*.yaml``.
 """
 
 
+import os
 from pathlib import Path
 from typing import Any, Literal
 
@@ -101,7 +102,11 @@ def parse_case(data: Any, source: str, document: Document | None = None) -> Case
 
 
 def load_case(path: Path | str) -> CaseFile:
-    """Load and validate one case YAML."""
+    """Load and validate one case YAML (``path``: a str or os.PathLike; another type is an InputError naming
+    the argument)."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise InputError("<input>", "path", f"must be a case file's path (str or os.PathLike), got "
+                                            f"{type(path).__name__}")
     document = read_yaml(path)
     return parse_case(document.data, str(path), document)
 

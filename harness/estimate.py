@@ -15,6 +15,7 @@ it unreachable; it stays as the last line of defence.
 
 import dataclasses
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ from harness.ir.concrete import ConcretePlanIR
 from harness.ir.model import ModelIR
 from harness.ir.portable import Message, PlanTask, PortablePlanIR
 from harness.passes import multi_token
+from harness.passes.precision import RECIPES
 from harness.pipeline import Lowering, lower
 from harness.schedule import calculon_forms
 from harness.schedule.block import BlockTimes, block_times
@@ -184,6 +186,13 @@ def check_tiers(data: EstimateInput, profile: EvidenceProfile, source: str) -> N
                              f"{', '.join(d for d in profile.matrix if d in profile.vector)}); to add one, give "
                              f"evidence/{profile.name}.yaml a `matrix: {datatype}:` and a `vector: {datatype}:` entry "
                              "(peak_flops_per_s, operation_size_efficiency: the hardware's figures), see docs/cases.md")
+    precision = data.execution.precision
+    gemm = None if precision is None or precision not in RECIPES else RECIPES[precision].gemm_datatype
+    if gemm is not None and gemm not in profile.matrix:  # said here, naming the case, not by the pricer
+        raise InputError(source, "execution.precision",
+                         f"precision {precision} runs the linear GEMMs in {gemm}, and evidence profile {profile.name} "
+                         f"has no {gemm} matrix engine (its matrix datatypes: {', '.join(profile.matrix)}); state "
+                         f"another precision or price the case on a profile with a {gemm} engine")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -390,12 +399,40 @@ def estimate_lowering(lowering: Lowering, profile: EvidenceProfile,
 def estimate(data: EstimateInput, views: tuple[CostView, ...] = DEFAULT_VIEWS, *, source: str = "<input>",
              evidence_dir: Path | None = None, digests: bool = True) -> Estimate:
     """Lower ``data`` and cost it under ``views`` with its evidence profile (``digests``: with the IR digests;
-    a caller that does not report them saves writing the IRs' canonical text)."""
+    a caller that does not report them saves writing the IRs' canonical text). ``views``: a tuple (or list) of
+    :class:`CostView` or of the named views' names (``harness.vocabulary.VIEWS``: ``peak_only``,
+    ``system_evidence``). Arguments of another type are an InputError naming the argument (the public API,
+    ``harness.estimate_input``, raises the project's errors only)."""
+    source = source if isinstance(source, str) else "<input>"
+    data, views = _checked_arguments(data, views, evidence_dir, source)
     profile = load_profile(data.system, evidence_dir, referrer=source)
     check_tiers(data, profile, source)
     if blocks.has_stages(data.model):
         return estimate_mixed(data, profile, views, source, digests=digests)
     return estimate_lowering(lower(data, source), profile, views, source, digests=digests)
+
+
+def _checked_arguments(data, views, evidence_dir, source: str) -> tuple[EstimateInput, tuple[CostView, ...]]:
+    """:func:`estimate`'s arguments as it needs them, or an InputError naming the argument."""
+    if not isinstance(data, EstimateInput):
+        raise InputError(source, "data", f"must be an EstimateInput (harness.EstimateInput(...), or "
+                                         f"harness.load_case(path).estimate_input()), got {type(data).__name__}")
+    if isinstance(views, str) or not isinstance(views, (tuple, list)):
+        hint = f" (a tuple of one: views=({views!r},))" if isinstance(views, str) else ""
+        raise InputError(source, "views", f"must be a tuple of cost views or view names ({', '.join(COST_VIEWS)}), "
+                                          f"got {type(views).__name__}{hint}")
+    resolved = []
+    for index, view in enumerate(views):
+        if isinstance(view, str) and view in COST_VIEWS:
+            view = COST_VIEWS[view]
+        if not isinstance(view, CostView):
+            raise InputError(source, f"views[{index}]", f"{view!r} is not a cost view (a CostView, or one of "
+                                                        f"{', '.join(COST_VIEWS)})")
+        resolved.append(view)
+    if evidence_dir is not None and not isinstance(evidence_dir, (str, os.PathLike)):
+        raise InputError(source, "evidence_dir", f"must be a directory path (str or os.PathLike) or None, got "
+                                                 f"{type(evidence_dir).__name__}")
+    return data, tuple(resolved)
 
 
 def mixed_lowerings(data: EstimateInput, source: str = "<input>") -> tuple[Lowering, Lowering, MixedBlocks]:

@@ -7,7 +7,15 @@ Rules:
   command's inputs (also through a symbolic or hard link), the same path as
   another output of the command, a read-only file, or whose nearest existing
   ancestor is not a writable directory is refused with one line naming the
-  path and the option, before anything is computed.
+  path and the option, before anything is computed. Writable is tested for
+  real: a temporary file is created and removed in that directory (``os.access``
+  says yes to root everywhere, ``/proc`` and ``/sys`` included).
+- **Several outputs together** (:func:`committed_together`): a command with
+  more than one output (``trace --png``, ``search --results --pareto --plot
+  --emit-case``, ``calibrate --plots``, ``evidence report|modern-report
+  --plots``, ``evidence import nccl-tests --profile-output``, a vendored record
+  and its manifest) puts them in place only after all were written; a failure
+  in any leaves every target as it was.
 - **The tool's own data is never an output** (one guard for every command):
   :func:`data_files` (case files, evidence profiles, vendored records,
   measurement corpora, the contract; symbolic links resolved) are refused by
@@ -35,7 +43,10 @@ Errors are :class:`~harness.errors.InputError` naming the path and the option.
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import dataclasses
 import gzip
+import io
 import os
 import stat
 import tempfile
@@ -118,6 +129,19 @@ def _writable_ancestor(path: Path, option: str, shown: str) -> None:
         raise InputError(shown, option, f"cannot be created: {ancestor} is not a directory")
     if not os.access(ancestor, os.W_OK | os.X_OK):
         raise InputError(shown, option, f"cannot be written: the directory {ancestor} is not writable")
+    _probe(ancestor, option, shown)
+
+
+def _probe(directory: Path, option: str, shown: str) -> None:
+    """Create and remove a temporary file in ``directory``: the one test that holds for every user
+    (``os.access`` is always true for root) and every file system (``/proc``, ``/sys``, a read-only mount)."""
+    try:
+        fd, name = tempfile.mkstemp(dir=directory, prefix=".harness-probe.", suffix=".tmp")
+    except OSError as error:
+        raise InputError(shown, option, f"cannot be written: cannot create a file in the directory {directory} "
+                                        f"({error.strerror or error})") from None
+    os.close(fd)
+    _remove(name)
 
 
 def _data_dirs() -> list[Path]:
@@ -191,6 +215,7 @@ def check_output_dir(path: PathLike, *, option: str, inputs: Iterable[PathLike] 
             raise InputError(shown, option, "exists and is not a directory")
         if not os.access(target, os.W_OK | os.X_OK):
             raise InputError(shown, option, "the directory is not writable")
+        _probe(target, option, shown)
         return Path(path)
     _writable_ancestor(target, option, shown)
     return Path(path)
@@ -240,6 +265,10 @@ def atomic_output(path: PathLike, mode: str = "w", *, option: str = "--output",
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(temporary, _new_file_mode(target))
+        pending = _PENDING.get()
+        if pending is not None:  # inside committed_together: put in place with the command's other outputs
+            pending.append(_Staged(temporary, target, exclusive, option, shown))
+            return
         if exclusive:
             try:
                 os.link(temporary, target)
@@ -256,6 +285,70 @@ def atomic_output(path: PathLike, mode: str = "w", *, option: str = "--output",
     except BaseException:
         _remove(temporary)
         raise
+
+
+@dataclasses.dataclass(frozen=True)
+class _Staged:
+    """A complete output of :func:`committed_together` waiting in its temporary file."""
+
+    temporary: str
+    target: Path
+    exclusive: bool
+    option: str
+    shown: str
+
+
+#: The outputs staged by the innermost :func:`committed_together` block (None: outside one, commit at once).
+_PENDING: contextvars.ContextVar[list[_Staged] | None] = contextvars.ContextVar("harness_outputs_pending",
+                                                                                default=None)
+
+
+@contextlib.contextmanager
+def committed_together() -> Iterator[None]:
+    """The outputs :func:`atomic_output` completes in the block are put in place together when the block ends
+    without an error, none of them when it raises (every temporary file removed, every target as it was): a
+    command with several outputs (``trace --output --png``, ``search --output --plot ...``) never leaves one
+    replaced and another not. Stream devices are written directly, as outside a block. A nested block belongs
+    to the outer one. Putting in place: first the ``exclusive`` outputs (linked; one that appeared meanwhile
+    refuses the lot, the ones linked before it are removed again), then the others (renamed over their
+    targets, in the same directories as their temporary files)."""
+    if _PENDING.get() is not None:
+        yield
+        return
+    pending: list[_Staged] = []
+    token = _PENDING.set(pending)
+    try:
+        yield
+    except BaseException:
+        for staged in pending:
+            _remove(staged.temporary)
+        raise
+    finally:
+        _PENDING.reset(token)
+    _commit(pending)
+
+
+def _commit(pending: list[_Staged]) -> None:
+    ordered = [s for s in pending if s.exclusive] + [s for s in pending if not s.exclusive]
+    linked: list[Path] = []
+    for index, staged in enumerate(ordered):
+        try:
+            if staged.exclusive:
+                os.link(staged.temporary, staged.target)
+                linked.append(staged.target)
+                _remove(staged.temporary)
+            else:
+                os.replace(staged.temporary, staged.target)
+        except OSError as error:
+            for rest in ordered[index:]:
+                _remove(rest.temporary)
+            if all(s.exclusive for s in ordered[:index]):  # nothing renamed over a target yet: undo the links
+                for target in linked:
+                    _remove(os.fspath(target))
+            if isinstance(error, FileExistsError):
+                raise InputError(staged.shown, staged.option, "exists (written meanwhile by another run): give "
+                                                              "--replace to replace it") from None
+            raise InputError(staged.shown, staged.option, f"cannot write: {error.strerror or error}") from None
 
 
 def _remove(path: str) -> None:
@@ -276,9 +369,17 @@ def write_bytes(path: PathLike, data: bytes, *, option: str = "--output", replac
     header (mtime 0, the target's name), so equal data gives equal bytes."""
     path = Path(path)
     with atomic_output(path, "wb", option=option, replaces_data=replaces_data) as handle:
-        if path.suffix == ".gz":
-            with gzip.GzipFile(filename=path.name, fileobj=handle, mode="wb", mtime=0) as compressed:
-                compressed.write(data)
-        else:
-            handle.write(data)
+        handle.write(file_bytes(path, data))
     return path
+
+
+def file_bytes(path: PathLike, data: bytes) -> bytes:
+    """The bytes :func:`write_bytes` writes to ``path``: ``data``, gzip-compressed with a fixed header (mtime 0,
+    the target's name) for a ``.gz`` name (a digest of them is the written file's, before it is in place)."""
+    path = Path(path)
+    if path.suffix != ".gz":
+        return data
+    buffer = io.BytesIO()
+    with gzip.GzipFile(filename=path.name, fileobj=buffer, mode="wb", mtime=0) as compressed:
+        compressed.write(data)
+    return buffer.getvalue()

@@ -345,3 +345,99 @@ def test_oracle_record_validates_its_batch_before_loading_calculon(tmp_path, cap
                    f"{batch}: line 1: model.hidden: NaN is not a finite number")
     one_error_line(*run(capsys, "oracle", "import-reference", batch, "--output", "../x.json", "--vendor",
                         tmp_path / "vendor")[::2], "../x.json: --output: must be a path inside the vendor directory")
+
+
+# ------------------------------------------------------------------------- several outputs: all of them or none
+
+SEARCH = ["search", "--model", CASE, "--system", "a100_80g", "--procs", "4", "--max-batch", "4", "--datatype",
+          "float16", "--no-progress"]
+
+
+def _second_output_fails(tmp_path, capsys, argv, option, message):
+    """Run ``argv`` (an existing ``--output`` OLD in tmp_path, a second output that cannot be written): exit 2,
+    one error line naming the second output's option, the existing output byte-identical, no file left."""
+    old = tmp_path / "out.json"
+    old.write_bytes(b"OLD\n")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    err = one_error_line(*run(capsys, *argv, "--output", old)[::2], option, message)
+    assert old.read_bytes() == b"OLD\n", err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    return err
+
+
+@pytest.mark.parametrize("second", [["--png", "/proc/x.png"], ["--png", "/sys/x.png"]])
+def test_trace_checks_its_png_destination_for_real_before_any_work(tmp_path, capsys, no_work, second):
+    # as root os.access says yes to /proc and /sys: the check creates (and removes) a file there instead
+    _second_output_fails(tmp_path, capsys, ["trace", CASE, *second], f"{second[1]}: --png: cannot be written",
+                         "cannot create a file in the directory")
+
+
+@pytest.mark.parametrize("option", ["--plot", "--pareto", "--results", "--emit-case"])
+def test_search_checks_every_destination_for_real_before_the_search(tmp_path, capsys, monkeypatch, option):
+    import harness.commands.search as search_command
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the search started before its outputs were checked")
+
+    monkeypatch.setattr(search_command, "search_problem", refuse)
+    _second_output_fails(tmp_path, capsys, [*SEARCH, option, "/proc/s.out"], f"/proc/s.out: {option}: cannot be "
+                         "written", "cannot create a file in the directory /proc")
+
+
+def test_report_commands_check_their_plot_directory_for_real(tmp_path, capsys, no_work):
+    _second_output_fails(tmp_path, capsys, ["calibrate", "--plots", "/proc/plots"], "/proc/plots: --plots",
+                         "cannot create a file in the directory /proc")
+    _second_output_fails(tmp_path, capsys, ["calibrate", "--plots", "/sys"], "/sys: --plots", "cannot create a file")
+
+
+@pytest.fixture
+def unchecked(monkeypatch):
+    """The up-front check as it was (os.access only, always true for root): a destination the check passes but
+    the write refuses, so that what a failed write late in the run leaves is seen."""
+    monkeypatch.setattr(outputs, "_probe", lambda *args: None)
+
+
+def test_a_failed_png_leaves_the_trace_as_it_was(tmp_path, capsys, unchecked):
+    err = _second_output_fails(tmp_path, capsys, ["trace", CASE, "--png", "/proc/x.png"], "/proc/x.png: --png",
+                               "cannot write")
+    assert err.count("error:") == 1
+
+
+@pytest.mark.parametrize("option", ["--plot", "--pareto", "--emit-case"])
+def test_a_failed_search_output_leaves_every_other_output_as_it_was(tmp_path, capsys, unchecked, option):
+    results, pareto = tmp_path / "r.parquet", tmp_path / "p.json"
+    results.write_bytes(b"OLD RESULTS")
+    argv = [*SEARCH, "--results", results, option, "/proc/s.out"]
+    if option != "--pareto":
+        pareto.write_bytes(b"OLD PARETO")
+        argv += ["--pareto", pareto]
+    _second_output_fails(tmp_path, capsys, argv, f"/proc/s.out: {option}", "cannot write")
+    assert results.read_bytes() == b"OLD RESULTS" and (option == "--pareto" or pareto.read_bytes() == b"OLD PARETO")
+
+
+def test_outputs_committed_together_are_put_in_place_together_or_not_at_all(tmp_path):
+    a, b, new = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "new.json"
+    a.write_text("old a")
+    b.write_text("old b")
+    with pytest.raises(RuntimeError):
+        with outputs.committed_together():
+            outputs.write_text(a, "new a")
+            assert a.read_text() == "old a"  # complete, not yet in place
+            outputs.write_text(new, "new", exclusive=True)
+            raise RuntimeError("the second output failed")
+    assert (a.read_text(), b.read_text(), new.exists()) == ("old a", "old b", False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "b.json"]
+    with outputs.committed_together():
+        outputs.write_text(a, "new a")
+        with outputs.committed_together():  # nested: belongs to the outer block
+            outputs.write_text(b, "new b")
+        assert b.read_text() == "old b"
+    assert (a.read_text(), b.read_text()) == ("new a", "new b")
+    b.write_text("old b")
+    with pytest.raises(InputError, match="exists"):  # an exclusive output that appeared meanwhile refuses the lot
+        with outputs.committed_together():
+            outputs.write_text(a, "newer a")
+            outputs.write_text(new, "new", exclusive=True)
+            outputs.write_text(b, "x", exclusive=True)
+    assert (a.read_text(), b.read_text(), new.exists()) == ("new a", "old b", False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "b.json"]

@@ -218,3 +218,51 @@ def test_oracle_search_record_says_no_feasible_execution_first_and_exits_1(tmp_p
     assert lines[0].startswith("Calculon's search found NO FEASIBLE EXECUTION of ") and "8 bad of 8" in lines[0]
     assert lines[0].endswith("(exit status 1)") and lines[1].startswith("wrote Calculon's search (8 executions")
     assert json.loads((vendor / "search" / "empty.json").read_text())["top"] == []
+
+
+FP8_CASE = """schema: blueprinting.case.v0
+id: fp8-test
+system: SYSTEM
+model: {hidden: 4096, feedforward: 14336, sequence_length: 4096, attention_heads: 32, head_size: 128, blocks: 4,
+        kv_heads: 8, mlp: swiglu, norm: rmsnorm, position: rope}
+execution:
+  tensor_parallel: 2
+  pipeline_parallel: 1
+  data_parallel: 4
+  global_batch: 32
+  microbatch: 1
+  datatype: bfloat16
+  attention_kernel: flash
+  network_tiers: {tensor: 0, pipeline: 0, data: 0}
+  precision: PRECISION
+"""
+
+
+@pytest.mark.parametrize("precision", ["fp8_delayed", "mxfp8", "nvfp4"])
+def test_a_precision_without_its_gemm_engine_names_the_case_and_the_field(tmp_path, capsys, precision):
+    gemm = "float4" if precision == "nvfp4" else "float8"
+    path = tmp_path / "fp8.yaml"
+    path.write_text(FP8_CASE.replace("SYSTEM", "a100_sxm_80g").replace("PRECISION", precision))
+    needles = (f"{path}: execution.precision: precision {precision} runs the linear GEMMs in {gemm}",
+               f"evidence profile a100_sxm_80g has no {gemm} matrix engine", "its matrix datatypes: ")
+    one_error_line(*run_cli(capsys, "estimate", path)[::2], *needles)
+    one_error_line(*run_cli(capsys, "explain", path)[::2], *needles)
+    one_error_line(*run_cli(capsys, "trace", path, "--output", tmp_path / "t.json")[::2], *needles)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fp8.yaml"]
+    # the same case on another profile: --system names the profile, the error still the case and field
+    on_b200 = tmp_path / "b200.yaml"
+    on_b200.write_text(FP8_CASE.replace("SYSTEM", "b200").replace("PRECISION", precision))
+    one_error_line(*run_cli(capsys, "estimate", on_b200, "--system", "a100_sxm_80g")[::2],
+                   f"{on_b200}: execution.precision:", f"evidence profile a100_sxm_80g has no {gemm} matrix engine")
+    status, out, err = run_cli(capsys, "estimate", on_b200)
+    assert status == 0 and err == "" and "fp8-test" in out
+
+
+def test_the_precision_check_is_the_estimate_paths_own(tmp_path):
+    from harness.errors import InputError
+
+    path = tmp_path / "fp8.yaml"
+    path.write_text(FP8_CASE.replace("SYSTEM", "a100_sxm_80g").replace("PRECISION", "fp8_current"))
+    with pytest.raises(InputError) as caught:
+        estimate(load_case(path).estimate_input(), source="mine")
+    assert (caught.value.source, caught.value.field) == ("mine", "execution.precision")

@@ -31,8 +31,8 @@ VENDOR = ROOT / "vendor" / "calculon-0.1.0"
 SLOW_WRITER = """
 import sys, time
 import harness.oracles.record as record
-digest = record.sha256_file
-record.sha256_file = lambda path: (time.sleep(1.0), digest(path))[1]
+write = record.write_json  # slowed inside the vendor lock: the two writers overlap unless the lock holds
+record.write_json = lambda path, data: (time.sleep(1.0), write(path, data))[1]
 from harness.cli import main
 sys.exit(main(sys.argv[1:]))
 """

@@ -138,3 +138,41 @@ def test_the_portable_columns_are_the_terms_not_marked_concrete_only():
     assert [n for n in MEMORY_FIGURES if n not in TIER1_MEMORY_FIGURES] == ["tier2_total"]
     grown = Vocabulary("example", Term("a", "A."), Term("late", "Late.", concrete_only=True), Term("b", "B."))
     assert grown.portable() == ("a", "b") and tuple(grown) == ("a", "late", "b")
+
+
+@pytest.mark.parametrize("call, field, message", [
+    (lambda h, data: h.estimate_input(None), "data", "must be an EstimateInput"),
+    (lambda h, data: h.estimate_input(data.model_dump(exclude_none=True)), "data", "got dict"),
+    (lambda h, data: h.estimate_input("cases/megatron-22B_full.yaml"), "data", "harness.load_case(path)"),
+    (lambda h, data: h.estimate_input(data, views=("bogus",)), "views[0]", "'bogus' is not a cost view"),
+    (lambda h, data: h.estimate_input(data, views=("peak_only", 3)), "views[1]", "3 is not a cost view"),
+    (lambda h, data: h.estimate_input(data, views="peak_only"), "views", "a tuple of one: views=('peak_only',)"),
+    (lambda h, data: h.estimate_input(data, views=None), "views", "got NoneType"),
+    (lambda h, data: h.estimate_input(data, evidence_dir=5), "evidence_dir", "a directory path"),
+    (lambda h, data: h.load_case(None), "path", "must be a case file's path (str or os.PathLike), got NoneType"),
+    (lambda h, data: h.load_case(5), "path", "got int"),
+])
+def test_the_public_api_refuses_arguments_of_the_wrong_type_with_its_own_error(call, field, message):
+    import harness
+    from harness.errors import InputError
+
+    data = harness.load_case(CASES_DIR / "megatron-22B_full.yaml").estimate_input()
+    with pytest.raises(InputError) as caught:
+        call(harness, data)
+    error = caught.value
+    assert (error.source, error.field) == ("<input>", field) and message in error.message, str(error)
+    assert str(error).startswith(f"<input>: {field}: ") and "\n" not in str(error)
+
+
+def test_the_public_api_takes_view_names_and_names_its_source():
+    import harness
+    from harness.cost.views import COST_VIEWS
+    from harness.errors import InputError
+
+    data = harness.load_case(CASES_DIR / "megatron-22B_full.yaml").estimate_input()
+    by_name = harness.estimate_input(data, views=["peak_only"])
+    by_view = harness.estimate_input(data, views=(COST_VIEWS["peak_only"],))
+    assert list(by_name.views) == ["peak_only"] and by_name == by_view
+    assert harness.estimate_input(data, views=tuple(VIEWS)) == harness.estimate_input(data)
+    with pytest.raises(InputError, match=r"^mine: views: "):
+        harness.estimate_input(data, views=None, source="mine")

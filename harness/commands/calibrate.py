@@ -45,7 +45,7 @@ def run(args) -> int:
     from harness.experiment.run import run_experiment
     from harness.experiment.tables import print_report
     from harness.oracles.calculon_oracle import LiveCalculon, RecordedCalculon
-    from harness.outputs import check_output, check_output_dir, data_files, write_text
+    from harness.outputs import check_output, check_output_dir, committed_together, data_files, write_text
     from harness.report.plots import PLOT_FILES
 
     cases = args.cases or locations.current().cases_dir()
@@ -66,17 +66,20 @@ def run(args) -> int:
     for name in compare:
         load_profile(name, referrer="<command line>", field="--compare")  # fails here, before the experiment
     report = run_experiment(cases, oracle, compare=compare)
-    write_text(args.output, report.to_json() + "\n")
+    plots = []
+    with committed_together():  # the report and every plot, or none (harness.outputs)
+        write_text(args.output, report.to_json() + "\n")
+        if args.plots:
+            from harness.experiment.plots import write_report_plots
+
+            plots = write_report_plots(report, args.plots)
     infeasible = infeasible_lines(report)
     for line in infeasible:
         print(line)
     print_report(report)
     print(f"report: {args.output}")
-    if args.plots:
-        from harness.experiment.plots import write_report_plots
-
-        for path in write_report_plots(report, args.plots):
-            print(f"plot: {path}")
+    for path in plots:
+        print(f"plot: {path}")
     if infeasible:
         return report_infeasible(len(infeasible), len(report.cases) + sum(len(c.cases) for c in report.comparisons))
     return 1 if report.violations else 0

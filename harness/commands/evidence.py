@@ -259,7 +259,7 @@ def run_import_nccl(args) -> int:
     from harness.measurements.corpus import CorpusHeader, write_corpus
     from harness.measurements.nccl_tests import combined_sweeps, parse_nccl_tests, sweep_curve, sweep_ids, with_sweeps
     from harness.ir.model import MAX_TIER
-    from harness.outputs import check_output, write_text
+    from harness.outputs import check_output, committed_together, write_text
 
     if not 0 <= args.tier <= MAX_TIER:
         raise InputError("<command line>", "--tier", f"must be a network tier index in [0, {MAX_TIER}], got "
@@ -307,7 +307,11 @@ def run_import_nccl(args) -> int:
             "description": f"{base.name} with measured {', '.join(collectives)} curves on tier {args.tier}",
             "provenance": f"{base.provenance}; tier {args.tier} {', '.join(collectives)} curves from nccl-tests "
                           f"tables ({', '.join(s.id for s in combined)}) by 'harness evidence import nccl-tests'"})
-    write_corpus(args.output, header, sweeps)  # the tables as measured (repeated runs are combined by their users)
+    with committed_together():  # the corpus and the profile, or neither (harness.outputs)
+        write_corpus(args.output, header, sweeps)  # as measured (repeated runs are combined by their users)
+        if base is not None:
+            write_text(args.profile_output, dump_profile(profile), option="--profile-output",
+                       replaces_data=("evidence",), exclusive=not args.replace)
     print(f"{len(sweeps)} collective sweeps -> {args.output}")
     if base is not None:
         for sweep, curve in zip(combined, curves):
@@ -315,8 +319,6 @@ def run_import_nccl(args) -> int:
             print(f"  {sweep.id}: {sweep.collective}, {sweep.participants} participants, {len(curve.points)} points, "
                   f"efficiency {min(effs):.3f} .. {max(effs):.3f} of "
                   f"{base.networks[args.tier].bandwidth_bytes_per_s:g} B/s")
-        write_text(args.profile_output, dump_profile(profile), option="--profile-output", replaces_data=("evidence",),
-                   exclusive=not args.replace)
         print(f"profile {profile.name} (revision {profile.revision()[:12]}) -> {args.profile_output}")
     return 0
 
@@ -411,7 +413,7 @@ def _fit_megatron_core(args) -> int:
 
 def run_modern_report(args) -> int:
     from harness.measurements.runs_report import print_modern_report, modern_report, write_modern_plots
-    from harness.outputs import check_output, check_output_dir, write_text
+    from harness.outputs import check_output, check_output_dir, committed_together, write_text
 
     for name in args.profiles:
         _profile_input(name, "--profiles")
@@ -419,12 +421,13 @@ def run_modern_report(args) -> int:
     if args.plots:
         check_output_dir(args.plots, option="--plots", inputs=[args.corpora])
     report = modern_report(args.profiles, args.corpora, progress=lambda m: print(m, flush=True))
-    write_text(args.output, json.dumps(report, indent=1, allow_nan=False) + "\n")
+    with committed_together():  # the report and the plots, or none (harness.outputs)
+        write_text(args.output, json.dumps(report, indent=1, allow_nan=False) + "\n")
+        plots = write_modern_plots(report, args.plots) if args.plots else []
     print_modern_report(report)
     print(f"report: {args.output}")
-    if args.plots:
-        for path in write_modern_plots(report, args.plots):
-            print(f"plot: {path}")
+    for path in plots:
+        print(f"plot: {path}")
     return 1 if report["violations"] else 0
 
 
@@ -461,7 +464,7 @@ def run_report(args) -> int:
     from harness.measurements.experiment import load_inputs, run_report as build
     from harness.measurements.fit import FitRefused
     from harness.measurements.tables import print_measured_report
-    from harness.outputs import check_output, check_output_dir, write_text
+    from harness.outputs import check_output, check_output_dir, committed_together, write_text
 
     _profile_input(args.base, "--base")
     _profile_input(args.profile, "--profile")
@@ -477,12 +480,15 @@ def run_report(args) -> int:
                        progress=lambda m: print(m, flush=True))  # stdout: stderr holds errors only
     except FitRefused as refused:
         return _refused(refused)
-    write_text(args.output, json.dumps(report, indent=1, allow_nan=False) + "\n")
+    plots = []
+    with committed_together():  # the report and the plots, or none (harness.outputs)
+        write_text(args.output, json.dumps(report, indent=1, allow_nan=False) + "\n")
+        if args.plots:
+            from harness.measurements.plots import write_measured_plots
+
+            plots = write_measured_plots(report, args.plots)
     print_measured_report(report)
     print(f"report: {args.output}")
-    if args.plots:
-        from harness.measurements.plots import write_measured_plots
-
-        for path in write_measured_plots(report, args.plots):
-            print(f"plot: {path}")
+    for path in plots:
+        print(f"plot: {path}")
     return 1 if report["violations"] else 0

@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 
 from harness.commands.case_arguments import INFEASIBLE_STATUS
-from harness.outputs import check_output, data_files, write_text
+from harness.outputs import check_output, committed_together, data_files, write_text
 from harness.search.output import ParquetRows, entries_json
 from harness.search.request import check_workers, search_problem
 from harness.search.results import EXTENSION_COLUMNS
@@ -126,31 +126,33 @@ def run(args) -> int:
         state["pruned"] = state.get("pruned", 0) + counts.pruned
         progress.update(state["task"], advance=counts.executions, pruned=state["pruned"])
 
-    with contextlib.ExitStack() as stack:
-        if parquet is not None:
-            stack.enter_context(parquet)
-        try:
-            result = run_search(problem, workers=args.workers, scheduler=args.scheduler,
-                                on_rows=parquet.write if parquet else None, on_progress=on_progress,
-                                on_start=on_start)
-            progress.update(state["task"], total=result.counts.executions)
-        finally:
-            progress.stop()
-    text = entries_json(result.best, evidence)
-    if args.output is None:
-        sys.stdout.write(text)
-    else:
-        write_text(args.output, text, option="--output")
-    if args.pareto is not None:
-        write_text(args.pareto, entries_json(result.frontier, evidence), option="--pareto")
-    if args.plot is not None:
-        from harness.search.pareto import write_plot
-        rates, memory = result.points if result.points is not None else (None, None)
-        title = (f"{args.model.name}: {args.procs} processors, batch <= {args.max_batch}, {args.datatype}, "
-                 f"{profile.name} (evidence {evidence['revision'][:12]})")
-        write_plot(args.plot, rates, memory, result.frontier, result.best, profile.memory_tier1.capacity_bytes, title)
-    if args.emit_case is not None and result.best:
-        write_text(args.emit_case, best_case_text(args, problem, result.best[0]), option="--emit-case")
+    with committed_together():  # every output file, or none (harness.outputs)
+        with contextlib.ExitStack() as stack:
+            if parquet is not None:
+                stack.enter_context(parquet)
+            try:
+                result = run_search(problem, workers=args.workers, scheduler=args.scheduler,
+                                    on_rows=parquet.write if parquet else None, on_progress=on_progress,
+                                    on_start=on_start)
+                progress.update(state["task"], total=result.counts.executions)
+            finally:
+                progress.stop()
+        text = entries_json(result.best, evidence)
+        if args.output is None:
+            sys.stdout.write(text)
+        else:
+            write_text(args.output, text, option="--output")
+        if args.pareto is not None:
+            write_text(args.pareto, entries_json(result.frontier, evidence), option="--pareto")
+        if args.plot is not None:
+            from harness.search.pareto import write_plot
+            rates, memory = result.points if result.points is not None else (None, None)
+            title = (f"{args.model.name}: {args.procs} processors, batch <= {args.max_batch}, {args.datatype}, "
+                     f"{profile.name} (evidence {evidence['revision'][:12]})")
+            write_plot(args.plot, rates, memory, result.frontier, result.best, profile.memory_tier1.capacity_bytes,
+                       title)
+        if args.emit_case is not None and result.best:
+            write_text(args.emit_case, best_case_text(args, problem, result.best[0]), option="--emit-case")
     _summary(args, problem, result, evidence, parquet)
     return 0 if result.best else INFEASIBLE_STATUS
 

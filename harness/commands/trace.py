@@ -33,7 +33,7 @@ from harness.cost.views import COST_VIEWS
 from harness.errors import InputError
 from harness.estimate import check_tiers, estimate
 from harness.evidence.profile import load_profile
-from harness.outputs import check_output, data_files
+from harness.outputs import check_output, committed_together, data_files
 from harness.pipeline import lower
 from harness.trace import MAX_TRACE_OPERATIONS, Trace, trace_lowering, write_trace
 from harness.vocabulary import SYSTEM_EVIDENCE, VIEWS
@@ -76,13 +76,13 @@ def run(args) -> int:
     lowering = lower(data, args.case)
     trace = trace_lowering(lowering, profile, COST_VIEWS[args.view], task_microbatches=args.task_microbatches,
                            label=case.id, source=args.case, max_operations=args.max_operations)
-    write_trace(trace.doc, args.output)
+    with committed_together():  # the trace and the PNG, or neither (harness.outputs)
+        write_trace(trace.doc, args.output)
+        if args.png:
+            _write_png(args, case, trace)
     if trace.schedule is not None:
         return _report_queues(args, case, trace) or report_infeasible(infeasible, 1)
     sim, doc = trace.simulation, trace.doc
-    if args.png:
-        from harness.report.gantt import write_gantt
-        write_gantt(sim, args.png, title=f"{case.id} ({args.view})")
     ops = sum(len(stage) for stage in sim.ops)
     print(f"{case.id} {args.view}: {sim.pipeline_parallel} stages, {ops} operations, {len(doc['traceEvents'])} events "
           f"-> {args.output}" + (f", {args.png}" if args.png else ""))
@@ -93,15 +93,22 @@ def run(args) -> int:
     return report_infeasible(infeasible, 1)
 
 
+def _write_png(args, case, trace: Trace) -> None:
+    """The Gantt PNG: of the simulation, or of a queue trace's physical schedule (see the module rules)."""
+    from harness.report.gantt import queue_rows, write_gantt
+
+    if trace.schedule is None:
+        write_gantt(trace.simulation, args.png, title=f"{case.id} ({args.view})")
+        return
+    rows = queue_rows(trace.schedule.events, [q.name for q in trace.concrete.queues])
+    write_gantt(trace.drawn(), args.png, title=f"{case.id} ({args.view}, physical schedule)", queues=rows,
+                queues_note=f" as the trace records them: its first {args.task_microbatches} microbatch(es) "
+                            f"and its step")
+
+
 def _report_queues(args, case, trace: Trace) -> int:
-    """The PNG and the summary of a queue trace (a layout with TP/DP overlap or offload; see the module rules)."""
+    """The summary of a queue trace (a layout with TP/DP overlap or offload; see the module rules)."""
     schedule, other = trace.schedule, trace.doc["otherData"]
-    if args.png:
-        from harness.report.gantt import queue_rows, write_gantt
-        rows = queue_rows(schedule.events, [q.name for q in trace.concrete.queues])
-        write_gantt(trace.drawn(), args.png, title=f"{case.id} ({args.view}, physical schedule)", queues=rows,
-                    queues_note=f" as the trace records them: its first {args.task_microbatches} microbatch(es) "
-                                f"and its step")
     print(f"{case.id} {args.view}: {trace.concrete.schedule.pipeline_parallel} stages, {len(schedule.ops)} operations, "
           f"{len(trace.doc['traceEvents'])} events -> {args.output}" + (f", {args.png}" if args.png else ""))
     print(f"  physical schedule {other['total_s']:.6f} s; the estimate (calculon-0.1.0) {other['calculon_total_s']:.6f} s")

@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Iterable
 
 from harness.cases import EstimateInput
-from harness.digest import sha256_file
 from harness.errors import InputError
 from harness.evidence.calculon_export import calculon_system
 from harness.evidence.profile import load_profile
@@ -45,7 +44,7 @@ from harness.oracles.records import (
     write_json,
 )
 from harness.oracles.runner import CALCULON_VERSION, DIGEST_RULE, CalculonRunner
-from harness.outputs import write_text
+from harness.outputs import committed_together, write_text
 
 try:  # POSIX; elsewhere writers are not serialised
     import fcntl
@@ -149,9 +148,9 @@ def write_vendored(identity: OracleIdentity, relative: str, data: dict, vendor: 
             old = load_manifest(vendor)
             if old.oracle == identity:
                 files = dict(old.files)
-        write_json(path, data)
-        files[relative] = sha256_file(path)
-        write_text(manifest_path, json.dumps(
-            {"schema": MANIFEST_SCHEMA, "oracle": identity.model_dump(), "files": dict(sorted(files.items()))},
-            indent=1, sort_keys=True) + "\n", option="--vendor", replaces_data=("vendor",))
+        with committed_together():  # the record file and the manifest that lists it, or neither
+            files[relative] = write_json(path, data)
+            write_text(manifest_path, json.dumps(
+                {"schema": MANIFEST_SCHEMA, "oracle": identity.model_dump(), "files": dict(sorted(files.items()))},
+                indent=1, sort_keys=True) + "\n", option="--vendor", replaces_data=("vendor",))
     return path

@@ -15,6 +15,7 @@ that differs from the manifest's, or a requested record that is missing is an
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from pathlib import Path
@@ -131,11 +132,15 @@ def read_json(path: Path) -> Any:
         raise OracleRecordError(str(error)) from None
 
 
-def write_json(path: Path, data: Any) -> None:
+def write_json(path: Path, data: Any) -> str:
     """Write compact, sorted, strict JSON atomically (gzip-compressed with a fixed header for ``.gz``): a
-    vendored record file (vendored records are this writer's data, :mod:`harness.outputs`)."""
+    vendored record file (vendored records are this writer's data, :mod:`harness.outputs`). Returns the SHA-256
+    of the written bytes (known before the file is in place: :func:`harness.outputs.committed_together`)."""
     text = json.dumps(data, indent=None, sort_keys=True, separators=(",", ":"), allow_nan=False) + "\n"
-    outputs.write_bytes(path, text.encode("utf-8"), option="--output", replaces_data=("vendor",))
+    blob = outputs.file_bytes(path, text.encode("utf-8"))
+    with outputs.atomic_output(path, "wb", option="--output", replaces_data=("vendor",)) as handle:
+        handle.write(blob)
+    return hashlib.sha256(blob).hexdigest()
 
 
 def vendor_dir(vendor: Path | None = None) -> Path:
