@@ -164,3 +164,26 @@ def test_calibrate_command_writes_report_and_plots(tmp_path, capsys):
             assert row["system_evidence_total_s"] == total.views["system_evidence"].total_s
             assert row["error_pct"] == pytest.approx(100 * (row["system_evidence_total_s"] - row["paper_s"])
                                                      / row["paper_s"], rel=1e-12)
+
+
+def test_a_case_without_a_vendored_record_is_its_own_files_error(tmp_path, capsys):
+    """``calibrate`` / ``contract check`` of a case whose record was never vendored: one line naming the case
+    file and the field that names the record (``id``, or ``comparison.oracle_record`` when it is given), not only
+    the records directory."""
+    from conftest import one_error_line, run_cli
+
+    cases = tmp_path / "cases"
+    cases.mkdir()
+    text = (CASES_DIR / "gpt3-175B_full.yaml").read_text()
+    document = yaml.safe_load(text)
+    document["id"] = "mine/unrecorded"
+    document["comparison"] = {}
+    (cases / "mine.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
+    output = tmp_path / "cal.json"
+    err = one_error_line(*run_cli(capsys, "calibrate", "--cases", cases, "--output", output)[::2],
+                         f"{cases / 'mine.yaml'}: id: ", "no vendored record 'mine/unrecorded'")
+    assert "harness oracle record --cases" in err and not output.exists()
+    document["comparison"] = {"oracle_record": "mine/absent"}
+    (cases / "mine.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
+    one_error_line(*run_cli(capsys, "calibrate", "--cases", cases, "--output", output)[::2],
+                   f"{cases / 'mine.yaml'}: comparison.oracle_record: ", "no vendored record 'mine/absent'")

@@ -16,6 +16,7 @@ from typing import Any
 from harness import __version__, locations
 from harness.cases import CaseFile, load_case_files
 from harness.digest import digest_data, sha256_file
+from harness.errors import InputError, OracleRecordError
 from harness.estimate import Estimate, estimate_lowering, check_tiers
 from harness.evidence.profile import load_profile, profile_path
 from harness.experiment.isolation import POLICY, ComparisonGate
@@ -98,7 +99,12 @@ def _compare_case(path: Path, case: CaseFile, lowering, est: Estimate, attributi
     """Phase 2: release the comparison section and compare."""
     comparison = gate.open(case)
     data = case.estimate_input()
-    records = oracle.views(comparison.oracle_record or case.id, data)
+    try:
+        records = oracle.views(comparison.oracle_record or case.id, data)
+    except OracleRecordError as error:  # the case names the record: its file and field, what the user edits
+        field = "comparison.oracle_record" if comparison.oracle_record else "id"
+        raise InputError(str(path), field, f"{error} (record it with `harness oracle record --cases DIR`, or "
+                                           "name a vendored record in comparison.oracle_record)") from None
     parity, calculon = {}, {}
     for view in VIEWS:
         rec = records[view]
