@@ -193,3 +193,13 @@ def test_explain_bad_case_is_one_line_error(tmp_path, capsys):
     assert main(["explain", str(bad)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and str(bad) in err and "required field is missing" in err
+
+
+def test_view_without_by_task_is_refused_not_ignored(capsys):
+    """``--view`` selects the view of ``--by-task``; alone it would be silently ignored (both views printed)."""
+    from conftest import one_error_line, run_cli
+
+    one_error_line(*run_cli(capsys, "explain", "megatron-22B_full", "--view", "peak_only")[::2],
+                   "<command line>: --view: is for --by-task")
+    status, out, _ = run_cli(capsys, "explain", "megatron-22B_full", "--by-task", "--view", "peak_only")
+    assert status == 0 and "peak_only" in out and "system_evidence" not in out

@@ -21,6 +21,7 @@ from typing import Any
 from harness.commands.case_arguments import add_case_arguments, infeasible_line, load_case_argument, \
     report_infeasible
 from harness.cost.views import COST_VIEWS
+from harness.errors import InputError
 from harness.estimate import DEFAULT_VIEWS, estimate
 from harness.explain import Attribution, ViewTasks, explain_input
 from harness.vocabulary import CURVE_FAMILIES, VIEWS
@@ -84,6 +85,8 @@ def print_by_task(case_id: str, views: tuple[ViewTasks, ...]) -> None:
 
 
 def run(args) -> int:
+    if args.view and not args.by_task:  # the attribution explains both views against each other
+        raise InputError("<command line>", "--view", "is for --by-task (the attribution compares both views)")
     results, feasibility = [], []
     for argument in args.cases:
         path, case = load_case_argument(argument, args.system)
