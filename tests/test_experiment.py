@@ -187,3 +187,12 @@ def test_a_case_without_a_vendored_record_is_its_own_files_error(tmp_path, capsy
     (cases / "mine.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
     one_error_line(*run_cli(capsys, "calibrate", "--cases", cases, "--output", output)[::2],
                    f"{cases / 'mine.yaml'}: comparison.oracle_record: ", "no vendored record 'mine/absent'")
+
+
+def test_calculon_src_without_the_live_oracle_is_refused_not_ignored(tmp_path, capsys):
+    from conftest import one_error_line, run_cli
+
+    output = tmp_path / "cal.json"
+    one_error_line(*run_cli(capsys, "calibrate", "--output", output, "--calculon-src", tmp_path / "nowhere")[::2],
+                   "<command line>: --calculon-src: is for --oracle live")
+    assert not output.exists()

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from harness import locations
 from harness.commands.case_arguments import report_infeasible
-from harness.errors import HarnessError
+from harness.errors import HarnessError, InputError
 
 #: The profiles ``--compare`` reports by default: the measured revision (fitted on Megatron-DeepSpeed runs) and its
 #: variant for a stack that fuses the weight-gradient accumulation (Megatron-LM, whose runs Table 5 is).
@@ -61,6 +61,9 @@ def run(args) -> int:
             raise HarnessError("--oracle live needs --calculon-src PATH (a Calculon 0.1.0 checkout)")
         oracle = LiveCalculon(args.calculon_src)
     else:
+        if args.calculon_src is not None:  # it would be ignored: the recorded oracle reads the vendored records
+            raise InputError("<command line>", "--calculon-src", "is for --oracle live (the default, --oracle "
+                                                                 "recorded, reads the vendored records)")
         oracle = RecordedCalculon()
     compare = tuple(check_profile_name(name, "<command line>", "--compare") for name in args.compare)
     for name in compare:
