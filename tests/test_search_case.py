@@ -60,3 +60,31 @@ def test_the_default_worker_count_follows_the_size_of_the_space(tmp_path, capsys
     status, _, err = run_cli(capsys, "search", "--model", model, "--system", "a100_80g", "--procs", 2,
                              "--max-batch", 2, "--datatype", "float16", "--no-progress")
     assert status == 0 and "(in-process)" in err
+
+
+def test_what_the_search_does_not_apply_is_noted(tmp_path, capsys):
+    """A case file as the model: its execution section is not searched, and ``--precision all`` on float16 tries
+    no recipe: both said on stderr (the search used to drop them without a word); a model JSON says neither."""
+    import yaml
+
+    from conftest import CASES_DIR
+
+    case_file = tmp_path / "case.yaml"
+    document = yaml.safe_load((CASES_DIR / "megatron-22B_full.yaml").read_text())
+    document["model"] = {**document["model"], "hidden": 1024, "feedforward": 4096, "attention_heads": 16,
+                         "head_size": 64, "blocks": 4, "sequence_length": 512}
+    case_file.write_text(yaml.safe_dump(document, sort_keys=False))
+    argv = ("search", "--system", "a100_80g", "--procs", 2, "--max-batch", 2, "--datatype", "float16", "--workers",
+            1, "--no-progress", "--output", tmp_path / "top.json")
+    status, _, err = run_cli(capsys, *argv, "--model", case_file, "--precision", "all")
+    notes = [line for line in err.splitlines() if line.startswith("note: ")]
+    assert status == 0 and len(notes) == 2, err
+    assert notes[0].startswith(f"note: {case_file}: the search takes the case's model section only; its execution "
+                               "section (")
+    assert notes[1] == ("note: --precision all: no quantizing recipe runs with --datatype float16 on a100_80g (a "
+                        "recipe needs bfloat16 and a float8 or float4 matrix engine): every layout is priced in "
+                        "float16")
+    model = tmp_path / "small.json"
+    model.write_text(json.dumps(SMALL_JSON))
+    status, _, err = run_cli(capsys, *argv, "--model", model)
+    assert status == 0 and "note: " not in err

@@ -27,6 +27,7 @@ import sys
 from pathlib import Path
 
 from harness.commands.case_arguments import INFEASIBLE_STATUS
+from harness.inputs import read_yaml
 from harness.outputs import check_output, committed_together, data_files, write_text
 from harness.search.output import ParquetRows, entries_json
 from harness.search.request import check_workers, search_problem
@@ -217,6 +218,22 @@ def near_duplicate_groups(best: list) -> list[list[int]]:
     return list(groups.values())
 
 
+def search_notes(args, problem) -> list[str]:
+    """What the request asked for that the search does not do, said rather than silently dropped: a case file's
+    execution section (the search takes its model section) and ``--precision all`` with no recipe to try."""
+    notes = []
+    if Path(args.model).suffix != ".json":
+        document = read_yaml(args.model).data
+        if isinstance(document, dict) and document.get("execution"):
+            notes.append(f"{args.model}: the search takes the case's model section only; its execution section "
+                         f"({', '.join(sorted(document['execution']))[:120]}) is not applied to the searched layouts")
+    if args.precision == "all" and tuple(problem.options.precisions) == (None,):
+        notes.append(f"--precision all: no quantizing recipe runs with --datatype {problem.datatype} on "
+                     f"{problem.profile.name} (a recipe needs bfloat16 and a float8 or float4 matrix engine): "
+                     f"every layout is priced in {problem.datatype}")
+    return notes
+
+
 def _summary(args, problem, result, evidence, parquet) -> None:
     c = result.counts
     say = lambda text: print(text, file=sys.stderr)  # noqa: E731
@@ -226,6 +243,8 @@ def _summary(args, problem, result, evidence, parquet) -> None:
             f"{c.executions:,} executions; the outputs are empty" + (", no case written (--emit-case)"
                                                                    if args.emit_case is not None else "")
             + f" (exit status {INFEASIBLE_STATUS})")
+    for note in search_notes(args, problem):
+        say(f"note: {note}")
     say(f"search: {args.model} on {evidence['profile']} (evidence revision {evidence['revision']}), "
         f"{problem.processors} processors, batch <= {problem.max_batch}, {problem.datatype}")
     say(f"space: {result.groups:,} groups, {c.executions:,} executions: {c.feasible:,} feasible "
