@@ -199,7 +199,7 @@ def test_full_recomputation_clones_the_latent_tasks_and_resends_the_gather():
 @pytest.mark.parametrize("shape, mla, execution, field, message", [
     ({"head_size": 32}, {}, {}, "model.head_size", "32 differs from mla.qk_nope_head_dim"),
     ({"kv_heads": 2}, {}, {}, "model.kv_heads", "gives every head its own key and value"),
-    ({}, {}, {"attention": "multiquery"}, "model.kv_heads", "gives every head its own key and value"),
+    ({}, {}, {"attention": "multiquery"}, "execution.attention", "gives every head its own key and value"),
 ])
 def test_contradictions_are_one_line_errors(shape, mla, execution, field, message):
     with pytest.raises(InputError, match=f"c.yaml: {field}: .*{message}"):

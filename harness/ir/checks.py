@@ -146,8 +146,11 @@ def latent_attention_problems(s: TransformerShape, e: ExecutionLayout) -> list[P
         problems.append(("model.head_size", f"{s.head_size} differs from mla.qk_nope_head_dim + mla.qk_rope_head_dim "
                                             f"= {s.mla.qk_head_dim}, the query/key head width of latent attention"))
     if (s.kv_heads is not None and s.kv_heads != s.attention_heads) or e.attention == "multiquery":
-        problems.append(("model.kv_heads", "multi-head latent attention (model.mla) gives every head its own key and "
-                                           "value: no kv_heads other than attention_heads, no multiquery"))
+        # the field the case sets: kv_heads when it states other heads, else the layout's multiquery
+        field = "model.kv_heads" if s.kv_heads is not None and s.kv_heads != s.attention_heads else \
+            "execution.attention"
+        problems.append((field, "multi-head latent attention (model.mla) gives every head its own key and "
+                                "value: no kv_heads other than attention_heads, no multiquery"))
     return problems
 
 
