@@ -489,9 +489,9 @@ def test_a_case_format_error_names_the_config_field(capsys, tmp_path, config, fi
 
 
 def test_a_layout_error_no_config_field_caused_still_names_the_execution_file(capsys, tmp_path):
-    """DeepSeek's latent attention sets no kv_heads: multiquery is the execution section's choice."""
+    """DeepSeek's latent attention sets no kv_heads: multiquery is the execution section's choice, and its field."""
     status, err, out, _ = _import(capsys, tmp_path, NO_MTP, execution={**FEASIBLE_EXEC, "attention": "multiquery"})
-    one_error_line(status, err, f"error: {tmp_path / 'exec.yaml'}: model.kv_heads: multi-head latent attention")
+    one_error_line(status, err, f"error: {tmp_path / 'exec.yaml'}: execution.attention: multi-head latent attention")
 
 
 def test_an_expert_field_of_a_dense_family_is_noted_not_half_a_moe_section():
