@@ -755,6 +755,12 @@ _BOUND_ERRORS = {"greater_than", "greater_than_equal", "less_than", "less_than_e
 _LONG_NUMBER = re.compile(r"(?<![\w.])\d{16,}(?:\.\d+)?(?![\w.])")
 
 
+def quoted(text: str) -> str:
+    """``text`` as a JSON string (every control character escaped), shortened to 40 characters: how an error
+    message shows a string the user gave (never a whole huge value, never a raw line break)."""
+    return json.dumps(text if len(text) <= 40 else text[:37] + "...")
+
+
 def describe(value: Any) -> str:
     """A short, JSON-flavoured description of a value for error messages (``true (a boolean)``)."""
     if isinstance(value, bool):
@@ -762,8 +768,7 @@ def describe(value: Any) -> str:
     if value is None:
         return "null"
     if isinstance(value, str):
-        shown = value if len(value) <= 40 else value[:37] + "..."
-        return f"{json.dumps(shown)} (a string)"
+        return f"{quoted(value)} (a string)"
     if isinstance(value, int):
         return f"{_short(value)} (an integer)"
     if isinstance(value, float):

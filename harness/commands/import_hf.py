@@ -14,7 +14,6 @@ Rules:
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -22,7 +21,7 @@ from harness.cases import EstimateInput, validate_input
 from harness.errors import InputError
 from harness.estimate import check_tiers
 from harness.evidence.profile import check_profile_name, load_profile
-from harness.inputs import read_json, read_yaml, validate
+from harness.inputs import quoted, read_json, read_yaml, validate
 from harness.interop.case_document import case_text, emit_case, printable
 from harness.interop.hf_config import Draft, model_section, translate_config
 from harness.ir.model import MAX_SEQUENCE, ExecutionLayout, TransformerShape
@@ -93,8 +92,7 @@ def check_case_id(case_id: str | None) -> None:
     if problem is None and surrogate is not None:
         problem = f"must be UTF-8 text: U+{ord(surrogate):04X} is a byte that is not UTF-8 (a lone surrogate)"
     if problem is not None:
-        shown = json.dumps(case_id if len(case_id) <= 40 else f"{case_id[:37]}...")  # ASCII: escapes all
-        raise InputError("<command line>", "--id", f"{shown} {problem}")
+        raise InputError("<command line>", "--id", f"{quoted(case_id)} {problem}")
 
 
 def run(args) -> int:

@@ -42,6 +42,7 @@ from typing import Any, Callable
 
 from harness.cases import case_has_field
 from harness.errors import InputError
+from harness.inputs import describe, quoted
 
 
 @dataclasses.dataclass(frozen=True)
@@ -378,12 +379,6 @@ def required(model_type: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys((*REQUIRED, *experts, *latent)))
 
 
-def _shown(value: Any) -> str:
-    """``repr(value)``, shortened to 60 characters: an error line never holds a whole huge value."""
-    text = repr(value)
-    return text if len(text) <= 60 else f"{text[:45]}... ({len(text)} characters)"
-
-
 def _check_type(source: str, field: str, value: Any) -> None:
     types, nullable, _ = CONFIG_FIELDS[field]
     if value is None:
@@ -392,7 +387,7 @@ def _check_type(source: str, field: str, value: Any) -> None:
         return
     ok = isinstance(value, types) and not (isinstance(value, bool) and bool not in types and object not in types)
     if not ok:
-        raise InputError(source, field, f"must be {' or '.join(t.__name__ for t in types)}, got {_shown(value)}")
+        raise InputError(source, field, f"must be {' or '.join(t.__name__ for t in types)}, got {describe(value)}")
     if types == INT and not (0 if field in COUNTS else 1) <= value <= 2**31:
         raise InputError(source, field, f"must be a {'non-negative' if field in COUNTS else 'positive'} integer, "
                                         f"got {value}")
@@ -410,7 +405,7 @@ def translate_config(config: Any, source: str, sequence_length: int, context_par
     model_type = config["model_type"]
     _check_type(source, "model_type", model_type)  # a string before it is looked up (a list is unhashable)
     if model_type not in ARCHITECTURES:
-        raise InputError(source, "model_type", f"{_shown(model_type)} is not an architecture the importer knows "
+        raise InputError(source, "model_type", f"{quoted(model_type)} is not an architecture the importer knows "
                                                f"({', '.join(ARCHITECTURES)})")
     for field in required(model_type):
         if field not in config:
