@@ -61,12 +61,9 @@ def throughput(plan: PortablePlanIR, data: EstimateInput, total_s: float, peak_f
     as ``(plan of one kind of block, blocks of that kind in the model's stages)`` pairs, each kind's model FLOPs
     summed (an MTP layer counts as the block it holds); None: every one of ``plan``'s blocks is of its kind."""
     e, s = data.execution, plan.schedule
-    if block_kinds is None:
-        model_flops = (block_matrix_flops(plan) * e.tensor_parallel * s.blocks * s.microbatches * e.data_parallel
-                       * e.context_degree)
-    else:
-        model_flops = sum(block_matrix_flops(kind) * e.tensor_parallel * count * s.microbatches * e.data_parallel
-                          * e.context_degree for kind, count in block_kinds)
+    kinds = ((plan, s.blocks),) if block_kinds is None else block_kinds
+    model_flops = sum(block_matrix_flops(kind) * e.tensor_parallel * count * s.microbatches * e.data_parallel
+                      * e.context_degree for kind, count in kinds)
     per_processor = model_flops / total_s / e.processors if total_s else 0.0
     tokens = s.global_batch * data.model.sequence_length
     return Throughput(
