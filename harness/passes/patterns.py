@@ -711,14 +711,9 @@ class MixtureOfExpertsMLP(CorePattern):
         moe = shape.moe
         assert moe is not None
         problems: list[tuple[str, str]] = []
-        if moe.dense_blocks or moe.frequency != 1:
-            problems.append((blocks.mixing_field(shape), "dense and MoE blocks (dense_layers, layer_frequency) "
-                                                       "are not one plan: the estimate lowers each kind on its own "
-                                                       "(harness.ir.blocks)"))
-        if shape.mtp_layers is not None:
-            problems.append(("model.mtp_layers", "multi-token-prediction layers are not one plan: the estimate adds "
-                                                 "them to the last stage (harness.ir.blocks, "
-                                                 "harness.passes.multi_token)"))
+        one_plan = blocks.one_plan_problem(shape)  # dense and MoE blocks, or MTP layers: two plans
+        if one_plan is not None:
+            problems.append(one_plan)
         if execution.tensor_parallel > 1 and not execution.sequence_parallel:
             problems.append(("execution.tp_communication", "a MoE block with TP > 1 without sequence parallelism "
                                                            "(rs_ag) is not modelled yet"))
