@@ -1,4 +1,4 @@
-"""The data-sheet profiles (a100_sxm_80g, h100_sxm_80g, b200, gb200_nvl72) and the Calculon conversions beside them.
+"""The data-sheet profiles (a100_sxm_80g, h100_sxm_80g, b200, gb200_nvl72, b300, gb300_nvl72) and the Calculon conversions beside them.
 
 Every per-GPU number of a data-sheet profile is recomputed here from the figure NVIDIA publishes (a sparse
 Tensor Core rate for a whole HGX board or NVL72 rack, a bidirectional link bandwidth, ...) with the rule
@@ -32,16 +32,25 @@ PUBLISHED = {
              1440 / 8, 64e12, 14.4e12 / 8, 8, 400, 2048 / 8, 128e9),
     "gb200_nvl72": (72, {"float4": 1440 * P, "float8": 720 * P, "float16": 360 * P, "bfloat16": 360 * P}, 5760 * T,
                     13.4e3 / 72, 576e12, 1.8e12, 72, 400, 480 / 2, 900e9 / 2),
+    "b300": (8, {"float4": 144 * P, "float8": 72 * P, "float16": 36 * P, "bfloat16": 36 * P}, 600 * T,
+             2.3e3 / 8, 64e12, 14.4e12 / 8, 8, 800, 2048 / 8, 128e9),
+    "gb300_nvl72": (72, {"float4": 1440 * P, "float8": 720 * P, "float16": 360 * P, "bfloat16": 360 * P}, 5760 * T,
+                    20e3 / 72, 576e12, 1.8e12, 72, 800, 480 / 2, 900e9 / 2),
 }
+#: Blackwell Ultra publishes its FP4 rate dense as well, and the dense figure is not half the sparse one (108 of
+#: 144 PFLOPS for 8 GPUs, 1,080 of 1,440 for 72): name -> {datatype: published dense FLOP/s for the same GPUs}.
+PUBLISHED_DENSE = {"b300": {"float4": 108 * P}, "gb300_nvl72": {"float4": 1080 * P}}
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
 def test_every_number_is_the_published_figure_per_gpu(name):
     gpus, sparse, fp32, memory_gb, memory_bw, nvlink, domain, scale_out_gbit, host_gb, host_link = PUBLISHED[name]
     profile = load_profile(name)
-    # dense = half the 'with sparsity' figure (the data sheets' footnote), per GPU
+    # dense = the published dense figure where there is one, else half the 'with sparsity' figure (the data
+    # sheets' footnote), per GPU
+    dense = {dt: PUBLISHED_DENSE.get(name, {}).get(dt, rate / 2) for dt, rate in sparse.items()}
     assert {dt: e.peak_flops_per_s for dt, e in profile.matrix.items()} == pytest.approx(
-        {dt: rate / gpus / 2 for dt, rate in sparse.items()}, rel=1e-12)
+        {dt: rate / gpus for dt, rate in dense.items()}, rel=1e-12)
     # every datatype with a matrix engine has a vector engine, at the FP32 CUDA-core rate
     assert {dt: e.peak_flops_per_s for dt, e in profile.vector.items()} == pytest.approx(
         {dt: fp32 / gpus for dt in sparse}, rel=1e-12)
@@ -61,7 +70,8 @@ def test_every_number_is_the_published_figure_per_gpu(name):
 
 
 def test_blackwell_has_fp4_and_hopper_does_not():
-    assert "float4" in load_profile("b200").matrix and "float4" in load_profile("gb200_nvl72").matrix
+    for name in ("b200", "gb200_nvl72", "b300", "gb300_nvl72"):
+        assert "float4" in load_profile(name).matrix
     assert "float4" not in load_profile("h100_sxm_80g").matrix
     for name in PUBLISHED:
         assert "bfloat16" in load_profile(name).matrix
