@@ -14,7 +14,7 @@ from pydantic import BaseModel
 
 from harness.cases import case_has_field
 from harness.measurements.runs import RECIPES, ROW_FIELDS, STACKS, Stack, recipe_file, run_case
-from harness.measurements.runs_estimate import RowResult, estimate_runs, family, summary
+from harness.measurements.runs_estimate import AUTO_PROFILES, RowResult, estimate_runs, family, summary
 from harness.measurements.runs_schema import MeasuredRun, read_runs
 from conftest import one_error_line, run_cli, shared_reference
 
@@ -235,11 +235,13 @@ def _profile_with_bfloat16(tmp_path) -> str:
     return "h100_test_bf16"
 
 
-def test_auto_system_names_the_missing_profile(plain_stack, tmp_path):
-    (tmp_path / "evidence").mkdir()
+def test_auto_system_names_the_missing_profile(plain_stack, monkeypatch):
+    """Every GPU of the schema has a data-sheet profile now; a row whose GPU's profile is missing (here GB300's
+    renamed away) is unsupported naming the profile looked for."""
+    monkeypatch.setitem(AUTO_PROFILES, "gb300", "gb300_absent")
     results = estimate_runs([run_of(gpt_row(system__gpu="gb300"))], "auto", "runs.json")
     assert results[0].status == "unsupported" and results[0].fields == ("system.gpu",)
-    assert "'gb300_nvl72'" in results[0].reason
+    assert "'gb300_absent'" in results[0].reason
 
 
 def test_auto_measured_prices_each_row_on_its_gpus_fitted_revision(plain_stack):
@@ -250,8 +252,32 @@ def test_auto_measured_prices_each_row_on_its_gpus_fitted_revision(plain_stack):
     assert auto[0].totals_s == named[0].totals_s and auto[0].status == "ok"
     assert auto[1].totals_s == estimate_runs([b200], "b200_measured", "r")[0].totals_s
     assert auto[0].totals_s != estimate_runs([h100], "auto", "r")[0].totals_s
-    missing = estimate_runs([run_of(gpt_row(system__gpu="gb300"))], "auto-measured", "r")[0]
-    assert missing.fields == ("system.gpu",) and "'gb300_measured'" in missing.reason
+    missing = estimate_runs([run_of(gpt_row(system__gpu="a100_sxm_80g"))], "auto-measured", "r")[0]
+    assert missing.fields == ("system.gpu",) and "'a100_sxm_80g_measured'" in missing.reason
+
+
+def test_auto_measured_prices_blackwell_ultra_on_its_transferred_revision(plain_stack):
+    """B300 and GB300 (no measured run) -> b300_transferred, gb300_transferred; the summary counts them. The
+    B300 data sheet has B200's bf16 rates, HBM bandwidth and NVLink, and twice its scale-out bandwidth: the
+    128-GPU row's data-parallel traffic crosses nodes, so it is faster on B300, never slower."""
+    b300, b200 = run_of(gpt_row(system__gpu="b300")), run_of(gpt_row(system__gpu="b200"))
+    gb300 = run_of(gpt_row(id="g", system__gpu="gb300", system__gpus_per_nvlink_domain=72))
+    auto = estimate_runs([b300, gb300], "auto-measured", "r")
+    assert [r.transferred for r in auto] == ["b300_transferred", "gb300_transferred"]
+    assert auto[0].totals_s == estimate_runs([b300], "b300_transferred", "r")[0].totals_s
+    assert auto[1].totals_s == estimate_runs([gb300], "gb300_transferred", "r")[0].totals_s
+    on_b200 = estimate_runs([b200], "auto-measured", "r")[0]
+    assert on_b200.transferred is None
+    assert auto[0].totals_s["system_evidence"] < on_b200.totals_s["system_evidence"]
+    assert ("estimated on transferred evidence (a sibling's fitted values, fitted to no run of the GPU): "
+            "b300_transferred 1, gb300_transferred 1") in summary(auto)
+    assert not any("transferred" in line for line in summary([on_b200]))
+    # one node (8 GPUs, no scale-out traffic, memory not binding): B300 prices it as B200, to the last bit
+    node = dict(system__num_gpus=8, model__layers=8, parallel__pp=1, parallel__vp=None, parallel__dp=1,
+                batch__global_batch=8, batch__gradient_accumulation=8)
+    ultra = estimate_runs([run_of(gpt_row(system__gpu="b300", **node))], "auto-measured", "r")[0]
+    blackwell = estimate_runs([run_of(gpt_row(system__gpu="b200", **node))], "auto-measured", "r")[0]
+    assert ultra.status == blackwell.status == "ok" and ultra.totals_s == blackwell.totals_s
 
 
 def test_a_larger_nvlink_domain_than_the_profile_is_refused(plain_stack):

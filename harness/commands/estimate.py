@@ -82,7 +82,8 @@ def register(sub) -> None:
     p.add_argument("--system", metavar="PROFILE|auto",
                    help="the evidence profile to price on: for cases, instead of each case's own `system` "
                         "(`harness list profiles` lists them); with --runs, every row's, or auto (each row's "
-                        "system.gpu's data-sheet profile) or auto-measured (its fitted revision)")
+                        "system.gpu's data-sheet profile) or auto-measured (its fitted revision; B300 and GB300: their "
+                        "transferred revisions, a sibling's fitted values)")
     p.add_argument("--output", type=Path, metavar="OUT.json", help="write the JSON list here instead of stdout")
     p.add_argument("--jobs", type=int, default=1, metavar="N",
                    help=f"with --calculon-batch: estimate the lines in N worker processes (1-{MAX_JOBS}; the "

@@ -144,6 +144,18 @@ def register(sub) -> None:
                    help="replace an existing --output profile (without it an existing file is refused)")
     d.set_defaults(func=run_derive)
 
+    t = verbs.add_parser("transfer", help="a revision for a GPU no measured run covers: a sibling's fitted "
+                                          "megatron-core values on its data sheet (docs/modern-evidence.md)")
+    t.add_argument("--from", dest="source", required=True, metavar="NAME",
+                   help="the fitted megatron-core revision whose values are taken (e.g. b200_measured)")
+    t.add_argument("--base", required=True, metavar="NAME", help="the GPU's data-sheet profile (e.g. b300)")
+    t.add_argument("--output", type=Path, required=True, metavar="evidence/NAME.yaml",
+                   help="the transferred evidence profile to write")
+    t.add_argument("--name", help="profile name (default: the output file's stem)")
+    t.add_argument("--replace", action="store_true",
+                   help="replace an existing --output profile (without it an existing file is refused)")
+    t.set_defaults(func=run_transfer)
+
     r = verbs.add_parser("report", help="cross-validated report of a fitted revision; exit 1 on a broken budget")
     r.add_argument("--profile", required=True, metavar="NAME", help="the shipped revision (evidence/NAME.yaml)")
     r.add_argument("--base", required=True, metavar="NAME",
@@ -456,6 +468,31 @@ def run_derive(args) -> int:
     write_text(args.output, dump_profile(profile), replaces_data=("evidence",), exclusive=not args.replace)
     print(f"{name}: revision {profile.revision()} -> {args.output}")
     print(f"  {source.name} (revision {source.revision()[:12]}) without {', '.join(args.without)}")
+    return 0
+
+
+def run_transfer(args) -> int:
+    from harness.evidence.profile import dump_profile, load_profile
+    from harness.measurements.runs_transfer import source_values, transferred_revision
+    from harness.outputs import check_output, write_text
+
+    name = _profile_name(args)
+    for option, value in (("--from", args.source), ("--base", args.base)):
+        if name == value:
+            raise InputError("<command line>", "--name", f"the transferred revision needs a name of its own, not "
+                                                         f"{name} ({option})")
+    check_output(args.output, inputs=[_profile_input(args.source, "--from"), _profile_input(args.base, "--base")],
+                 replaces_data=("evidence",))
+    _check_new_profile(args.output, "--output", args.replace)
+    source = load_profile(args.source, referrer="<command line>", field="--from")
+    base = load_profile(args.base, referrer="<command line>", field="--base")
+    profile = transferred_revision(source, base, name)
+    write_text(args.output, dump_profile(profile), replaces_data=("evidence",), exclusive=not args.replace)
+    print(f"{name}: revision {profile.revision()} -> {args.output}")
+    print(f"  {base.name} (revision {base.revision()[:12]}) with the values of {source.name} (revision "
+          f"{source.revision()[:12]}); fitted to no run of this GPU")
+    for key, value in source_values(source).items():
+        print(f"  {key:30s} {value:g}")
     return 0
 
 

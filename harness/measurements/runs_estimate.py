@@ -14,10 +14,12 @@ Per row (:func:`estimate_runs`), in file order, ``{"id", "status", "reason", "to
   ``error_pct = 100 x (total_s - measured_s) / measured_s``; ``views`` holds both views'.
 
 The profile: ``--system NAME`` prices every row on NAME; ``--system auto`` prices each row on the profile
-named as its ``system.gpu`` (``h100_sxm_80g``, ``b200``; ``gb200`` -> ``gb200_nvl72``,
-:data:`AUTO_PROFILES`), ``--system auto-measured`` on its GPU's fitted revision (``h100_measured``,
-``b200_measured``, ``gb200_measured``: :data:`MEASURED_PROFILES`; figures of the rows they were fitted on are
-in sample); a GPU without one is ``unsupported``
+named as its ``system.gpu`` (``h100_sxm_80g``, ``b200``, ``b300``; ``gb200`` -> ``gb200_nvl72``, ``gb300`` ->
+``gb300_nvl72``, :data:`AUTO_PROFILES`), ``--system auto-measured`` on its GPU's fitted revision
+(``h100_measured``, ``b200_measured``, ``gb200_measured``: :data:`MEASURED_PROFILES`; figures of the rows they
+were fitted on are in sample), or for B300 and GB300, which no measured run covers, on their transferred
+revisions (``b300_transferred``, ``gb300_transferred``: B200's and GB200's fitted values on their data sheets;
+the summary counts the rows they price); a GPU without one is ``unsupported``
 with field ``system.gpu``. A row whose NVLink domain is larger than the profile's tier 0 is
 ``unsupported`` (field ``system.gpus_per_nvlink_domain``): the placement would not be the run's.
 An evidence profile that cannot price a row's datatype is ``unsupported`` (the profile's error).
@@ -40,6 +42,7 @@ from harness.errors import EvidenceError, HarnessError, InputError
 from harness.estimate import DEFAULT_VIEWS, estimate
 from harness.evidence.profile import EvidenceProfile, load_profile
 from harness.measurements.runs import run_case
+from harness.measurements.runs_transfer import TRANSFERRED
 from harness.measurements.runs_schema import MeasuredRun
 
 AUTO = "auto"
@@ -48,8 +51,9 @@ AUTO = "auto"
 AUTO_PROFILES = {"gb200": "gb200_nvl72", "gb300": "gb300_nvl72"}
 AUTO_MEASURED = "auto-measured"
 #: ``--system auto-measured``: the fitted revision of a row's ``system.gpu`` (docs/modern-evidence.md) where its
-#: name is not ``<gpu>_measured``.
-MEASURED_PROFILES = {"h100_sxm_80g": "h100_measured"}
+#: name is not ``<gpu>_measured``; a GPU no measured run covers has its transferred revision (a sibling's fitted
+#: values on its data sheet, :mod:`harness.measurements.runs_transfer`), counted in the summary.
+MEASURED_PROFILES = {"h100_sxm_80g": "h100_measured", "b300": "b300_transferred", "gb300": "gb300_transferred"}
 AUTOMATIC = (AUTO, AUTO_MEASURED)
 DEFAULT_VIEW = "system_evidence"
 STATUSES = ("ok", "infeasible", "unsupported", "invalid")
@@ -65,6 +69,7 @@ class RowResult:
     totals_s: dict[str, float]
     fields: tuple[str, ...] = ()
     unfitted: tuple[str, ...] = ()  # the row fields that keep an estimated row out of every fit
+    transferred: str | None = None  # the transferred revision that priced the row (fitted to no run of its GPU)
 
     def error_pct(self, view: str) -> float | None:
         total = self.totals_s.get(view)
@@ -120,7 +125,8 @@ def estimate_run(run: MeasuredRun, system: str, source: str, profiles: dict, vie
     if case.unfitted and reason is None:
         reason = "never fitted: " + "; ".join(f"{field}: {why}" for field, why in case.unfitted)
     return RowResult(run, est.status, reason, {v: est.views[v].total_s for v in est.views},
-                     unfitted=tuple(field for field, _ in case.unfitted))
+                     unfitted=tuple(field for field, _ in case.unfitted),
+                     transferred=name if name in TRANSFERRED else None)
 
 
 def estimate_runs(runs: Iterable[MeasuredRun], system: str, source: str, views=DEFAULT_VIEWS) -> list[RowResult]:
@@ -158,6 +164,10 @@ def summary(results: list[RowResult]) -> list[str]:
     if unfitted:
         lines.append("estimated, never fitted (not in any fitted corpus): "
                      + ", ".join(f"{field} {count}" for field, count in unfitted.most_common()))
+    transferred = Counter(r.transferred for r in results if r.transferred and r.totals_s)
+    if transferred:
+        lines.append("estimated on transferred evidence (a sibling's fitted values, fitted to no run of the GPU): "
+                     + ", ".join(f"{name} {count}" for name, count in sorted(transferred.items())))
     for reason, count in Counter(r.reason for r in results if r.status == "invalid").most_common():
         lines.append(f"invalid ({count}): {reason}")
     estimated = [r for r in results if r.totals_s]
