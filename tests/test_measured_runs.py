@@ -161,6 +161,19 @@ def test_the_attention_dropout_comes_from_the_recipe_or_the_row_is_refused(plain
     assert "model.attention_dropout" not in dict(run_case(run_of(gpt_row()), "h100_80g_nvl8").unsupported)
 
 
+@pytest.mark.parametrize("cite", [
+    "NVIDIA-NeMo/Megatron-Bridge src/megatron/bridge/models/deepseek/deepseek_provider.py DeepSeekV3ModelProvider",
+    "NVIDIA/dgxc-benchmarking@8f5cbb3 nemotron/nemotron4-340b-synth.yaml (layernorm1p, squared-relu)",
+    "NVIDIA-NeMo/Megatron-Bridge src/megatron/bridge/models/qwen/qwen_provider.py Qwen3ModelProvider32B",
+])
+def test_recipes_read_for_models_no_shared_row_runs_set_no_attention_dropout(plain_stack, cite):
+    """Rows of other models (the withheld tables') cite their own recipe files: the ones read in the stack's code
+    (DeepSeek's provider, Nemotron-4 340B's recipe, every Qwen provider) give dropout 0, never a refusal."""
+    case = run_case(run_of(gpt_row(extra={"model_cite": cite})), "h100_80g_nvl8")
+    assert "model.attention_dropout" not in dict(case.unsupported)
+    assert case.input is not None and case.input.model.attention_dropout == 0.0
+
+
 def test_every_stack_needs_the_flash_kernel():
     """The shipped stacks all run a fused attention kernel: until the case format has it, refused by name."""
     case = run_case(run_of(gpt_row(source__where="NVIDIA/dgxc-benchmarking@35a9 gpt3/README.md")), "h100_80g_nvl8")

@@ -130,7 +130,17 @@ RECIPES = {
     "src/megatron/bridge/models/llama/llama_provider.py": Recipe(0.0, "Megatron-Bridge llama_provider.py "
                                                                       "Llama3ModelProvider: attention_dropout 0.0"),
     "src/megatron/bridge/models/qwen/qwen_provider.py": Recipe(0.0, "Megatron-Bridge qwen_provider.py "
-                                                                    "Qwen3MoEModelProvider: attention_dropout 0.0"),
+                                                                    "Qwen3MoEModelProvider: attention_dropout 0.0 (and "
+                                                                    "every other provider of the file: Qwen2, Qwen3, "
+                                                                    "Qwen3-MoE, Qwen3-Next, at 07d0d14)"),
+    # recipe files no shared row cites, read in the stack's own code for the rows of other models (facts of the
+    # recipe, never of a row)
+    "src/megatron/bridge/models/deepseek/deepseek_provider.py": Recipe(0.0, (
+        "Megatron-Bridge@066adea deepseek_provider.py DeepSeekModelProvider, the base of DeepSeek-V2, V2-Lite, V3 "
+        "and Moonlight: attention_dropout 0.0, apply_rope_fusion False")),
+    "nemotron/nemotron4-340b-synth.yaml": Recipe(0.0, (
+        "dgxc-benchmarking@8f5cbb3 nemotron/nemotron4-340b-synth.yaml: attention_dropout 0.0, rotary_percentage "
+        "0.5, apply_rope_fusion true"), fused_rope=True),
     "simu_tools/megatron_scripts/scripts/run_pretrain_deepseekv2.sh": Recipe(0.0, "SimuMax@4dcaae5 "
                                                                                   "run_pretrain_deepseekv2.sh: "
                                                                                   "--attention-dropout 0.0 (line 181)"),
