@@ -161,6 +161,23 @@ def test_the_attention_dropout_comes_from_the_recipe_or_the_row_is_refused(plain
     assert "model.attention_dropout" not in dict(run_case(run_of(gpt_row()), "h100_80g_nvl8").unsupported)
 
 
+def test_nemo_rows_overlap_the_data_parallel_sync_only_with_the_distributed_optimizer():
+    """NeMo 2.0's comm-overlap callback: DP > 1 and the distributed optimizer (both, as its code reads); its Llama
+    configs: no attention dropout. A dgxc-benchmarking row keeps its sync overlapped without the optimizer."""
+    nemo = {"source__where": "NVIDIA/NeMo@03ec896 docs/source/performance/performance_summary.md",
+            "extra": {"model_cite": "NVIDIA/NeMo@008df61 nemo/collections/llm/gpt/model/llama.py Llama3Config70B"}}
+    with_optimizer = run_case(run_of(gpt_row(**nemo)), "h100_80g_nvl8")
+    assert with_optimizer.unsupported == () and with_optimizer.input.execution.dp_overlap is True
+    assert with_optimizer.input.model.attention_dropout == 0.0
+    without = run_case(run_of(gpt_row(parallel__distributed_optimizer=False, **nemo)), "h100_80g_nvl8")
+    assert without.input.execution.dp_overlap is False
+    one_replica = run_case(run_of(gpt_row(system__num_gpus=64, parallel__dp=1, batch__gradient_accumulation=256,
+                                          **nemo)), "h100_80g_nvl8")
+    assert one_replica.input.execution.dp_overlap is False
+    dgxc = {"source__where": "NVIDIA/dgxc-benchmarking@35a9 README.md", "parallel__distributed_optimizer": False}
+    assert run_case(run_of(gpt_row(**dgxc)), "h100_80g_nvl8").input.execution.dp_overlap is True
+
+
 @pytest.mark.parametrize("cite", [
     "NVIDIA-NeMo/Megatron-Bridge src/megatron/bridge/models/deepseek/deepseek_provider.py DeepSeekV3ModelProvider",
     "NVIDIA/dgxc-benchmarking@8f5cbb3 nemotron/nemotron4-340b-synth.yaml (layernorm1p, squared-relu)",

@@ -76,6 +76,9 @@ class Stack:
     #: execution depends on facts of the release that the case does not state, so the same case measures
     #: differently from release to release; the estimate prices the case, a fit would learn the release.
     moe_unfitted: str | None = None
+    #: The stack overlaps the data-parallel sync only with the distributed optimizer (NeMo 2.0's
+    #: MegatronCommOverlapCallback returns without it): a row without one runs its sync exposed.
+    dp_overlap_needs_distributed_optimizer: bool = False
 
 
 STACKS = {
@@ -95,6 +98,12 @@ STACKS = {
             "same Qwen3-30B-A3B layout measures 14.5 s (25.09) and 28.2 s (25.11) on 8 B200 at micro batch 1, "
             "12.5 s and 24.9 s on 16 H100, 11.0 s (25.11) and 6.4 s (26.06) on 8 GB200, where the case is the "
             "same (docs/modern-evidence.md)")),
+    # no shared row: the stack of NeMo's own performance tables, read in its code
+    "NVIDIA/NeMo": Stack("flash", True, (
+        "NeMo 2.0 (NVIDIA/NeMo@03ec896 nemo/lightning/pytorch/callbacks/megatron_comm_overlap.py "
+        "MegatronCommOverlapCallback: overlap_grad_reduce and overlap_param_gather when DP > 1, only with the "
+        "distributed optimizer; Megatron-Core GPT with Transformer Engine's fused attention)"),
+        dp_overlap_needs_distributed_optimizer=True),
 }
 
 
@@ -138,6 +147,9 @@ RECIPES = {
     "src/megatron/bridge/models/deepseek/deepseek_provider.py": Recipe(0.0, (
         "Megatron-Bridge@066adea deepseek_provider.py DeepSeekModelProvider, the base of DeepSeek-V2, V2-Lite, V3 "
         "and Moonlight: attention_dropout 0.0, apply_rope_fusion False")),
+    "nemo/collections/llm/gpt/model/llama.py": Recipe(0.0, (
+        "NeMo@008df61 llama.py LlamaConfig (the base of every Llama 2, 3, 3.1 and 3.2 config) and Llama3Config: "
+        "attention_dropout 0.0, apply_rope_fusion True"), fused_rope=True),
     "nemotron/nemotron4-340b-synth.yaml": Recipe(0.0, (
         "dgxc-benchmarking@8f5cbb3 nemotron/nemotron4-340b-synth.yaml: attention_dropout 0.0, rotary_percentage "
         "0.5, apply_rope_fusion true"), fused_rope=True),
@@ -516,8 +528,9 @@ def run_case(run: MeasuredRun, system: str, source: str = "<runs>") -> RunCase:
     else:
         feature("execution.attention_kernel", "materialized")(draft, "stack.attention_kernel", stack.attention_kernel)
         # a fully sharded row overlaps its gathers by FSDP's own prefetch (execution.fsdp), not the DP sync's
-        draft.set("execution.dp_overlap", stack.dp_overlap and run.parallel.dp > 1 and not run.parallel.fsdp,
-                  "stack.dp_overlap")
+        optimizer = run.parallel.distributed_optimizer is True or not stack.dp_overlap_needs_distributed_optimizer
+        draft.set("execution.dp_overlap", stack.dp_overlap and run.parallel.dp > 1 and not run.parallel.fsdp
+                  and optimizer, "stack.dp_overlap")
         if stack.moe_unfitted is not None and run.model.moe is not None:
             draft.leave_out_of_fit("stack.moe_execution", stack.moe_unfitted)
     recipe = RECIPES.get(recipe_file(run) or "")
