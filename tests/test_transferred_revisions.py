@@ -68,6 +68,7 @@ def test_blackwell_ultra_keeps_its_own_data_sheet():
     (["--from", "b200_measured", "--base", "b200_measured"], "--base"),  # not a data sheet
     (["--from", "b200_measured", "--base", "a100_80g"], "--base"),  # no bfloat16 engine
     (["--from", "b200_missing", "--base", "b300"], "--from"),
+    (["--from", "gb200_measured", "--base", "b300"], "--base"),  # an NVLink domain of 72 onto one of 8
 ])
 def test_bad_transfers_are_one_line_errors_and_write_nothing(capsys, tmp_path, argv, field):
     output = tmp_path / "x_transferred.yaml"
@@ -86,3 +87,13 @@ def test_the_command_writes_what_the_function_gives(capsys, tmp_path):
     status, _, err = run_cli(capsys, "evidence", "transfer", "--from", "b200_measured", "--base", "b300",
                              "--output", output)
     one_error_line(status, err, "--output")  # exists: --replace needed
+
+
+@pytest.mark.parametrize("output", ["b300_again", "b300_again.yml", "b300_again.yaml.txt"])
+def test_a_profile_output_must_be_named_NAME_yaml(capsys, tmp_path, output):
+    """A profile is read from evidence/NAME.yaml: an output under any other name could never be loaded (fit,
+    derive and transfer share the rule)."""
+    status, _, err = run_cli(capsys, "evidence", "transfer", "--from", "b200_measured", "--base", "b300",
+                             "--output", tmp_path / output)
+    one_error_line(status, err, "--output")
+    assert not any(tmp_path.iterdir())

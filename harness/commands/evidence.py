@@ -190,7 +190,7 @@ def _profile_name(args) -> str:
         name = _name(args.name, "--name")
     else:
         name = _name(args.output.stem, "--output", "the output file (a profile is NAME.yaml): ")
-    if args.output.stem != name:
+    if args.output.stem != name or args.output.suffix != ".yaml":
         raise InputError(str(args.output), "--output", f"a profile file is named after its profile: {name}.yaml")
     return name
 

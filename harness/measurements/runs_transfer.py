@@ -9,7 +9,10 @@ Rules:
 
 - the source is a megatron-core revision (``harness evidence fit --structure megatron-core``: its ``fit``
   block's objective names the structure); a profile fitted another way, or never fitted, is refused;
-- the base is a data-sheet profile (no ``fit``, no ``derived`` block) with a bfloat16 matrix engine;
+- the base is a data-sheet profile (no ``fit``, no ``derived`` block) with a bfloat16 matrix engine and the
+  source's network structure: as many tiers, and an NVLink domain (tier 0) of the same size, since the
+  fitted link efficiencies are those of a domain of that size. That the two GPUs are siblings (the same SM
+  generation and stack) is the caller's claim, stated in the provenance; the command checks the structure;
 - the values are the structure's parameters (:data:`harness.measurements.runs_fit.PARAMETERS`) as the source
   prices them (:func:`source_values`): its fitted values and those it took from its own sibling (GB200's bf16
   and NVLink values are B200's), read from the profile itself, so a transfer from a transfer-free revision
@@ -80,6 +83,11 @@ def check_transfer(source: EvidenceProfile, base: EvidenceProfile) -> None:
     if len(base.networks) != len(source.networks):
         raise InputError(SOURCE, "--base", f"{base.name} has {len(base.networks)} network tiers, {source.name} "
                                            f"{len(source.networks)}: the tier-0 values would not be the same link's")
+    if base.networks and base.networks[0].size_processors != source.networks[0].size_processors:
+        raise InputError(SOURCE, "--base", f"{base.name}'s NVLink domain (tier 0) holds "
+                                           f"{base.networks[0].size_processors} GPUs, {source.name}'s "
+                                           f"{source.networks[0].size_processors}: its fitted link efficiencies are "
+                                           "of another domain (transfer from a sibling of the same domain size)")
 
 
 def transferred_revision(source: EvidenceProfile, base: EvidenceProfile, name: str) -> EvidenceProfile:
