@@ -98,11 +98,7 @@ def register(sub) -> None:
     f.add_argument("--base", required=True, metavar="NAME", help="base evidence profile (e.g. a100_80g)")
     f.add_argument("--measurements", nargs="+", type=Path, required=True, metavar="CORPUS.jsonl",
                    help="measurement corpora to fit (from `evidence import`)")
-    f.add_argument("--output", type=Path, required=True, metavar="evidence/NAME.yaml",
-                   help="the fitted evidence profile to write")
-    f.add_argument("--name", help="profile name (default: the output file's stem)")
-    f.add_argument("--replace", action="store_true",
-                   help="replace an existing --output profile (without it an existing file is refused)")
+    _profile_output_options(f, "the fitted evidence profile to write")
     f.add_argument("--layer-weight", type=float, default=0.0,
                    help="weight of layer_pass records relative to one node class (default 0: a check, not fitted)")
     f.add_argument("--benchmark-weight", type=float, default=1.0,
@@ -137,11 +133,7 @@ def register(sub) -> None:
                    help="measured families to remove (e.g. gradient_accumulation)")
     d.add_argument("--reason", required=True, metavar="TEXT",
                    help="why: the software stack the derived profile describes (one line, kept in its provenance)")
-    d.add_argument("--output", type=Path, required=True, metavar="evidence/NAME.yaml",
-                   help="the derived evidence profile to write")
-    d.add_argument("--name", help="profile name (default: the output file's stem)")
-    d.add_argument("--replace", action="store_true",
-                   help="replace an existing --output profile (without it an existing file is refused)")
+    _profile_output_options(d, "the derived evidence profile to write")
     d.set_defaults(func=run_derive)
 
     t = verbs.add_parser("transfer", help="a revision for a GPU no measured run covers: a sibling's fitted "
@@ -149,11 +141,7 @@ def register(sub) -> None:
     t.add_argument("--from", dest="source", required=True, metavar="NAME",
                    help="the fitted megatron-core revision whose values are taken (e.g. b200_measured)")
     t.add_argument("--base", required=True, metavar="NAME", help="the GPU's data-sheet profile (e.g. b300)")
-    t.add_argument("--output", type=Path, required=True, metavar="evidence/NAME.yaml",
-                   help="the transferred evidence profile to write")
-    t.add_argument("--name", help="profile name (default: the output file's stem)")
-    t.add_argument("--replace", action="store_true",
-                   help="replace an existing --output profile (without it an existing file is refused)")
+    _profile_output_options(t, "the transferred evidence profile to write")
     t.set_defaults(func=run_transfer)
 
     r = verbs.add_parser("report", help="cross-validated report of a fitted revision; exit 1 on a broken budget")
@@ -175,6 +163,15 @@ def register(sub) -> None:
 #: here so that building the command line imports no measurement code).
 COMBINE_CHOICES = ("fastest",)
 STRUCTURES = ("megatron-deepspeed", "megatron-core")
+
+
+def _profile_output_options(parser, what: str) -> None:
+    """``--output evidence/NAME.yaml`` (``what``: its help), ``--name`` and ``--replace`` of a command that writes an
+    evidence profile (:func:`_profile_name`, :func:`_check_new_profile` read them)."""
+    parser.add_argument("--output", type=Path, required=True, metavar="evidence/NAME.yaml", help=what)
+    parser.add_argument("--name", help="profile name (default: the output file's stem)")
+    parser.add_argument("--replace", action="store_true",
+                        help="replace an existing --output profile (without it an existing file is refused)")
 
 
 def _combine_option(parser) -> None:
