@@ -97,3 +97,17 @@ def test_a_profile_output_must_be_named_NAME_yaml(capsys, tmp_path, output):
                              "--output", tmp_path / output)
     one_error_line(status, err, "--output")
     assert not any(tmp_path.iterdir())
+
+
+def test_measured_all_to_all_curves_of_the_source_are_not_taken_for_the_fitted_value():
+    """Only the structure's flat fitted curve is the parameter: a source whose tier 0 holds other all_to_all
+    curves (nccl-tests sweeps of its own system) transfers no all-to-all value, and says nothing false."""
+    from harness.evidence.families import CollectiveCurve, SizePoint
+
+    b200 = load_profile("b200_measured")
+    sweeps = (CollectiveCurve(participants=8, points=(SizePoint(size_bytes=1.0, efficiency=0.1),
+                                                      SizePoint(size_bytes=1e6, efficiency=0.3)), source="a sweep"),)
+    tier = b200.networks[0].model_copy(update={"measured_collectives": {"all_to_all": sweeps}})
+    measured = b200.model_copy(update={"networks": (tier, *b200.networks[1:])})
+    assert "nvlink_all_to_all_efficiency" not in source_values(measured)
+    assert source_values(b200)["nvlink_all_to_all_efficiency"] == 0.178

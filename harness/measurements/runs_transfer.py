@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from harness.errors import InputError
 from harness.evidence.profile import EvidenceProfile
-from harness.measurements.runs_fit import PARAMETERS, STRUCTURE, template, with_values
+from harness.measurements.runs_fit import PARAMETERS, STRUCTURE, all_to_all_curve, template, with_values
 
 SOURCE = "<command line>"
 #: The shipped transferred revisions: name -> (source revision, data-sheet base).
@@ -48,12 +48,14 @@ def _saturating_max(profile: EvidenceProfile, datatype: str) -> float | None:
 
 
 def _all_to_all(profile: EvidenceProfile) -> float | None:
+    """The fitted all-to-all efficiency: tier 0's all_to_all curves when they are the structure's flat curve
+    (:func:`~harness.measurements.runs_fit.all_to_all_curve`), else None (measured curves of the source's own
+    system are not a parameter of the structure)."""
     curves = (profile.networks[0].measured_collectives or {}).get("all_to_all") if profile.networks else None
     if not curves:
         return None
-    (curve,) = curves  # the structure's flat curve (runs_fit.all_to_all_curve): one group size, one point
-    (point,) = curve.points
-    return point.efficiency
+    efficiency = curves[0].points[0].efficiency
+    return efficiency if tuple(curves) == all_to_all_curve(efficiency) else None
 
 
 def source_values(source: EvidenceProfile) -> dict[str, float]:
