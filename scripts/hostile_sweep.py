@@ -663,7 +663,13 @@ def output_attempts() -> list[Attempt]:
         "evidence-fit": (["evidence", "fit", "--base", "a100_80g", "--measurements", "k.jsonl", "k2.jsonl",
                           "--output", "{o}"], "--output"),
         "contract-write": (["contract", "write", "--cases", "cd", "--contract", "{o}"], "--contract"),
+        # a sibling's fitted values onto a data sheet: inputs are shipped profiles only
+        "evidence-transfer": (["evidence", "transfer", "--from", "b200_measured", "--base", "b300", "--output", "{o}"],
+                              "--output"),
     }
+    #: commands that write an evidence profile: it is read back as evidence/NAME.yaml, so their valid target ends
+    #: in .yaml (any other name is refused naming --output)
+    profile_writers = ("evidence-fit", "evidence-transfer")
     files = {"c.yaml": CASE, "cd/c.yaml": CASE, "b.jsonl": line(id="first") + "\n" + line(id="last") + "\n",
              "m.json": json.dumps(MODEL), "e.json": json.dumps(EXECUTION),
              "v.csv": (REFERENCE / "measurements" / "vtrain" / "single-node-train.csv").read_text()
@@ -708,6 +714,8 @@ def output_attempts() -> list[Attempt]:
                          "contract-write": "cd/c.yaml"}.get(command, "c.yaml")
             if name == "onto-input-via-symlink":
                 setup = _symlink("lnk", "{w}/" + own_input)
+            if command in profile_writers and name == "missing-parents":
+                target = "new/deeper/x.yaml"
             argv2 = [x.replace("{o}", target) for x in argv]
             outs = (target,) if target and not target.startswith("/dev") else ()
             a.append(Attempt("outputs", f"{command} / {name}", argv2, expect, dict(files),
@@ -1733,6 +1741,9 @@ def main(argv: list[str] | None = None) -> int:
     global TREE
     TREE = Path(args.tree).resolve()
     groups = [g for g in args.only.split(",") if g] or list(GROUPS)
+    unknown = [g for g in groups if g not in GROUPS]
+    if unknown:
+        parser.error(f"--only: unknown group(s) {', '.join(unknown)} (known: {', '.join(GROUPS)})")
     attempts = [att for g in groups for att in GROUPS[g]()]
     if args.match:
         attempts = [att for att in attempts if args.match in f"{att.cls}/{att.name}"]
