@@ -310,6 +310,22 @@ def test_auto_measured_prices_blackwell_ultra_on_its_transferred_revision(plain_
     assert ultra.status == blackwell.status == "ok" and ultra.totals_s == blackwell.totals_s
 
 
+def test_gemms_in_a_datatype_no_run_fitted_are_said_unchecked(plain_stack):
+    """No shared run is in nvfp4, so every revision's float4 engine is the data sheet's curve: such a row is
+    estimated and says so; its bf16 twin, and the same row on the data sheet itself, say nothing."""
+    fp4 = run_of(gpt_row(system__gpu="b200", precision="nvfp4"))
+    bf16 = run_of(gpt_row(system__gpu="b200"))
+    on_revision = estimate_runs([fp4, bf16], "auto-measured", "r")
+    assert [r.unfitted_gemms for r in on_revision] == ["float4", None]
+    assert on_revision[0].status == "ok" and on_revision[0].reason == (
+        "precision: b200_measured prices float4 GEMMs with the data sheet's curve (no measured run in float4 "
+        "fitted it): unchecked")
+    assert ("estimated with GEMMs no measured run fitted (the data sheet's curve, unchecked): float4 1"
+            in summary(on_revision))
+    assert estimate_runs([fp4], "b300_transferred", "r")[0].unfitted_gemms == "float4"
+    assert estimate_runs([fp4], "auto", "r")[0].unfitted_gemms is None  # a data sheet fits nothing
+
+
 def test_a_larger_nvlink_domain_than_the_profile_is_refused(plain_stack):
     results = estimate_runs([run_of(gpt_row(system__gpus_per_nvlink_domain=72))], "h100_80g_nvl8", "runs.json")
     assert results[0].fields == ("system.gpus_per_nvlink_domain",) and "holds 8" in results[0].reason

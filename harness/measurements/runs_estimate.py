@@ -19,7 +19,9 @@ named as its ``system.gpu`` (``h100_sxm_80g``, ``b200``, ``b300``; ``gb200`` -> 
 (``h100_measured``, ``b200_measured``, ``gb200_measured``: :data:`MEASURED_PROFILES`; figures of the rows they
 were fitted on are in sample), or for B300 and GB300, which no measured run covers, on their transferred
 revisions (``b300_transferred``, ``gb300_transferred``: B200's and GB200's fitted values on their data sheets;
-the summary counts the rows they price); a GPU without one is ``unsupported``
+the summary counts the rows they price); a GPU without one is ``unsupported``. A row whose GEMMs are in a
+datatype the revision did not fit (nvfp4's float4: no shared run) is estimated on the data sheet's curve and
+says so (``reason`` ``precision: ... unchecked``, counted in the summary)
 with field ``system.gpu``. A row whose NVLink domain is larger than the profile's tier 0 is
 ``unsupported`` (field ``system.gpus_per_nvlink_domain``): the placement would not be the run's.
 An evidence profile that cannot price a row's datatype is ``unsupported`` (the profile's error).
@@ -42,7 +44,8 @@ from harness.errors import EvidenceError, HarnessError, InputError
 from harness.estimate import DEFAULT_VIEWS, estimate
 from harness.evidence.profile import EvidenceProfile, load_profile
 from harness.measurements.runs import run_case
-from harness.measurements.runs_transfer import TRANSFERRED
+from harness.measurements.runs_transfer import TRANSFERRED, unfitted_gemm_engine
+from harness.passes.precision import RECIPES as PRECISION_RECIPES
 from harness.measurements.runs_schema import MeasuredRun
 
 AUTO = "auto"
@@ -70,6 +73,8 @@ class RowResult:
     fields: tuple[str, ...] = ()
     unfitted: tuple[str, ...] = ()  # the row fields that keep an estimated row out of every fit
     transferred: str | None = None  # the transferred revision that priced the row (fitted to no run of its GPU)
+    #: the GEMM datatype the revision prices with the data sheet's curve (no measured run of it fitted), or None
+    unfitted_gemms: str | None = None
 
     def error_pct(self, view: str) -> float | None:
         total = self.totals_s.get(view)
@@ -124,9 +129,15 @@ def estimate_run(run: MeasuredRun, system: str, source: str, profiles: dict, vie
     reason = est.reason
     if case.unfitted and reason is None:
         reason = "never fitted: " + "; ".join(f"{field}: {why}" for field, why in case.unfitted)
+    precision = case.input.execution.precision
+    gemms = (PRECISION_RECIPES[precision].gemm_datatype if precision else None) or case.input.execution.datatype
+    unfitted_gemms = gemms if unfitted_gemm_engine(profile, gemms) else None
+    if unfitted_gemms and reason is None:
+        reason = (f"precision: {profile.name} prices {gemms} GEMMs with the data sheet's curve (no measured run in "
+                  f"{gemms} fitted it): unchecked")
     return RowResult(run, est.status, reason, {v: est.views[v].total_s for v in est.views},
                      unfitted=tuple(field for field, _ in case.unfitted),
-                     transferred=name if name in TRANSFERRED else None)
+                     transferred=name if name in TRANSFERRED else None, unfitted_gemms=unfitted_gemms)
 
 
 def estimate_runs(runs: Iterable[MeasuredRun], system: str, source: str, views=DEFAULT_VIEWS) -> list[RowResult]:
@@ -168,6 +179,10 @@ def summary(results: list[RowResult]) -> list[str]:
     if transferred:
         lines.append("estimated on transferred evidence (a sibling's fitted values, fitted to no run of the GPU): "
                      + ", ".join(f"{name} {count}" for name, count in sorted(transferred.items())))
+    unfitted_gemms = Counter(r.unfitted_gemms for r in results if r.unfitted_gemms and r.totals_s)
+    if unfitted_gemms:
+        lines.append("estimated with GEMMs no measured run fitted (the data sheet's curve, unchecked): "
+                     + ", ".join(f"{datatype} {count}" for datatype, count in sorted(unfitted_gemms.items())))
     for reason, count in Counter(r.reason for r in results if r.status == "invalid").most_common():
         lines.append(f"invalid ({count}): {reason}")
     estimated = [r for r in results if r.totals_s]

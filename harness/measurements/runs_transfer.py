@@ -72,9 +72,24 @@ def source_values(source: EvidenceProfile) -> dict[str, float]:
     return {p.name: read[p.name] for p in PARAMETERS if read[p.name] is not None}
 
 
+def is_megatron_core_revision(profile: EvidenceProfile) -> bool:
+    """Whether ``profile`` was fitted by the megatron-core structure (its ``fit`` objective names it)."""
+    return profile.fit is not None and f"structure {STRUCTURE}" in profile.fit.objective
+
+
+def unfitted_gemm_engine(profile: EvidenceProfile, datatype: str) -> bool:
+    """Whether a megatron-core revision (fitted, or a shipped transferred one) prices ``datatype`` GEMMs with the
+    data sheet's curve: the structure fits a saturating curve only for a datatype some training row uses (no
+    shared row runs nvfp4, so every revision's float4 engine is the data sheet's)."""
+    if not (is_megatron_core_revision(profile) or profile.name in TRANSFERRED):
+        return False
+    engine = profile.matrix.get(datatype)
+    return engine is not None and engine.operation_size_efficiency.saturating is None
+
+
 def check_transfer(source: EvidenceProfile, base: EvidenceProfile) -> None:
     """The module's rules on the source and the base, or an InputError naming the option."""
-    if source.fit is None or f"structure {STRUCTURE}" not in source.fit.objective:
+    if not is_megatron_core_revision(source):
         raise InputError(SOURCE, "--from", f"{source.name} is not a {STRUCTURE} revision (harness evidence fit "
                                            f"--structure {STRUCTURE}): there are no fitted values to transfer")
     if base.fit is not None or base.derived is not None:
