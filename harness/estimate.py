@@ -47,7 +47,13 @@ from harness.schedule.memory import (
     infeasibility,
     stage_memory,
 )
-from harness.schedule.projection import calculon_projection
+from harness.schedule.projection import (
+    BlockSums,
+    calculon_projection,
+    concrete_block_sums,
+    data_parallel_sync,
+    projection_of,
+)
 from harness.vocabulary import COMPONENTS, ESTIMATE_STATUSES, MEMORY_FIGURES, PARALLEL_DIMENSIONS
 from harness.workload import MatrixFlopsPerBlock, WorkloadMetrics, matrix_flops_per_block, workload_metrics
 
@@ -216,6 +222,8 @@ class MixedBlocks:
     stages: tuple[tuple[int, int], ...]
     per_stage: int | None = None  #: the blocks the composition counts per stage (MTP adds blocks to the last)
     head: MultiTokenHead | None = None
+    #: the dense blocks' ConcretePlanIR (TP/DP overlap: :func:`mixed_concrete_iteration`), else None
+    dense_concrete: ConcretePlanIR | None = None
 
 
 #: The fields of BlockTimes and BlockMemory a stage has once, not once per block (the boundary transfers, the
@@ -269,6 +277,54 @@ def mixed_memory(moe_plan: PortablePlanIR, mixed: MixedBlocks) -> StageMemory:
                 for n, d in mixed.stages), key=lambda m: m.tier1_total)
 
 
+def _mixed_outside_work(work, pricer, plan: PortablePlanIR, mixed: MixedBlocks, counts: tuple[int, int],
+                        model: ModelIR | None, planned: tuple[PlanTask, ...] | None):
+    """The outside work of a model priced stage by stage (``plan``: the MoE blocks'): the unfused gradient
+    accumulation per block as the slowest stage's ``counts`` average it, and the MTP head once per microbatch."""
+    n_moe, n_dense = counts
+    if work.accumulation_s is not None:  # per block: the slowest stage's average
+        dense = accumulation_tasks(pricer, plan.schedule, mixed.dense.tasks, plan.bytes_per_element)
+        dense_accumulation = outside_work(pricer, dense).accumulation_s or (0.0, 0.0)
+        per_stage = n_moe + n_dense if mixed.per_stage is None else mixed.per_stage
+        work = work._replace(accumulation_s=tuple((n_moe * a + n_dense * d) / per_stage
+                                                  for a, d in zip(work.accumulation_s, dense_accumulation)))
+    if mixed.head is not None and plan.schedule.training:  # MTP: once per microbatch
+        head = head_s(pricer, mixed.head, model, planned)
+        own = work.per_microbatch_s or (0.0, 0.0)
+        work = work._replace(per_microbatch_s=(own[0] + head[0], own[1] + head[1]))
+    return work
+
+
+def mixed_concrete_iteration(concrete: ConcretePlanIR, plan: PortablePlanIR, pricer, model: ModelIR | None,
+                             mixed: MixedBlocks):
+    """A model priced stage by stage under TP/DP overlap (``concrete`` and ``plan``: the MoE blocks'; the dense
+    blocks' in ``mixed``): the ``calculon-0.1.0`` projection of the MoE blocks' schedule, pipeline and DP
+    placement with the slowest stage's per-block averages (its blocks chosen as :func:`cost_view` chooses them)
+    of the two ConcretePlanIRs' block sums, DP sync times and block memory, then the outside work as
+    :func:`concrete_iteration` and :func:`cost_view` add it. Without overlap it is the portable mixed estimate's
+    arithmetic on the concrete block sums (tested)."""
+    dense_concrete = mixed.dense_concrete
+    assert dense_concrete is not None
+    n_moe, n_dense = slowest_stage(block_times(plan, tuple(map(pricer.task, plan.tasks)), pricer),
+                                   block_times(mixed.dense, tuple(map(pricer.task, mixed.dense.tasks)), pricer),
+                                   mixed.stages)
+    k = _mixed(concrete_block_sums(concrete, pricer), concrete_block_sums(dense_concrete, pricer), n_moe, n_dense,
+               BlockSums, mixed.per_stage)
+    memory = _mixed(block_memory(concrete), block_memory(dense_concrete), n_moe, n_dense, BlockMemory,
+                    mixed.per_stage)
+    dp, dense_dp = data_parallel_sync(concrete, pricer), data_parallel_sync(dense_concrete, pricer)
+    if dp is not None:
+        per_stage = n_moe + n_dense if mixed.per_stage is None else mixed.per_stage
+        dp = dp._replace(block_s=(n_moe * dp.block_s + n_dense * dense_dp.block_s) / per_stage)
+    projection = projection_of(concrete, pricer, k, dp, memory)
+    s = concrete.schedule
+    work = outside_work(pricer, iteration_tasks(pricer, model, s, concrete.tasks, concrete.bytes_per_element))
+    work = _mixed_outside_work(work, pricer, plan, mixed, (n_moe, n_dense), model, None)
+    c, total = calculon_forms.with_outside_work(projection.components_s, projection.total_s, s.microbatches, work,
+                                                portable=False)
+    return dataclasses.replace(projection, components_s=c, total_s=total)
+
+
 def cost_view(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView, *,
               model: ModelIR | None = None, pricer: PlanPricer | None = None,
               mixed: MixedBlocks | None = None) -> tuple[BlockTimes, Composition]:
@@ -299,16 +355,8 @@ def cost_view(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView, *,
     section = iteration_tasks(pricer, model, plan.schedule, plan.tasks, plan.bytes_per_element,
                               output_tasks_planned=plan.output_tasks, vocabulary_weights=plan.vocabulary_weights)
     work = outside_work(pricer, section)
-    if work.accumulation_s is not None and mixed is not None:  # per block: the slowest stage's average
-        dense = accumulation_tasks(pricer, plan.schedule, mixed.dense.tasks, plan.bytes_per_element)
-        dense_accumulation = outside_work(pricer, dense).accumulation_s or (0.0, 0.0)
-        per_stage = n_moe + n_dense if mixed.per_stage is None else mixed.per_stage
-        work = work._replace(accumulation_s=tuple((n_moe * a + n_dense * d) / per_stage
-                                                  for a, d in zip(work.accumulation_s, dense_accumulation)))
-    if mixed is not None and mixed.head is not None and plan.schedule.training:  # MTP: once per microbatch
-        head = head_s(pricer, mixed.head, model, plan.output_tasks)
-        own = work.per_microbatch_s or (0.0, 0.0)
-        work = work._replace(per_microbatch_s=(own[0] + head[0], own[1] + head[1]))
+    if mixed is not None:
+        work = _mixed_outside_work(work, pricer, plan, mixed, (n_moe, n_dense), model, plan.output_tasks)
     components, total = calculon_forms.with_outside_work(comp.components_s, comp.total_s, plan.schedule.microbatches,
                                                          work, portable=True)
     if components is not comp.components_s:
@@ -350,6 +398,10 @@ def view_estimate(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView
     if concrete is None:
         _, comp = cost_view(plan, profile, view, model=model, mixed=mixed)
         c, total = comp.components_s, comp.total_s
+    elif mixed is not None:  # the stage's memory stays the stage-by-stage figure (mixed_memory)
+        projection = mixed_concrete_iteration(concrete, plan, pricer_for(profile, view, plan.datatype), model, mixed)
+        c, total = projection.components_s, projection.total_s
+        requirements = Requirements(**dataclasses.asdict(projection.requirements))
     else:
         projection = concrete_iteration(concrete, pricer_for(profile, view, plan.datatype), model)
         c, total = projection.components_s, projection.total_s
@@ -447,7 +499,8 @@ def mixed_lowerings(data: EstimateInput, source: str = "<input>") -> tuple[Lower
     head = None if mtp is None else MultiTokenHead(
         mtp, multi_token.head_tasks(data.model, data.execution), *multi_token.head_messages(data.model, data.execution))
     return moe, dense, MixedBlocks(dense.plan, tuple(blocks.stage_blocks(data.model, data.execution)),
-                                   None if mtp is None else moe.plan.schedule.blocks_per_stage, head)
+                                   None if mtp is None else moe.plan.schedule.blocks_per_stage, head,
+                                   dense.concrete() if dense.concurrent else None)
 
 
 def estimate_mixed(data: EstimateInput, profile: EvidenceProfile, views: tuple[CostView, ...] = DEFAULT_VIEWS,
@@ -455,7 +508,8 @@ def estimate_mixed(data: EstimateInput, profile: EvidenceProfile, views: tuple[C
     """A model with dense and MoE blocks (:mod:`harness.ir.blocks`): each kind lowered as a uniform model, the
     iteration composed from the slowest stage's blocks (:func:`cost_view` with :class:`MixedBlocks`), the memory
     of the fullest stage (:func:`mixed_memory`); the workload figures and digests are the MoE blocks' plan's (the
-    dense plan's digests under ``dense_*``). Portable plans only (harness.ir.blocks.stage_problems)."""
+    dense plan's digests under ``dense_*``). Under TP/DP overlap the MoE blocks' ConcretePlanIR is projected with
+    the stage's averages (:func:`mixed_concrete_iteration`); offload is refused (harness.ir.blocks.stage_problems)."""
     moe, dense, mixed = mixed_lowerings(data, source)
     plan = moe.plan
     stage = mixed_memory(plan, mixed)
@@ -466,6 +520,7 @@ def estimate_mixed(data: EstimateInput, profile: EvidenceProfile, views: tuple[C
     return require_physical(Estimate(
         status="infeasible" if reason else "ok", reason=reason, system=profile.name,
         evidence_revision=profile.revision(), digests=both,
-        views={v.name: view_estimate(plan, profile, v, workload, stage, None, moe.model, matrix_flops, mixed)
+        views={v.name: view_estimate(plan, profile, v, workload, stage, moe.concrete() if moe.concurrent else None,
+                                     moe.model, matrix_flops, mixed)
                for v in views},
     ), profile, source)

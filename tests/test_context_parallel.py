@@ -318,7 +318,7 @@ def test_without_concurrency_the_concrete_projection_of_a_cp_plan_is_the_portabl
 def test_the_dp_sync_of_a_cp_layout_runs_on_the_gradient_group_s_tier():
     """Data on tier 0, context on tier 1: the data x context group (4 ranks) syncs on tier 1, with tier 1's
     processor usage (the DP overlap's slowdown of the compute under it)."""
-    from harness.schedule.projection import _data_parallel_sync
+    from harness.schedule.projection import data_parallel_sync
 
     tiers = {"tensor": 0, "pipeline": 0, "data": 0, "context": 1}
     c = concrete_plan(network_tiers=tiers)
@@ -327,7 +327,7 @@ def test_the_dp_sync_of_a_cp_layout_runs_on_the_gradient_group_s_tier():
     assert [(m.collective, m.participants, m.network_tier) for m in c.data_parallel.messages] == [
         ("all_reduce", 4, 1)]
     assert {cmd.queue for cmd in c.program("data_parallel").commands} == {"network.tier1"}
-    sync = _data_parallel_sync(c, pricer)
+    sync = data_parallel_sync(c, pricer)
     assert profile.networks[1].processor_usage != profile.networks[0].processor_usage
     assert sync.processor_usage == profile.networks[1].processor_usage
     assert sync.block_s == pricer.message_s(c.data_parallel.messages[0])

@@ -331,10 +331,12 @@ def test_dense_and_moe_blocks_are_refused_where_only_one_kind_of_block_is_lowere
         from harness.passes.distribute import TransformerDistribute
 
         TransformerDistribute().requires(ModelIR(shape=mixed.model, execution=mixed.execution))
-    with pytest.raises(UnsupportedFeatureError) as error:  # the ConcretePlanIR holds one kind of block
+    with pytest.raises(UnsupportedFeatureError) as error:  # the offload transfers are one kind of block's
         validate_input("deepseek.yaml", case(dict(moe=dict(experts=128, top_k=8, expert_ffn=768, dense_layers=3)),
-                                             dict(dp_overlap=True)))
+                                             dict(offload=dict(weights=True))))
     assert error.value.field == "model.moe.dense_layers" and "\n" not in str(error.value)
+    validate_input("deepseek.yaml", case(dict(moe=dict(experts=128, top_k=8, expert_ffn=768, dense_layers=3)),
+                                         dict(dp_overlap=True)))  # DP overlap: both kinds' ConcretePlanIRs
 
 
 def test_a_moe_plan_has_a_compiled_canonical_writer():
@@ -391,6 +393,38 @@ def test_the_iteration_follows_the_slowest_stage_s_blocks():
             assert getattr(got, component) == pytest.approx((3 * getattr(d, component) + getattr(m, component)) / 4,
                                                             rel=1e-12)
     assert any(k.startswith("dense_") for k in mixed.digests)  # both plans named
+
+
+def test_under_dp_and_tp_overlap_the_iteration_follows_the_slowest_stage_s_blocks():
+    """The same model as above with the DP sync overlapped and TP ring overlap: each uniform model goes through
+    its ConcretePlanIR, and so does the mixed one (mixed_concrete_iteration): per block, the forward and backward
+    are (3 x dense + 1 x MoE) / 4 of the uniform models' (their output layer is the same); the exposed DP sync
+    lies between the two uniform models' (it is not additive); and the overlap hides time (the same mixed model
+    without it is slower)."""
+    from harness.estimate import estimate
+
+    moe = dict(experts=64, top_k=2, expert_ffn=512, dense_layers=3)
+    overlap = dict(dp_overlap=True, optimizer_sharding=True, tensor_parallel=2, data_parallel=4,
+                   tp_communication="rs_ag", tp_overlap="ring")
+    experts = dict(expert_parallel=8, network_tiers=dict(tensor=0, pipeline=1, data=0, expert=0))
+
+    def run(model, execution):
+        return estimate(EstimateInput.model_validate({"model": {**SMALL, **model},
+                                                      "execution": {**SMALL_LAYOUT, **overlap, **execution},
+                                                      "system": "h100_sxm_80g"}))
+    mixed = run(dict(moe=moe), experts)
+    all_moe = run(dict(moe={**moe, "dense_layers": None}), experts)
+    all_dense = run({}, {})
+    exposed = run(dict(moe=moe), {**experts, "dp_overlap": False})
+    for name in ("peak_only", "system_evidence"):
+        got, m, d = (x.views[name].components_s for x in (mixed, all_moe, all_dense))
+        assert d.forward > m.forward
+        for component in ("forward", "backward"):
+            assert getattr(got, component) == pytest.approx((3 * getattr(d, component) + getattr(m, component)) / 4,
+                                                            rel=1e-12)
+        assert min(m.data_parallel, d.data_parallel) <= got.data_parallel <= max(m.data_parallel, d.data_parallel)
+        assert mixed.views[name].total_s < exposed.views[name].total_s
+        assert mixed.views[name].requirements is not None  # the concrete projection's figures
 
 
 def test_a_deepseek_v3_like_model_estimates_with_dense_and_moe_blocks_on_different_stages():

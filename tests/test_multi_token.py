@@ -87,9 +87,10 @@ def test_mtp_on_a_dense_model_and_in_one_plan_is_refused_by_name():
     with pytest.raises(UnsupportedFeatureError) as refused:
         lower(case(model=dict(mtp_layers=1)), "mtp.yaml")  # one plan: lower, trace, explain refuse it
     assert (refused.value.source, refused.value.field) == ("mtp.yaml", "model.mtp_layers")
-    with pytest.raises(UnsupportedFeatureError) as error:  # the ConcretePlanIR holds no MTP head
-        validate_input("<t>", case(model=dict(mtp_layers=1), execution=dict(dp_overlap=True)))
+    with pytest.raises(UnsupportedFeatureError) as error:  # the offload transfers hold no MTP layer
+        validate_input("<t>", case(model=dict(mtp_layers=1), execution=dict(offload=dict(activations=True))))
     assert error.value.field == "model.mtp_layers" and "\n" not in str(error.value)
+    validate_input("<t>", case(model=dict(mtp_layers=1), execution=dict(dp_overlap=True)))  # DP overlap: priced
 
 
 def test_absent_mtp_is_absent_from_the_shape():

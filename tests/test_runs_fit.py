@@ -222,3 +222,11 @@ def test_the_fits_evaluator_prices_a_model_of_dense_and_moe_blocks_as_the_estima
     on_base = RunsDesign([moe], load_profile("b200")).predict(load_profile("b200"))[0]
     assert on_base == real.views["system_evidence"].total_s
     assert design.check(profile) <= 1e-12
+    # the same row with its DP sync overlapped: both kinds through their ConcretePlanIRs, still the estimate's
+    overlapped = moe.model_copy(update={"execution": moe.execution.model_copy(update={"dp_overlap": True})})
+    design = RunsDesign([overlapped], profile)
+    assert design.mixed[0] is not None and design.concretes[0] is not None
+    real = estimate(overlapped.estimate_input(profile.name).model_copy(update={"system": "b200"}))
+    assert RunsDesign([overlapped], load_profile("b200")).predict(load_profile("b200"))[0] == (
+        real.views["system_evidence"].total_s)
+    assert design.check(profile) <= 1e-12

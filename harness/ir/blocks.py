@@ -18,7 +18,9 @@ Rules:
   last pipeline stage) adds ``mtp_layers`` blocks of the model's last block's kind to the last stage
   (:func:`stage_blocks`), whose blocks then number ``blocks / (PP x v) x v + mtp_layers``; the rest of each MTP
   layer (its norms, projection and output layer) is :mod:`harness.passes.multi_token`'s. A MoE model with MTP
-  is priced through these stages even when every block is MoE (:func:`has_stages`).
+  is priced through these stages even when every block is MoE (:func:`has_stages`);
+- TP and DP overlap are priced through both kinds' ConcretePlanIRs (the stage's per-block averages of their
+  block sums, ``harness.estimate.mixed_concrete_iteration``); offload is refused (:func:`stage_problems`).
 """
 
 from __future__ import annotations
@@ -74,13 +76,13 @@ def stage_problems(shape: TransformerShape, execution: ExecutionLayout) -> list[
                                                         f"{shape.blocks} blocks: stages of unequal blocks with dense "
                                                         "and MoE blocks are not modelled yet"))
     e = execution
-    if e.tp_overlap != "none" or e.dp_overlap or e.offload.weights or e.offload.activations or e.offload.optimizer:
+    if e.offload.weights or e.offload.activations or e.offload.optimizer:
         if is_mixed(shape):
-            problems.append((mixing_field(shape), "dense and MoE blocks with TP/DP overlap or offload are not "
-                                                       "modelled yet (the ConcretePlanIR holds one kind of block)"))
+            problems.append((mixing_field(shape), "dense and MoE blocks with offload are not modelled yet (the "
+                                                       "offload transfers are one kind of block's)"))
         else:
-            problems.append(("model.mtp_layers", "multi-token prediction with TP/DP overlap or offload is not "
-                                                 "modelled yet (the ConcretePlanIR holds no MTP layer)"))
+            problems.append(("model.mtp_layers", "multi-token prediction with offload is not modelled yet (the "
+                                                 "offload transfers hold no MTP layer)"))
     return problems
 
 

@@ -51,6 +51,7 @@ from harness.estimate import (
     cost_view,
     estimate_lowering,
     estimate_mixed,
+    mixed_concrete_iteration,
     mixed_lowerings,
 )
 from harness.ir import blocks
@@ -212,8 +213,7 @@ class RunsDesign:
                 mixed.append(None)
             self.lowerings.append(lowering)
         self.mixed = tuple(mixed)
-        self.concretes = tuple(lo.concrete() if lo.concurrent and m is None else None
-                               for lo, m in zip(self.lowerings, self.mixed))
+        self.concretes = tuple(lo.concrete() if lo.concurrent else None for lo in self.lowerings)
 
     def per_target(self, values: dict[int, tuple[float, ...]]) -> np.ndarray:
         return np.array([values[t.record][t.value] if t.record in values else np.nan for t in self.targets])
@@ -224,9 +224,12 @@ class RunsDesign:
         for i, (lowering, concrete, mixed) in enumerate(zip(self.lowerings, self.concretes, self.mixed)):
             if concrete is None:
                 out[i] = cost_view(lowering.plan, profile, view, model=lowering.model, mixed=mixed)[1].total_s
-            else:
+            elif mixed is None:
                 pricer = pricer_for(profile, view, lowering.plan.datatype)
                 out[i] = concrete_iteration(concrete, pricer, lowering.model).total_s
+            else:
+                pricer = pricer_for(profile, view, lowering.plan.datatype)
+                out[i] = mixed_concrete_iteration(concrete, lowering.plan, pricer, lowering.model, mixed).total_s
         return out
 
     def check(self, profile: EvidenceProfile) -> float:

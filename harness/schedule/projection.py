@@ -219,7 +219,7 @@ def _collective_pass(cost: PassCost) -> tuple[float, float, float, float, float,
     return 0, 0, base, edge, base, edge
 
 
-def _block(c: ConcretePlanIR, pricer: Pricer) -> BlockSums:
+def concrete_block_sums(c: ConcretePlanIR, pricer: Pricer) -> BlockSums:
     """Per-block sums in plan order (Calculon's _compute_block_stats)."""
     return block_sums(c.tasks, c.schedule.training, c.bytes_per_element, tier_of(c.queue_of["tensor"]), c.tp_tiles,
                       c.options.tp_overlap == "pipe", pricer)
@@ -365,9 +365,17 @@ def _div(a: float, b: float) -> float:
 def calculon_projection(c: ConcretePlanIR, pricer: Pricer) -> Projection:
     """Calculon 0.1.0's iteration of ``c`` under ``pricer``'s view (see the module rules; the closed forms after
     the block sums are :mod:`harness.schedule.calculon_forms`, shared with the search)."""
+    return projection_of(c, pricer, concrete_block_sums(c, pricer), data_parallel_sync(c, pricer), block_memory(c))
+
+
+def projection_of(c: ConcretePlanIR, pricer: Pricer, k: BlockSums, dp: forms.DataParallelSync | None,
+                  memory) -> Projection:
+    """:func:`calculon_projection` of ``c``'s schedule, pipeline, offload and DP placement with the block sums
+    ``k``, the DP sync ``dp`` and the block memory ``memory`` given: ``c``'s own, or the per-block averages of a
+    stage of dense and MoE blocks (:func:`harness.estimate.mixed_concrete_iteration`; its DP bandwidth
+    requirements are then those of ``c``'s gradient bytes)."""
     s = c.schedule
     training = s.training
-    k = _block(c, pricer)
     fw_pp, bw_pp = forms.pipeline_p2p_s(c.pipeline, training, tier_of(c.queue_of["pipeline"]), pricer.message_s)
     # Offload (the transfer commands of the offload programs).
     fw_off = c.program("forward_offload")
@@ -376,7 +384,6 @@ def calculon_projection(c: ConcretePlanIR, pricer: Pricer) -> Projection:
     bw_size = bw_off.commands[0].transfer_bytes if bw_off else 0
     fw_off_s = pricer.tier2_s(fw_size)
     bw_off_s = pricer.tier2_s(bw_size) if training else 0
-    dp = _data_parallel_sync(c, pricer)
     it = forms.iteration(s, k, fw_pp=fw_pp, bw_pp=bw_pp, fw_off_s=fw_off_s, bw_off_s=bw_off_s, dp=dp,
                          ops=forms.SCALAR, finish=float)
     b = it.blocks
@@ -386,7 +393,6 @@ def calculon_projection(c: ConcretePlanIR, pricer: Pricer) -> Projection:
     fw_window = min(b.base_fw_no - k.forward_memory_s, b.edge_fw_no - k.forward_memory_s)
     bw_window = min(b.base_bw_no - (k.activation_grad_memory_s + k.weight_grad_memory_s),
                     b.edge_bw_no - (k.activation_grad_memory_s + k.weight_grad_memory_s))
-    memory = block_memory(c)  # reads the tasks and the schedule, which the ConcretePlanIR keeps
     kept = memory.activation_checkpoint_bytes if s.recompute == "full" else memory.activation_storage_bytes
     act_req = _div(kept, fw_window)
     weight_req = _div(memory.weight_bytes, fw_window)
@@ -402,7 +408,7 @@ def calculon_projection(c: ConcretePlanIR, pricer: Pricer) -> Projection:
          "edge_backward": b.edge_bw})
 
 
-def _data_parallel_sync(c: ConcretePlanIR, pricer: Pricer) -> forms.DataParallelSync | None:
+def data_parallel_sync(c: ConcretePlanIR, pricer: Pricer) -> forms.DataParallelSync | None:
     """The DP gradient sync of ``c`` (its ``data_parallel`` program's commands), None without one."""
     s = c.schedule
     if c.data_parallel is None or not s.training:
