@@ -308,14 +308,17 @@ def mixed_concrete_iteration(concrete: ConcretePlanIR, plan: PortablePlanIR, pri
     n_moe, n_dense = slowest_stage(block_times(plan, tuple(map(pricer.task, plan.tasks)), pricer),
                                    block_times(mixed.dense, tuple(map(pricer.task, mixed.dense.tasks)), pricer),
                                    mixed.stages)
-    k = _mixed(concrete_block_sums(concrete, pricer), concrete_block_sums(dense_concrete, pricer), n_moe, n_dense,
-               BlockSums, mixed.per_stage)
+    moe_sums, dense_sums = concrete_block_sums(concrete, pricer), concrete_block_sums(dense_concrete, pricer)
+    k = _mixed(moe_sums, dense_sums, n_moe, n_dense, BlockSums, mixed.per_stage)
+    # a bandwidth the overlapped GEMMs need is the larger kind's, not an average
+    k.tp_required_bytes_per_s = max(moe_sums.tp_required_bytes_per_s, dense_sums.tp_required_bytes_per_s)
     memory = _mixed(block_memory(concrete), block_memory(dense_concrete), n_moe, n_dense, BlockMemory,
                     mixed.per_stage)
     dp, dense_dp = data_parallel_sync(concrete, pricer), data_parallel_sync(dense_concrete, pricer)
     if dp is not None:
         per_stage = n_moe + n_dense if mixed.per_stage is None else mixed.per_stage
-        dp = dp._replace(block_s=(n_moe * dp.block_s + n_dense * dense_dp.block_s) / per_stage)
+        dense_s = 0.0 if dense_dp is None else dense_dp.block_s
+        dp = dp._replace(block_s=(n_moe * dp.block_s + n_dense * dense_s) / per_stage)
     projection = projection_of(concrete, pricer, k, dp, memory)
     s = concrete.schedule
     work = outside_work(pricer, iteration_tasks(pricer, model, s, concrete.tasks, concrete.bytes_per_element))
