@@ -301,8 +301,8 @@ def mixed_concrete_iteration(concrete: ConcretePlanIR, plan: PortablePlanIR, pri
     blocks' in ``mixed``): the ``calculon-0.1.0`` projection of the MoE blocks' schedule, pipeline and DP
     placement with the slowest stage's per-block averages (its blocks chosen as :func:`cost_view` chooses them)
     of the two ConcretePlanIRs' block sums, DP sync times and block memory, then the outside work as
-    :func:`concrete_iteration` and :func:`cost_view` add it. Without overlap it is the portable mixed estimate's
-    arithmetic on the concrete block sums (tested)."""
+    :func:`concrete_iteration` and :func:`cost_view` add it: the portable path's per-block average, on the
+    concrete block sums (tests/test_moe.py checks the forward and backward against the two uniform models')."""
     dense_concrete = mixed.dense_concrete
     assert dense_concrete is not None
     n_moe, n_dense = slowest_stage(block_times(plan, tuple(map(pricer.task, plan.tasks)), pricer),
