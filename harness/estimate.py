@@ -34,7 +34,7 @@ from harness.ir.concrete import ConcretePlanIR
 from harness.ir.model import ModelIR
 from harness.ir.portable import Message, PlanTask, PortablePlanIR
 from harness.passes import multi_token
-from harness.passes.precision import RECIPES
+from harness.passes.precision import quantized_gemm_datatype
 from harness.pipeline import Lowering, lower
 from harness.schedule import calculon_forms
 from harness.schedule.block import BlockTimes, block_times
@@ -193,7 +193,7 @@ def check_tiers(data: EstimateInput, profile: EvidenceProfile, source: str) -> N
                              f"evidence/{profile.name}.yaml a `matrix: {datatype}:` and a `vector: {datatype}:` entry "
                              "(peak_flops_per_s, operation_size_efficiency: the hardware's figures), see docs/cases.md")
     precision = data.execution.precision
-    gemm = None if precision is None or precision not in RECIPES else RECIPES[precision].gemm_datatype
+    gemm = quantized_gemm_datatype(precision)
     if gemm is not None and gemm not in profile.matrix:  # said here, naming the case, not by the pricer
         raise InputError(source, "execution.precision",
                          f"precision {precision} runs the linear GEMMs in {gemm}, and evidence profile {profile.name} "

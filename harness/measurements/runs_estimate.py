@@ -45,7 +45,7 @@ from harness.estimate import DEFAULT_VIEWS, estimate
 from harness.evidence.profile import EvidenceProfile, load_profile
 from harness.measurements.runs import run_case
 from harness.measurements.runs_transfer import TRANSFERRED, unfitted_gemm_engine
-from harness.passes.precision import RECIPES as PRECISION_RECIPES
+from harness.passes.precision import quantized_gemm_datatype
 from harness.measurements.runs_schema import MeasuredRun
 
 AUTO = "auto"
@@ -129,8 +129,7 @@ def estimate_run(run: MeasuredRun, system: str, source: str, profiles: dict, vie
     reason = est.reason
     if case.unfitted and reason is None:
         reason = "never fitted: " + "; ".join(f"{field}: {why}" for field, why in case.unfitted)
-    precision = case.input.execution.precision
-    gemms = (PRECISION_RECIPES[precision].gemm_datatype if precision else None) or case.input.execution.datatype
+    gemms = quantized_gemm_datatype(case.input.execution.precision) or case.input.execution.datatype
     unfitted_gemms = gemms if unfitted_gemm_engine(profile, gemms) else None
     if unfitted_gemms and reason is None:
         reason = (f"precision: {profile.name} prices {gemms} GEMMs with the data sheet's curve (no measured run in "

@@ -78,7 +78,7 @@ from harness.measurements.fit import (
     parameter_provenance,
     residual_summary,
 )
-from harness.passes.precision import RECIPES
+from harness.passes.precision import quantized_gemm_datatype
 from harness.pipeline import lower
 
 STRUCTURE = "megatron-core"
@@ -107,8 +107,7 @@ PARAMETERS = (
 
 def quantized_datatype(record: IterationRecord) -> str | None:
     """The datatype of the record's quantized GEMMs (``float8``, ``float4``), or None (everything in bf16)."""
-    precision = record.execution.precision
-    return None if precision is None else RECIPES[precision].gemm_datatype
+    return quantized_gemm_datatype(record.execution.precision)
 
 
 def exercised(parameter: Parameter, record: IterationRecord) -> bool:

@@ -73,6 +73,13 @@ RECIPES: dict[str, Recipe] = {
 }
 
 
+def quantized_gemm_datatype(precision: str | None) -> str | None:
+    """The datatype of the linear GEMMs an ``execution.precision`` quantizes (``float8``, ``float4``), or None (no
+    precision, a recipe that quantizes nothing, or a name outside :data:`RECIPES`, which the case check refuses)."""
+    recipe = None if precision is None else RECIPES.get(precision)
+    return None if recipe is None else recipe.gemm_datatype
+
+
 #: Quantized copies of each weight a recipe keeps for the iteration: row-wise and column-wise (module rules).
 WEIGHT_COPIES = 2
 

@@ -52,7 +52,7 @@ from harness.ir.portable import Message
 from harness.passes.rules import reduction_operations
 from harness.schedule import calculon_forms as forms
 from harness.schedule.block import hidden_tasks, ring_exposure
-from harness.schedule.memory import block_memory
+from harness.schedule.memory import BlockMemory, block_memory
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -369,7 +369,7 @@ def calculon_projection(c: ConcretePlanIR, pricer: Pricer) -> Projection:
 
 
 def projection_of(c: ConcretePlanIR, pricer: Pricer, k: BlockSums, dp: forms.DataParallelSync | None,
-                  memory) -> Projection:
+                  memory: BlockMemory) -> Projection:
     """:func:`calculon_projection` of ``c``'s schedule, pipeline, offload and DP placement with the block sums
     ``k``, the DP sync ``dp`` and the block memory ``memory`` given: ``c``'s own, or the per-block averages of a
     stage of dense and MoE blocks (:func:`harness.estimate.mixed_concrete_iteration`; its DP bandwidth
