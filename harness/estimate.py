@@ -215,12 +215,14 @@ class MultiTokenHead:
 @dataclasses.dataclass(frozen=True)
 class MixedBlocks:
     """A model priced stage by stage (harness.ir.blocks): the dense blocks' plan next to the MoE blocks' one, the
-    ``(MoE blocks, dense blocks)`` each pipeline stage holds, and the MTP layers' head (None: no MTP; then every
-    stage holds the plan's blocks per stage and ``per_stage`` is None)."""
+    ``(MoE blocks, dense blocks)`` each pipeline stage holds, and the MTP layers' head (None: no MTP; then, when
+    ``PP x v`` divides the blocks, every stage holds the plan's blocks per stage and ``per_stage`` is None)."""
 
     dense: PortablePlanIR
     stages: tuple[tuple[int, int], ...]
-    per_stage: int | None = None  #: the blocks the composition counts per stage (MTP adds blocks to the last)
+    #: the blocks the composition counts per stage (MTP adds blocks to the last; uneven virtual stages hold
+    #: fewer on the last, harness.ir.blocks.virtual_stage_blocks)
+    per_stage: int | None = None
     head: MultiTokenHead | None = None
     #: the dense blocks' ConcretePlanIR (TP/DP overlap: :func:`mixed_concrete_iteration`), else None
     dense_concrete: ConcretePlanIR | None = None
@@ -502,7 +504,8 @@ def mixed_lowerings(data: EstimateInput, source: str = "<input>") -> tuple[Lower
     head = None if mtp is None else MultiTokenHead(
         mtp, multi_token.head_tasks(data.model, data.execution), *multi_token.head_messages(data.model, data.execution))
     return moe, dense, MixedBlocks(dense.plan, tuple(blocks.stage_blocks(data.model, data.execution)),
-                                   None if mtp is None else moe.plan.schedule.blocks_per_stage, head,
+                                   None if mtp is None and not blocks.is_uneven(data.model, data.execution)
+                                   else moe.plan.schedule.blocks_per_stage, head,
                                    dense.concrete() if dense.concurrent else None)
 
 

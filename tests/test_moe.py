@@ -363,6 +363,49 @@ def test_each_stage_holds_the_blocks_megatron_assigns_it():
     assert stage_blocks(every_other.model, every_other.execution) == [(2, 2), (2, 2)]
 
 
+
+#: Megatron-Bridge's DeepSeek-V3 layouts (``set_deepseek_v3_pipeline_model_parallel_layout``,
+#: recipes/deepseek/deepseek_v3.py at 066adea): the decoder blocks of each virtual stage, (PP, v) -> counts,
+#: copied from the recipe's ``layout_map`` (the embedding rides on the first, the MTP layer and loss on the last)
+DEEPSEEK_V3_LAYOUTS = {(4, 1): [16, 16, 16, 13], (8, 1): [8] * 7 + [5], (4, 2): [8] * 7 + [5],
+                       (16, 1): [4] * 15 + [1], (8, 2): [4] * 15 + [1], (4, 4): [4] * 15 + [1]}
+
+
+@pytest.mark.parametrize("pp, chunks", sorted(DEEPSEEK_V3_LAYOUTS))
+def test_uneven_virtual_stages_hold_the_blocks_of_megatron_bridge_s_deepseek_v3_layouts(pp, chunks):
+    from harness.ir.blocks import stage_blocks
+
+    data = case(dict(blocks=61, moe=dict(experts=128, top_k=8, expert_ffn=768, dense_layers=3), mtp_layers=1),
+                dict(pipeline_parallel=pp, pipeline_interleaving=chunks, data_parallel=16, global_batch=512,
+                     expert_parallel=16))
+    assert problems_of(data) == []
+    sizes = DEEPSEEK_V3_LAYOUTS[pp, chunks]
+    starts = [sum(sizes[:k]) for k in range(len(sizes))]
+    want = []
+    for stage in range(pp):  # stage j holds virtual stages j, j + PP, ...: blocks 0-2 are dense
+        held = [b for c in range(chunks) for b in range(starts[c * pp + stage], starts[c * pp + stage] + sizes[c * pp + stage])]
+        dense = sum(1 for b in held if b < 3)
+        want.append((len(held) - dense + (stage == pp - 1), dense))  # the MTP layer (a MoE block) on the last stage
+    assert stage_blocks(data.model, data.execution) == want
+
+
+def test_a_layout_whose_last_virtual_stage_would_hold_no_block_is_refused():
+    # 11 blocks over PP 5: ceil(11 / 5) = 3 per stage leaves 11 - 12 = -1 for the last
+    data = case(dict(blocks=11, moe=dict(experts=128, top_k=8, expert_ffn=768, dense_layers=1)),
+                dict(pipeline_parallel=5, data_parallel=16, global_batch=512, expert_parallel=16))
+    from harness.ir.checks import unsupported_features
+
+    assert problems_of(data) == []  # a valid layout: Megatron-Core would take an explicit one
+    [(field, message)] = unsupported_features(data.model, data.execution)
+    assert field == "execution.pipeline_parallel" and "leave none for the last" in message
+    with pytest.raises(UnsupportedFeatureError) as error:
+        validate_input("uneven.yaml", data)
+    assert error.value.field == "execution.pipeline_parallel"
+    # 10 blocks over PP 4 (3, 3, 3, 1) are priced
+    ten = case(dict(blocks=10, moe=dict(experts=128, top_k=8, expert_ffn=768, dense_layers=1)),
+               dict(pipeline_parallel=4, data_parallel=16, global_batch=512, expert_parallel=16))
+    assert unsupported_features(ten.model, ten.execution) == []
+
 SMALL = dict(hidden=1024, feedforward=16384, sequence_length=1024, attention_heads=8, head_size=128, blocks=8,
              kv_heads=8, mlp="swiglu", norm="rmsnorm", position="rope", attention_dropout=0.0)
 SMALL_LAYOUT = dict(tensor_parallel=1, pipeline_parallel=2, data_parallel=8, global_batch=64, microbatch=1,
@@ -411,6 +454,32 @@ def test_the_iteration_follows_the_slowest_stage_s_blocks(overlap):
     if overlap:
         exposed = run(dict(moe=moe), {**experts, "dp_overlap": False})
         assert all(mixed.views[v].total_s < exposed.views[v].total_s for v in mixed.views)
+
+
+def test_uneven_stages_follow_the_slowest_stage_s_blocks():
+    """61 blocks over PP 16 (Megatron-Bridge's DeepSeek-V3 split: 15 virtual stages of 4, the last of 1): stage 0
+    holds blocks 0-2 dense and 3 MoE, so (as above, the dense MLP being far slower) its forward and backward are
+    (3 x dense + 1 x MoE) / 4 of the 64-block uniform models' over PP 16, whose stages hold 4 blocks each. The
+    bubble is smaller than the 64-block mixed split's would be: three blocks fewer in the pipeline."""
+    from harness.estimate import estimate
+
+    moe = dict(experts=64, top_k=2, expert_ffn=512)
+    experts = dict(expert_parallel=8, network_tiers=dict(tensor=0, pipeline=1, data=0, expert=0))
+
+    def run(model, execution):
+        return estimate(EstimateInput.model_validate({
+            "model": {**SMALL, **model}, "execution": {**SMALL_LAYOUT, "pipeline_parallel": 16, **execution},
+            "system": "h100_sxm_80g"}))
+    mixed = run(dict(blocks=61, moe={**moe, "dense_layers": 3}), experts)
+    even = run(dict(blocks=64, moe={**moe, "dense_layers": 3}), experts)
+    all_moe = run(dict(blocks=64, moe=moe), experts)
+    all_dense = run(dict(blocks=64), {})
+    for name in ("peak_only", "system_evidence"):
+        got, m, d = (x.views[name].components_s for x in (mixed, all_moe, all_dense))
+        for component in ("forward", "backward"):
+            assert getattr(got, component) == pytest.approx((3 * getattr(d, component) + getattr(m, component)) / 4,
+                                                            rel=1e-12)
+        assert 0 < got.pipeline_bubble < even.views[name].components_s.pipeline_bubble
 
 
 def test_a_deepseek_v3_like_model_estimates_with_dense_and_moe_blocks_on_different_stages():

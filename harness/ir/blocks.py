@@ -10,13 +10,21 @@ Rules:
 
 - block ``i`` (from 0) is a MoE block by :meth:`harness.ir.model.MixtureOfExperts.is_moe_block`;
 - with PP stages and ``v`` model chunks per stage (pipeline interleaving) the blocks form ``PP x v`` virtual
-  stages of ``blocks / (PP x v)`` consecutive blocks each, and virtual stage ``c x PP + j`` is chunk ``c`` of
-  stage ``j`` (Megatron-Core's interleaved layer assignment); a mixed model needs ``PP x v`` to divide the
-  blocks (:func:`stage_problems`);
+  stages of consecutive blocks, and virtual stage ``c x PP + j`` is chunk ``c`` of stage ``j`` (Megatron-Core's
+  interleaved layer assignment). Each virtual stage holds ``blocks / (PP x v)`` blocks when that divides; else
+  each holds ``ceil(blocks / (PP x v))`` and the last the rest (:func:`virtual_stage_blocks`: Megatron-Bridge's
+  DeepSeek-V3 layouts, ``set_deepseek_v3_pipeline_model_parallel_layout`` in
+  ``megatron/bridge/recipes/deepseek/deepseek_v3.py``, 61 blocks as 16 x 4 - 3 for PP 16, PP 8 x 2 and PP 4 x 4,
+  8 x 8 - 3 for PP 8 and PP 4 x 2, 4 x 16 - 3 for PP 4; Megatron-Core itself needs an explicit layout there).
+  A last virtual stage that would hold no block is refused (:func:`stage_problems`). The composition prices
+  every stage as the slowest one (its per-block average over the schedule's ``blocks_per_stage``,
+  ``harness.estimate.MixedBlocks.per_stage``), with the schedule's bubble reduction for the blocks the
+  stages lack (Calculon's rule for uneven stages: the same count, ``PP x blocks_per_stage - blocks``, when
+  ``v = 1``);
 - :func:`stage_blocks` counts, per stage, its MoE and its dense blocks;
 - multi-token prediction (``model.mtp_layers``, Megatron-Core's MTP: the layers sit after the decoder on the
   last pipeline stage) adds ``mtp_layers`` blocks of the model's last block's kind to the last stage
-  (:func:`stage_blocks`), whose blocks then number ``blocks / (PP x v) x v + mtp_layers``; the rest of each MTP
+  (:func:`stage_blocks`), whose blocks then number its virtual stages' blocks plus ``mtp_layers``; the rest of each MTP
   layer (its norms, projection and output layer) is :mod:`harness.passes.multi_token`'s. A MoE model with MTP
   is priced through these stages even when every block is MoE (:func:`has_stages`);
 - TP and DP overlap are priced through both kinds' ConcretePlanIRs (the stage's per-block averages of their
@@ -71,10 +79,12 @@ def stage_problems(shape: TransformerShape, execution: ExecutionLayout) -> list[
         return []
     virtual = execution.pipeline_parallel * execution.pipeline_interleaving
     problems: list[Problem] = []
-    if shape.blocks % virtual:
-        problems.append(("execution.pipeline_parallel", f"PP x interleaving = {virtual} does not divide the "
-                                                        f"{shape.blocks} blocks: stages of unequal blocks with dense "
-                                                        "and MoE blocks are not modelled yet"))
+    if shape.blocks % virtual and virtual_stage_blocks(shape.blocks, virtual)[-1] < 1:
+        per = -(-shape.blocks // virtual)
+        problems.append(("execution.pipeline_parallel", f"PP x interleaving = {virtual} virtual stages of "
+                                                        f"ceil({shape.blocks} / {virtual}) = {per} blocks leave none "
+                                                        f"for the last: other layouts of the {shape.blocks} blocks "
+                                                        "are not modelled yet"))
     e = execution
     if e.offload.weights or e.offload.activations or e.offload.optimizer:
         if is_mixed(shape):
@@ -101,14 +111,28 @@ def one_plan_problem(shape: TransformerShape) -> Problem | None:
     return None
 
 
+def virtual_stage_blocks(blocks: int, virtual_stages: int) -> list[int]:
+    """The blocks each virtual stage holds, in virtual stage order: ``blocks / virtual_stages`` each when that
+    divides, else ``ceil(blocks / virtual_stages)`` each and the rest on the last, which may then hold none or
+    fewer (module rules; :func:`stage_problems` refuses a last stage without a block)."""
+    per = -(-blocks // virtual_stages)
+    return [per] * (virtual_stages - 1) + [blocks - per * (virtual_stages - 1)]
+
+
+def is_uneven(shape: TransformerShape, execution: ExecutionLayout) -> bool:
+    """Whether the virtual stages hold different numbers of blocks (``PP x v`` does not divide the blocks)."""
+    return shape.blocks % (execution.pipeline_parallel * execution.pipeline_interleaving) != 0
+
+
 def stage_blocks(shape: TransformerShape, execution: ExecutionLayout) -> list[tuple[int, int]]:
     """``(MoE blocks, dense blocks)`` of each pipeline stage, in stage order (module rules)."""
     moe = shape.moe
     pp, chunks = execution.pipeline_parallel, execution.pipeline_interleaving
-    per_chunk = shape.blocks // (pp * chunks)
+    sizes = virtual_stage_blocks(shape.blocks, pp * chunks)
+    starts = [sum(sizes[:k]) for k in range(len(sizes))]
     out = []
     for stage in range(pp):
-        held = [i for c in range(chunks) for i in range((c * pp + stage) * per_chunk, (c * pp + stage + 1) * per_chunk)]
+        held = [i for c in range(chunks) for i in range(starts[c * pp + stage], starts[c * pp + stage] + sizes[c * pp + stage])]
         experts = sum(1 for i in held if moe is not None and moe.is_moe_block(i))
         out.append((experts, len(held) - experts))
     if shape.mtp_layers:  # the MTP layers' blocks, of the last block's kind, on the last stage
