@@ -147,6 +147,20 @@ def test_what_no_case_field_holds_is_refused_by_name(plain_stack, changes, field
     assert case.input is None and field in dict(case.unsupported), case
 
 
+def test_selective_recompute_of_named_modules_is_the_case_s_selective_recompute(plain_stack):
+    # Megatron-Core's default modules (none stated) are the attention core: attn_only
+    default = run_case(run_of(gpt_row(recompute__granularity="selective")), "h100_80g_nvl8")
+    assert default.input.execution.recompute == "attn_only"
+    named = run_case(run_of(gpt_row(recompute__granularity="selective", recompute__modules=["core_attn", "layernorm"])),
+                     "h100_80g_nvl8")
+    e = named.input.execution
+    assert (e.recompute, e.recompute_modules) == ("selective", ("core_attn", "layernorm"))
+    # the modules without selective granularity, and a whole submodule, are refused by name
+    full = run_case(run_of(gpt_row(recompute__granularity="full", recompute__modules=["layernorm"])), "h100_80g_nvl8")
+    assert full.input is None and "recompute.modules" in dict(full.unsupported)
+    whole = run_case(run_of(gpt_row(recompute__granularity="selective", recompute__modules=["mlp"])), "h100_80g_nvl8")
+    assert whole.input is None and "not modelled yet" in dict(whole.unsupported)["recompute.modules"]
+
 def test_the_attention_dropout_comes_from_the_recipe_or_the_row_is_refused(plain_stack):
     """gpt3_175b_hydra.yaml: 0.1 (today's dropout, nothing set); grok1_314b.yaml: 0.0 (no dropout primitive:
     model.attention_dropout 0 where the case format has it); an unlisted recipe: refused by name."""

@@ -3,7 +3,7 @@
 A MoE model with ``model.moe.dense_layers`` or ``layer_frequency`` has two kinds of block: MoE blocks (the
 ``mlp`` slot is the routed experts) and dense blocks (the dense MLP of ``model.feedforward``). Each kind is
 lowered as a uniform model of its own (:func:`variants`: the MoE variant keeps every field but the two that mix
-the blocks; the dense variant drops ``model.moe`` and the expert layout), and the estimate composes the stages
+the blocks; the dense variant drops ``model.moe``, the expert layout and the ``moe_act`` recompute module), and the estimate composes the stages
 from the blocks each one really holds (:mod:`harness.estimate`, ``estimate_mixed``).
 
 Rules:
@@ -69,8 +69,19 @@ def variants(shape: TransformerShape, execution: ExecutionLayout
                                                                        "layer_frequency": None}),
                                          "mtp_layers": None})
     tiers = execution.network_tiers.model_copy(update={"expert": None, "expert_tensor": None})
-    dense_layout = execution.model_copy(update={**{f: None for f in EXPERT_LAYOUT_FIELDS}, "network_tiers": tiers})
+    dense_layout = execution.model_copy(update={**{f: None for f in EXPERT_LAYOUT_FIELDS}, "network_tiers": tiers,
+                                                **_dense_recompute(execution)})
     return (moe_shape, execution), (shape.model_copy(update={"moe": None, "mtp_layers": None}), dense_layout)
+
+
+def _dense_recompute(execution: ExecutionLayout) -> dict:
+    """The dense variant's recompute fields: the routed experts' module (``moe_act``) left out, ``recompute:
+    none`` when no module is left (a dense block has nothing else of it)."""
+    modules = execution.recompute_modules
+    if modules is None or "moe_act" not in modules:
+        return {}
+    kept = tuple(m for m in modules if m != "moe_act")
+    return {"recompute_modules": kept} if kept else {"recompute_modules": None, "recompute": "none"}
 
 
 def stage_problems(shape: TransformerShape, execution: ExecutionLayout) -> list[Problem]:

@@ -11,11 +11,30 @@ from __future__ import annotations
 
 from harness.ir.blocks import has_stages, stage_problems, variants
 from harness.ir.experts import expert_layout_problems
-from harness.ir.model import MAX_DEGREE, ExecutionLayout, TransformerShape, key_value_heads
+from harness.ir.model import MAX_DEGREE, PRICED_RECOMPUTE_MODULES, ExecutionLayout, TransformerShape, key_value_heads
 from harness.passes.patterns import unpriceable
 from harness.passes.precision import RECIPES
 
 Problem = tuple[str, str]
+
+
+def recompute_module_problems(shape: TransformerShape, execution: ExecutionLayout) -> list[Problem]:
+    """``recompute: selective`` names its modules, and only it does; each module once, each one the model has
+    (``mla_up_proj``: ``model.mla``; ``moe_act``: ``model.moe``)."""
+    modules, field = execution.recompute_modules, "execution.recompute_modules"
+    if execution.recompute == "selective" and not modules:
+        return [(field, "recompute: selective needs the modules it recomputes (Megatron-Core's recompute_modules, "
+                        "e.g. [core_attn, layernorm])")]
+    if modules is None:
+        return []
+    if execution.recompute != "selective":
+        return [(field, f"needs recompute: selective (recompute is {execution.recompute})")]
+    problems = [(field, f"{m!r} is named twice") for m in sorted(set(modules)) if modules.count(m) > 1]
+    for module, present, what in (("mla_up_proj", shape.mla is not None, "model.mla (latent attention)"),
+                                  ("moe_act", shape.moe is not None, "model.moe (routed experts)")):
+        if module in modules and not present:
+            problems.append((field, f"{module!r} needs {what}"))
+    return problems
 
 
 def unsupported_features(shape: TransformerShape, execution: ExecutionLayout) -> list[Problem]:
@@ -23,6 +42,10 @@ def unsupported_features(shape: TransformerShape, execution: ExecutionLayout) ->
     registered sub-graph pattern lowers (:func:`harness.passes.patterns.unpriceable`: a core slot, the norm
     or the attention kernel matched by no pattern, or refused by the one selected, e.g. a QKV bias under TP
     overlap). TP/DP overlap and offload are priced through the ConcretePlanIR."""
+    unpriced = [m for m in execution.recompute_modules or () if m not in PRICED_RECOMPUTE_MODULES]
+    if unpriced:
+        return [("execution.recompute_modules", f"recomputing {', '.join(map(repr, unpriced))} (a whole submodule) "
+                                                f"is not modelled yet (priced: {', '.join(PRICED_RECOMPUTE_MODULES)})")]
     if shape.mtp_layers is not None and shape.moe is None:
         return [("model.mtp_layers", "multi-token prediction on a dense model is not modelled yet (it is priced "
                                      "for MoE models, DeepSeek-V3's, through the stages of harness.ir.blocks)")]
@@ -200,6 +223,7 @@ def layout_problems(shape: TransformerShape, execution: ExecutionLayout) -> list
         problems.append(("execution.seq_par_ag_redo", "all-gather redo is meaningless with full recompute (it already recommunicates)"))
     if e.recompute != "none" and not e.training:
         problems.append(("execution.recompute", "recomputation needs training: true"))
+    problems += recompute_module_problems(s, e)
     if e.tp_overlap != "none" and tp == 1:
         problems.append(("execution.tp_overlap", f"TP overlap ({e.tp_overlap}) needs tensor_parallel > 1"))
     if e.dp_overlap and not e.training:

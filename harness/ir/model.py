@@ -25,7 +25,17 @@ from harness.ir import mesh
 from harness.ir.base import Artifact, Frozen
 
 Datatype = Literal["float8", "float16", "bfloat16", "float32"]
-RecomputeMode = Literal["full", "attn_only", "none"]
+RecomputeMode = Literal["full", "attn_only", "selective", "none"]
+#: Megatron-Core's ``recompute_modules`` (``TransformerConfig``, with ``recompute_granularity: selective``): the
+#: submodules whose forward the backward pass recomputes. ``core_attn`` checkpoints the attention core (as
+#: ``attn_only``); ``layernorm`` (the two sub-blocks' input norms), ``moe_act`` (the routed experts' activation)
+#: and ``mla_up_proj`` (latent attention's up projections and rotary embedding) discard their output and
+#: recompute it before its consumer's backward. ``mlp``, ``moe`` and ``shared_experts`` (whole submodules) are
+#: named so that a layout stating them is refused as not modelled yet, not as invalid.
+RecomputeModule = Literal["core_attn", "layernorm", "moe_act", "mla_up_proj", "mlp", "moe", "shared_experts"]
+#: The recompute modules the patterns price (harness.passes.patterns); the others are refused
+#: (harness.ir.checks.unsupported_features).
+PRICED_RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe_act", "mla_up_proj")
 TPCommunication = Literal["ar", "p2p_rs_ag", "rs_ag"]
 ContextCommunication = Literal["p2p", "a2a"]
 #: Mixed-precision recipes (harness.passes.precision).
@@ -273,7 +283,14 @@ class ExecutionLayout(StrictInput):
     pipeline_interleaving: int = Field(1, gt=0, le=MAX_INTERLEAVING,
                                        description="Model chunks per pipeline stage (virtual stages).")
     datatype: Datatype = Field("float16", description="Element datatype of weights and activations.")
-    recompute: RecomputeMode = Field("none", description="Activation recomputation: full, attn_only or none.")
+    recompute: RecomputeMode = Field("none", description=(
+        "Activation recomputation: full, attn_only (the attention core), selective (the recompute_modules) or "
+        "none."))
+    # strict=False: a YAML or JSON list is read as the tuple (the names stay Literal-checked)
+    recompute_modules: tuple[RecomputeModule, ...] | None = Field(None, min_length=1, strict=False, description=(
+        "With recompute: selective, the submodules recomputed (Megatron-Core's recompute_modules): core_attn, "
+        "layernorm, moe_act, mla_up_proj (priced; mlp, moe and shared_experts are refused as not modelled). "
+        "Absent: none."))
     tp_communication: TPCommunication = Field(
         "ar", description="TP collectives: ar (all-reduce), rs_ag (sequence parallel), p2p_rs_ag (RS/AG at chunk edges)."
     )
@@ -327,7 +344,7 @@ class ExecutionLayout(StrictInput):
     #: layouts without these keep their digests
     ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"attention_kernel", "context_parallel", "cp_comm",
                                                          "precision", "expert_parallel", "expert_tensor_parallel",
-                                                         "moe_dispatcher", "fsdp"})
+                                                         "moe_dispatcher", "fsdp", "recompute_modules"})
 
     @property
     def context_degree(self) -> int:

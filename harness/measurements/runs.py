@@ -12,8 +12,8 @@ Rules (each one an entry of the table):
   agreed case field (docs: /work/BRIEF.md's agreed names, docs/modern-runs.md) when the case format has
   it, else the row is ``unsupported`` naming the row field. Supporting a new case field therefore needs
   no change here when its name is the agreed one; a new row value needs one entry of its translation.
-- **Refusals**: a value no case field can hold (FSDP, a partial rotary embedding without the fused kernel,
-  recompute of named modules) makes the row ``unsupported`` naming the field, never approximated.
+- **Refusals**: a value no case field can hold (a partial rotary embedding without the fused kernel, recompute
+  of some layers only, of whole submodules) makes the row ``unsupported`` naming the field, never approximated.
 - **Display only**: ``id``, ``model.name``, ``source``, ``software``, ``notes``, ``extra``,
   ``consistency``, ``measured`` (compared with, after estimating), ``batch.gradient_accumulation`` (checked
   by the schema) and ``model.truncated_from`` (the run ran ``layers`` blocks) never
@@ -313,6 +313,20 @@ def _recompute(draft: Draft, row_field: str, value: str | None) -> None:
         draft.set("execution.recompute", RECOMPUTE[value], row_field)
 
 
+def _recompute_modules(draft: Draft, row_field: str, value: list[str] | None) -> None:
+    """Megatron-Core's ``recompute_modules`` (None: its default, ``[core_attn]``, which ``attn_only`` is): with
+    ``granularity: selective``, ``execution.recompute: selective`` and the modules as they are (the case checks
+    their names and refuses the ones not modelled)."""
+    if value is None:
+        return
+    if draft.run.recompute.granularity != "selective":
+        draft.refuse(row_field, f"{value!r} without granularity selective (Megatron-Core reads the modules only "
+                                "under selective recomputation)")
+        return
+    draft.set("execution.recompute", "selective", row_field)
+    draft.set("execution.recompute_modules", list(value), row_field)
+
+
 def _none_or(refusal: str) -> Rule:
     def rule(draft: Draft, row_field: str, value: Any) -> None:
         if value is not None:
@@ -473,7 +487,7 @@ ROW_FIELDS: dict[str, Rule] = {
     "batch.gradient_accumulation": display,  # = global / (DP x micro), checked by the schema
     "precision": _precision,
     "recompute.granularity": _recompute,
-    "recompute.modules": _none_or("recompute of named modules has no case field"),
+    "recompute.modules": _recompute_modules,
     "recompute.layers": _none_or("recompute of some layers only has no case field"),
 }
 

@@ -81,6 +81,12 @@ RECOMMUNICATION = "recommunication/"
 _retention = Retention.trusted
 #: Retention of a task whose input is another task's stored activation.
 REUSED = dict(activation_stored=False, activation_reused=True)
+#: Retention of a task of an output-discarding recompute module (Megatron-Core's ``CheckpointWithoutOutput``):
+#: its output is not kept; the backward pass recomputes it from the task's kept input.
+DISCARDED = dict(output_stored=False)
+#: The recompute modules that discard their output (``execution.recompute_modules``; core_attn checkpoints the
+#: attention core, :attr:`Block.attention`).
+DISCARDING_MODULES = frozenset({"layernorm", "moe_act", "mla_up_proj"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,6 +104,13 @@ class Block:
     kv_heads: int  # local key/value heads: kv_heads / TP, or one (replicated) when kv_heads < TP
     kv_split: bool  # the key/value heads are split over TP (not replicated)
     queries: int  # sequence positions of one sample on this rank: sequence / CP (context parallelism)
+    #: the output-discarding recompute modules of ``recompute: selective`` (layernorm, moe_act, mla_up_proj):
+    #: each one's tasks are recomputed and their outputs not kept (empty otherwise; full recomputes everything)
+    discarded: frozenset[str] = frozenset()
+
+    def discards(self, module: str) -> bool:
+        """Whether ``module``'s output is discarded and recomputed (``recompute: selective`` naming it)."""
+        return module in self.discarded
 
     @property
     def context(self) -> int:
@@ -118,8 +131,10 @@ class Block:
         full_act = tokens * s.hidden
         outside = (tokens // tp) * s.hidden if e.sequence_parallel else full_act
         kv = key_value_heads(s, e)
-        return cls(s, e, tokens, full_act, outside, e.recompute == "full", e.recompute in ("full", "attn_only"),
-                   s.attention_heads // tp, max(1, kv // tp), kv >= tp, queries)
+        selected = frozenset(e.recompute_modules or ()) if e.recompute == "selective" else frozenset()
+        return cls(s, e, tokens, full_act, outside, e.recompute == "full",
+                   e.recompute in ("full", "attn_only") or "core_attn" in selected,
+                   s.attention_heads // tp, max(1, kv // tp), kv >= tp, queries, selected & DISCARDING_MODULES)
 
     @property
     def query_width(self) -> int:
@@ -319,7 +334,9 @@ class ResidualSubBlock:
         p, full, act = self.core.prefix, b.full, b.outside_act
         fork = out.add(f"{p}.fork", ForkShape.trusted(elements=act, users=2), (prev,) if prev else (),
                        recompute=full)
-        prev = out.add(f"{p}.layer_norm", self.norm.shape(b), (fork,), recompute=full, **REUSED)
+        norm = b.discards("layernorm")
+        prev = out.add(f"{p}.layer_norm", self.norm.shape(b), (fork,), recompute=full or norm,
+                       **({**REUSED, **DISCARDED} if norm else REUSED))
         if b.overlap and not self.core.leaves_region_itself:
             prev = self.core.emit_overlapped(b, out, prev)
         else:
@@ -386,8 +403,11 @@ class MaterializedScores(ScoreKernel):
 
 class FlashScores(ScoreKernel):
     """One FlashAttention-2 kernel (``execution.attention_kernel: flash``): no s x s tensor, the scores recomputed
-    in its backward pass (so only full recomputation clones it); the work rule is
-    :func:`harness.passes.rules.flash_attention`."""
+    in its own backward pass; the work rule is :func:`harness.passes.rules.flash_attention`. Checkpointing the
+    attention core (``attn_only``, or ``core_attn`` of ``recompute: selective``: Megatron-Core's
+    ``_checkpointed_attention_forward`` around Transformer Engine's attention) runs the kernel's forward again
+    before its backward, so it is cloned then too (and under full recomputation); what it keeps is unchanged
+    (its inputs are the projections' kept outputs, its output the output projection's kept input)."""
 
     name = "flash"
     tasks = ("attn.flash",)
@@ -403,7 +423,7 @@ class FlashScores(ScoreKernel):
                                             sequence=s.sequence_length, head_size=s.head_size, window=window,
                                             dropout=s.attention_dropout != 0, value_head_size=value,
                                             context_parallel=b.context if b.ring else None)
-        return out.add("attn.flash", flash, tuple(dict.fromkeys((*qk, v))), recompute=b.full)
+        return out.add("attn.flash", flash, tuple(dict.fromkeys((*qk, v))), recompute=b.attention)
 
 
 #: Attention kernels (selected by ``execution.attention_kernel``).
@@ -600,12 +620,15 @@ class LatentAttentionCore(CorePattern):
         # without query compression and no gather, the query reads the fork's stored input itself
         q_kept = REUSED if mla.q_lora_rank is None and not (q_in and e.sequence_parallel) else {
             "activation_stored": not redo}
-        q = out.add(q_name, q_shape, (q_in or q_latent,), recompute=full, **q_kept)
+        # mla_up_proj: the up projections and the rotary embedding discard their outputs (Q, K, V)
+        up, discarded = full or b.discards("mla_up_proj"), DISCARDED if b.discards("mla_up_proj") else {}
+        q = out.add(q_name, q_shape, (q_in or q_latent,), recompute=up, **q_kept, **discarded)
         kv = out.add("attn.kv_up", LinearShape.trusted(m=tokens, n=mla.kv_lora_rank,
-                     k=heads * (mla.qk_nope_head_dim + mla.v_head_dim)), (kv_in or kv_latent,), recompute=full,
-                     activation_stored=not redo)
+                     k=heads * (mla.qk_nope_head_dim + mla.v_head_dim)), (kv_in or kv_latent,), recompute=up,
+                     activation_stored=not redo, **discarded)
         rope = out.add("attn.rope", PointwiseShape.trusted(kind="rope", elements=tokens * mla.qk_rope_head_dim *
-                                                           (heads + 1)), (q, rope_in or kv_down), recompute=full)
+                                                           (heads + 1)), (q, rope_in or kv_down), recompute=up,
+                       **discarded)
         qk: tuple[str, ...] = (rope, kv)
         kernel = select(SCORE_KERNELS, s, e, "attention kernel")
         if b.ring:  # the K/V ring of context parallelism: every head's K (qk wide) and V (v_head_dim wide)
@@ -802,7 +825,9 @@ class MixtureOfExpertsMLP(CorePattern):
         prev = out.add("mlp.experts_fc1", GroupedLinearShape.trusted(groups=local, m=m, n=s.hidden, k=fc1_width),
                        (prev,), recompute=full)
         act = PointwiseShape.trusted(kind=kind, elements=local * m * width, fused=e.fused_activation)
-        prev = out.add(f"mlp.experts_{kind}", act, (prev,), recompute=full)
+        discarded = b.discards("moe_act")
+        prev = out.add(f"mlp.experts_{kind}", act, (prev,), recompute=full or discarded,
+                       **(DISCARDED if discarded else {}))
         return out.add("mlp.experts_fc2", GroupedLinearShape.trusted(groups=local, m=m, n=width, k=s.hidden), (prev,),
                        recompute=full)
 

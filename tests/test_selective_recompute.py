@@ -1,0 +1,148 @@
+"""``recompute: selective`` with ``recompute_modules`` (Megatron-Core's), against hand-computed values.
+
+Small shapes in bfloat16 (2 bytes), TP 1, one microbatch of 2 x 512 tokens; every byte and operation count is
+computed here from the shapes, never read back from the code under test.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.cases import EstimateInput, validate_input
+from harness.errors import InputError, UnsupportedFeatureError
+from harness.estimate import estimate
+from harness.ir.checks import layout_problems, unsupported_features
+from harness.pipeline import lower
+from harness.schedule.memory import block_memory
+
+B = 2  # bfloat16
+TOKENS = 2 * 512
+SHAPE = dict(hidden=256, feedforward=1024, sequence_length=512, attention_heads=8, head_size=32, blocks=2,
+             mlp="swiglu", norm="rmsnorm", position="rope", attention_dropout=0.0)
+LAYOUT = dict(tensor_parallel=1, pipeline_parallel=1, data_parallel=1, global_batch=2, microbatch=2,
+              datatype="bfloat16", network_tiers={"tensor": 0, "pipeline": 0, "data": 0})
+#: 16 routed experts (top 2, 128 wide), one node of 8 with EP 8
+MOE = dict(experts=16, top_k=2, expert_ffn=128)
+MLA = dict(q_lora_rank=64, kv_lora_rank=32, qk_rope_head_dim=16, qk_nope_head_dim=16, v_head_dim=32)
+
+
+def data(shape=None, system="h100_sxm_80g", **execution) -> EstimateInput:
+    return EstimateInput.model_validate({"model": {**SHAPE, **(shape or {})}, "execution": {**LAYOUT, **execution},
+                                         "system": system})
+
+
+def experts(**execution) -> EstimateInput:
+    return data({"moe": MOE}, data_parallel=8, global_batch=16, expert_parallel=8,
+                network_tiers={"tensor": 0, "pipeline": 0, "data": 0, "expert": 0}, **execution)
+
+
+def selective(*modules: str) -> dict:
+    return dict(recompute="selective", recompute_modules=list(modules))
+
+
+def names(lowering) -> set[str]:
+    return {t.name for t in lowering.plan.tasks}
+
+
+def forward_ops(lowering, name: str) -> float:
+    return next(t for t in lowering.plan.tasks if t.name == name).forward.operations
+
+
+def stored(lowering) -> float:
+    return block_memory(lowering.plan).activation_storage_bytes
+
+
+def test_selective_core_attn_is_attn_only():
+    for kernel in ("materialized", "flash"):
+        a = estimate(data(attention_kernel=kernel, recompute="attn_only"))
+        b = estimate(data(attention_kernel=kernel, **selective("core_attn")))
+        assert a.views_json() == b.views_json()
+        assert a.views["system_evidence"].components_s.recompute > 0
+
+
+def test_layernorm_discards_both_input_norms_outputs_and_recomputes_them():
+    plain, norms = lower(data()), lower(data(**selective("layernorm")))
+    assert {"recompute/attn.layer_norm", "recompute/mlp.layer_norm"} <= names(norms)
+    assert not any(n.startswith("recompute/") for n in names(plain))
+    for sub in ("attn", "mlp"):  # the clone is the norm's forward again
+        assert forward_ops(norms, f"recompute/{sub}.layer_norm") == forward_ops(plain, f"{sub}.layer_norm") > 0
+    # two outputs of TOKENS x hidden not kept
+    assert stored(plain) - stored(norms) == 2 * TOKENS * 256 * B
+
+
+def test_moe_act_discards_the_routed_experts_activation_output():
+    plain, act = lower(experts()), lower(experts(**selective("moe_act")))
+    assert "recompute/mlp.experts_swiglu" in names(act)
+    assert [n for n in names(act) if n.startswith("recompute/")] == ["recompute/mlp.experts_swiglu"]
+    # 2 local experts (16 / EP 8), each on the busiest expert's tokens: the 8 ranks' 8 x 1024 tokens x top 2 over
+    # 16 experts = 1024 each; its output 128 wide
+    assert stored(plain) - stored(act) == 2 * 1024 * 128 * B
+
+
+def test_mla_up_proj_discards_the_up_projections_and_rotary_outputs():
+    plain = lower(data({"mla": MLA, "head_size": 32}, attention_kernel="flash"))
+    up = lower(data({"mla": MLA, "head_size": 32}, attention_kernel="flash", **selective("mla_up_proj")))
+    assert {n for n in names(up) if n.startswith("recompute/")} == {"recompute/attn.q_up", "recompute/attn.kv_up",
+                                                                    "recompute/attn.rope"}
+    # Q: 8 heads x (16 + 16); K nope and V: 8 x (16 + 32); the rotated parts: 16 x (8 heads + the shared key)
+    assert stored(plain) - stored(up) == TOKENS * (8 * 32 + 8 * 48 + 16 * 9) * B
+    assert forward_ops(up, "recompute/attn.q_up") == forward_ops(plain, "attn.q_up") == 2 * TOKENS * 64 * 8 * 32
+
+
+def test_modules_add_their_recompute_time_and_cut_the_stored_activations():
+    none, some = estimate(experts()), estimate(experts(**selective("layernorm", "moe_act")))
+    for view in ("peak_only", "system_evidence"):
+        a, b = none.views[view], some.views[view]
+        assert a.components_s.recompute == 0 < b.components_s.recompute
+        assert b.memory_bytes.activation < a.memory_bytes.activation
+
+
+@pytest.mark.parametrize("execution, shape, message", [
+    (dict(recompute="selective"), None, "recompute: selective needs the modules it recomputes"),
+    (dict(recompute="attn_only", recompute_modules=["layernorm"]), None, "needs recompute: selective"),
+    (selective("layernorm", "layernorm"), None, "'layernorm' is named twice"),
+    (selective("mla_up_proj"), None, "'mla_up_proj' needs model.mla"),
+    (selective("moe_act"), None, "'moe_act' needs model.moe"),
+])
+def test_a_module_list_that_does_not_fit_is_one_error_naming_the_field(execution, shape, message):
+    d = data(shape, **execution)
+    [(field, text)] = layout_problems(d.model, d.execution)
+    assert field == "execution.recompute_modules" and message in text
+    with pytest.raises(InputError) as error:
+        validate_input("x.yaml", d)
+    assert error.value.field == "execution.recompute_modules"
+
+
+def test_an_unknown_module_name_is_refused_by_the_schema():
+    with pytest.raises(Exception, match="recompute_modules"):
+        data(**selective("attention"))
+
+
+@pytest.mark.parametrize("module", ["mlp", "moe", "shared_experts"])
+def test_whole_submodules_are_refused_as_not_modelled(module):
+    d = experts(**selective("layernorm", module))
+    [(field, text)] = unsupported_features(d.model, d.execution)
+    assert field == "execution.recompute_modules" and "not modelled yet" in text and repr(module) in text
+    with pytest.raises(UnsupportedFeatureError):
+        validate_input("x.yaml", d)
+
+
+def test_dense_blocks_of_a_mixed_model_leave_the_experts_module_out():
+    from harness.ir.blocks import variants
+
+    d = experts(**selective("moe_act"))
+    mixed = d.model.model_copy(update={"moe": d.model.moe.model_copy(update={"dense_layers": 1})})
+    (_, moe_layout), (_, dense_layout) = variants(mixed, d.execution)
+    assert moe_layout.recompute_modules == ("moe_act",)
+    assert (dense_layout.recompute, dense_layout.recompute_modules) == ("none", None)
+    both = experts(**selective("moe_act", "layernorm"))
+    (_, dense_layout) = variants(mixed, both.execution)[1]
+    assert (dense_layout.recompute, dense_layout.recompute_modules) == ("selective", ("layernorm",))
+    est = estimate(EstimateInput(model=mixed, execution=both.execution, system=both.system))
+    assert est.status == "ok" and est.views["system_evidence"].components_s.recompute > 0
+
+
+def test_a_layout_without_modules_keeps_its_digests():
+    # the ModelIR's canonical text (its digest's input) names the field only when it is stated
+    assert "recompute_modules" not in lower(data()).model.canonical()
+    assert '"recompute_modules":["layernorm"]' in lower(data(**selective("layernorm"))).model.canonical()
