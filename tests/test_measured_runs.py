@@ -196,6 +196,7 @@ def test_nemo_rows_overlap_the_data_parallel_sync_only_with_the_distributed_opti
     "NVIDIA-NeMo/Megatron-Bridge src/megatron/bridge/models/deepseek/deepseek_provider.py DeepSeekV3ModelProvider",
     "NVIDIA/dgxc-benchmarking@8f5cbb3 nemotron/nemotron4-340b-synth.yaml (layernorm1p, squared-relu)",
     "NVIDIA-NeMo/Megatron-Bridge src/megatron/bridge/models/qwen/qwen_provider.py Qwen3ModelProvider32B",
+    "NVIDIA/dgxc-benchmarking@35a9aec llama3.1/llama3.1_405b.yaml (num_query_groups 16)",
 ])
 def test_recipes_read_for_models_no_shared_row_runs_set_no_attention_dropout(plain_stack, cite):
     """Rows of other models (the withheld tables') cite their own recipe files: the ones read in the stack's code

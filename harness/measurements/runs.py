@@ -153,6 +153,12 @@ RECIPES = {
     "nemotron/nemotron4-340b-synth.yaml": Recipe(0.0, (
         "dgxc-benchmarking@8f5cbb3 nemotron/nemotron4-340b-synth.yaml: attention_dropout 0.0, rotary_percentage "
         "0.5, apply_rope_fusion true"), fused_rope=True),
+    # dgxc-benchmarking's Llama 3.1 recipes are the NeMo Framework Launcher's training configs (dgxc's 70B file
+    # states what the launcher's llama3_1_70b.yaml states: attention_dropout 0.0, apply_rope_fusion true);
+    # dgxc's 405B file is not in the index, the launcher's is
+    "llama3.1/llama3.1_405b.yaml": Recipe(0.0, (
+        "NeMo-Framework-Launcher@072ecc4 launcher_scripts/conf/training/llama/llama3_1_405b.yaml (the config "
+        "dgxc-benchmarking's llama3.1 recipes copy): attention_dropout 0.0, apply_rope_fusion true"), fused_rope=True),
     "simu_tools/megatron_scripts/scripts/run_pretrain_deepseekv2.sh": Recipe(0.0, "SimuMax@4dcaae5 "
                                                                                   "run_pretrain_deepseekv2.sh: "
                                                                                   "--attention-dropout 0.0 (line 181)"),
