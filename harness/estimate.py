@@ -214,18 +214,22 @@ class MultiTokenHead:
 
 @dataclasses.dataclass(frozen=True)
 class MixedBlocks:
-    """A model priced stage by stage (harness.ir.blocks): the dense blocks' plan next to the MoE blocks' one, the
-    ``(MoE blocks, dense blocks)`` each pipeline stage holds, and the MTP layers' head (None: no MTP; then, when
-    ``PP x v`` divides the blocks, every stage holds the plan's blocks per stage and ``per_stage`` is None)."""
+    """A model priced stage by stage (harness.ir.blocks), whose blocks are of two kinds: the main kind's plan is
+    the estimate's (MoE blocks, or the blocks not recomputed), ``other`` the other kind's (dense blocks, or the
+    blocks recomputed whole: ``execution.recompute_blocks``, ``other_kind`` names it), the ``(main kind, other
+    kind)`` blocks each pipeline stage holds, and the MTP layers' head (None: no MTP; then, when ``PP x v``
+    divides the blocks, every stage holds the plan's blocks per stage and ``per_stage`` is None)."""
 
-    dense: PortablePlanIR
+    other: PortablePlanIR
     stages: tuple[tuple[int, int], ...]
     #: the blocks the composition counts per stage (MTP adds blocks to the last; uneven virtual stages hold
     #: fewer on the last, harness.ir.blocks.virtual_stage_blocks)
     per_stage: int | None = None
     head: MultiTokenHead | None = None
-    #: the dense blocks' ConcretePlanIR (TP/DP overlap: :func:`mixed_concrete_iteration`), else None
-    dense_concrete: ConcretePlanIR | None = None
+    #: the other kind's ConcretePlanIR (TP/DP overlap: :func:`mixed_concrete_iteration`), else None
+    other_concrete: ConcretePlanIR | None = None
+    #: the other kind's name: the prefix of its plan's digests (``dense_distributed``, ``recomputed_portable``)
+    other_kind: str = "dense"
 
 
 #: The fields of BlockTimes and BlockMemory a stage has once, not once per block (the boundary transfers, the
@@ -264,18 +268,18 @@ _STAGE_WORK = ("forward_s", "recompute_s", "activation_grad_s", "weight_grad_s",
                "tp_backward_base_s", "recomm_base_s", "dp_s")
 
 
-def slowest_stage(moe: BlockTimes, dense: BlockTimes, stages: tuple[tuple[int, int], ...]) -> tuple[int, int]:
-    """The ``(MoE, dense)`` blocks of the stage whose blocks take longest per microbatch (and sync)."""
+def slowest_stage(main: BlockTimes, other: BlockTimes, stages: tuple[tuple[int, int], ...]) -> tuple[int, int]:
+    """The ``(main kind, other kind)`` blocks of the stage whose blocks take longest per microbatch (and sync)."""
     def work(counts: tuple[int, int]) -> float:
-        return sum(counts[0] * getattr(moe, f) + counts[1] * getattr(dense, f) for f in _STAGE_WORK)
+        return sum(counts[0] * getattr(main, f) + counts[1] * getattr(other, f) for f in _STAGE_WORK)
     return max(stages, key=work)
 
 
-def mixed_memory(moe_plan: PortablePlanIR, mixed: MixedBlocks) -> StageMemory:
+def mixed_memory(plan: PortablePlanIR, mixed: MixedBlocks) -> StageMemory:
     """The memory of the stage with the largest tier-1 total, each stage from the blocks it holds (with the first
-    stage's in-flight microbatches: an upper bound for the later stages of 1F1B)."""
-    moe, dense = block_memory(moe_plan), block_memory(mixed.dense)
-    return max((stage_memory(moe_plan, _mixed(moe, dense, n, d, BlockMemory, mixed.per_stage))
+    stage's in-flight microbatches: an upper bound for the later stages of 1F1B; ``plan``: the main kind's)."""
+    main, other = block_memory(plan), block_memory(mixed.other)
+    return max((stage_memory(plan, _mixed(main, other, n, d, BlockMemory, mixed.per_stage))
                 for n, d in mixed.stages), key=lambda m: m.tier1_total)
 
 
@@ -283,13 +287,13 @@ def _mixed_outside_work(work, pricer, plan: PortablePlanIR, mixed: MixedBlocks, 
                         model: ModelIR | None, planned: tuple[PlanTask, ...] | None):
     """The outside work of a model priced stage by stage (``plan``: the MoE blocks'): the unfused gradient
     accumulation per block as the slowest stage's ``counts`` average it, and the MTP head once per microbatch."""
-    n_moe, n_dense = counts
+    n_main, n_other = counts
     if work.accumulation_s is not None:  # per block: the slowest stage's average
-        dense = accumulation_tasks(pricer, plan.schedule, mixed.dense.tasks, plan.bytes_per_element)
-        dense_accumulation = outside_work(pricer, dense).accumulation_s or (0.0, 0.0)
-        per_stage = n_moe + n_dense if mixed.per_stage is None else mixed.per_stage
-        work = work._replace(accumulation_s=tuple((n_moe * a + n_dense * d) / per_stage
-                                                  for a, d in zip(work.accumulation_s, dense_accumulation)))
+        other = accumulation_tasks(pricer, plan.schedule, mixed.other.tasks, plan.bytes_per_element)
+        other_accumulation = outside_work(pricer, other).accumulation_s or (0.0, 0.0)
+        per_stage = n_main + n_other if mixed.per_stage is None else mixed.per_stage
+        work = work._replace(accumulation_s=tuple((n_main * a + n_other * d) / per_stage
+                                                  for a, d in zip(work.accumulation_s, other_accumulation)))
     if mixed.head is not None and plan.schedule.training:  # MTP: once per microbatch
         head = head_s(pricer, mixed.head, model, planned)
         own = work.per_microbatch_s or (0.0, 0.0)
@@ -305,26 +309,26 @@ def mixed_concrete_iteration(concrete: ConcretePlanIR, plan: PortablePlanIR, pri
     of the two ConcretePlanIRs' block sums, DP sync times and block memory, then the outside work as
     :func:`concrete_iteration` and :func:`cost_view` add it: the portable path's per-block average, on the
     concrete block sums (tests/test_moe.py checks the forward and backward against the two uniform models')."""
-    dense_concrete = mixed.dense_concrete
-    assert dense_concrete is not None
-    n_moe, n_dense = slowest_stage(block_times(plan, tuple(map(pricer.task, plan.tasks)), pricer),
-                                   block_times(mixed.dense, tuple(map(pricer.task, mixed.dense.tasks)), pricer),
+    other_concrete = mixed.other_concrete
+    assert other_concrete is not None
+    n_main, n_other = slowest_stage(block_times(plan, tuple(map(pricer.task, plan.tasks)), pricer),
+                                   block_times(mixed.other, tuple(map(pricer.task, mixed.other.tasks)), pricer),
                                    mixed.stages)
-    moe_sums, dense_sums = concrete_block_sums(concrete, pricer), concrete_block_sums(dense_concrete, pricer)
-    k = _mixed(moe_sums, dense_sums, n_moe, n_dense, BlockSums, mixed.per_stage)
+    main_sums, other_sums = concrete_block_sums(concrete, pricer), concrete_block_sums(other_concrete, pricer)
+    k = _mixed(main_sums, other_sums, n_main, n_other, BlockSums, mixed.per_stage)
     # a bandwidth the overlapped GEMMs need is the larger kind's, not an average
-    k.tp_required_bytes_per_s = max(moe_sums.tp_required_bytes_per_s, dense_sums.tp_required_bytes_per_s)
-    memory = _mixed(block_memory(concrete), block_memory(dense_concrete), n_moe, n_dense, BlockMemory,
+    k.tp_required_bytes_per_s = max(main_sums.tp_required_bytes_per_s, other_sums.tp_required_bytes_per_s)
+    memory = _mixed(block_memory(concrete), block_memory(other_concrete), n_main, n_other, BlockMemory,
                     mixed.per_stage)
-    dp, dense_dp = data_parallel_sync(concrete, pricer), data_parallel_sync(dense_concrete, pricer)
+    dp, other_dp = data_parallel_sync(concrete, pricer), data_parallel_sync(other_concrete, pricer)
     if dp is not None:
-        per_stage = n_moe + n_dense if mixed.per_stage is None else mixed.per_stage
-        dense_s = 0.0 if dense_dp is None else dense_dp.block_s
-        dp = dp._replace(block_s=(n_moe * dp.block_s + n_dense * dense_s) / per_stage)
+        per_stage = n_main + n_other if mixed.per_stage is None else mixed.per_stage
+        other_s = 0.0 if other_dp is None else other_dp.block_s
+        dp = dp._replace(block_s=(n_main * dp.block_s + n_other * other_s) / per_stage)
     projection = projection_of(concrete, pricer, k, dp, memory)
     s = concrete.schedule
     work = outside_work(pricer, iteration_tasks(pricer, model, s, concrete.tasks, concrete.bytes_per_element))
-    work = _mixed_outside_work(work, pricer, plan, mixed, (n_moe, n_dense), model, None)
+    work = _mixed_outside_work(work, pricer, plan, mixed, (n_main, n_other), model, None)
     c, total = calculon_forms.with_outside_work(projection.components_s, projection.total_s, s.microbatches, work,
                                                 portable=False)
     return dataclasses.replace(projection, components_s=c, total_s=total)
@@ -353,15 +357,15 @@ def cost_view(plan: PortablePlanIR, profile: EvidenceProfile, view: CostView, *,
     costs = tuple(map(pricer.task, plan.tasks))
     block = block_times(plan, costs, pricer)
     if mixed is not None:  # ``plan`` is the MoE blocks': the slowest stage's blocks, on average per block
-        dense = block_times(mixed.dense, tuple(map(pricer.task, mixed.dense.tasks)), pricer)
-        n_moe, n_dense = slowest_stage(block, dense, mixed.stages)
-        block = _mixed(block, dense, n_moe, n_dense, BlockTimes, mixed.per_stage)
+        other = block_times(mixed.other, tuple(map(pricer.task, mixed.other.tasks)), pricer)
+        n_main, n_other = slowest_stage(block, other, mixed.stages)
+        block = _mixed(block, other, n_main, n_other, BlockTimes, mixed.per_stage)
     comp = compose(plan.schedule, block)
     section = iteration_tasks(pricer, model, plan.schedule, plan.tasks, plan.bytes_per_element,
                               output_tasks_planned=plan.output_tasks, vocabulary_weights=plan.vocabulary_weights)
     work = outside_work(pricer, section)
     if mixed is not None:
-        work = _mixed_outside_work(work, pricer, plan, mixed, (n_moe, n_dense), model, plan.output_tasks)
+        work = _mixed_outside_work(work, pricer, plan, mixed, (n_main, n_other), model, plan.output_tasks)
     components, total = calculon_forms.with_outside_work(comp.components_s, comp.total_s, plan.schedule.microbatches,
                                                          work, portable=True)
     if components is not comp.components_s:
@@ -464,7 +468,7 @@ def estimate(data: EstimateInput, views: tuple[CostView, ...] = DEFAULT_VIEWS, *
     data, views = _checked_arguments(data, views, evidence_dir, source)
     profile = load_profile(data.system, evidence_dir, referrer=source)
     check_tiers(data, profile, source)
-    if blocks.has_stages(data.model):
+    if blocks.priced_by_stages(data.model, data.execution):
         return estimate_mixed(data, profile, views, source, digests=digests)
     return estimate_lowering(lower(data, source), profile, views, source, digests=digests)
 
@@ -493,40 +497,47 @@ def _checked_arguments(data, views, evidence_dir, source: str) -> tuple[Estimate
 
 
 def mixed_lowerings(data: EstimateInput, source: str = "<input>") -> tuple[Lowering, Lowering, MixedBlocks]:
-    """A model with dense and MoE blocks: the MoE blocks' lowering, the dense blocks' lowering and the
-    :class:`MixedBlocks` (the dense blocks' plan, the blocks per stage) the iteration is composed with
+    """A model priced stage by stage (:func:`harness.ir.blocks.priced_by_stages`): the main kind's lowering (MoE
+    blocks, or the blocks not recomputed), the other kind's (dense blocks, or the blocks recomputed whole) and the
+    :class:`MixedBlocks` (the other kind's plan, the blocks per stage) the iteration is composed with
     (:func:`estimate_mixed`, the megatron-core fit's evaluator)."""
     validate_input(source, data)
-    (moe_shape, moe_layout), (dense_shape, dense_layout) = blocks.variants(data.model, data.execution)
-    moe = lower(EstimateInput(model=moe_shape, execution=moe_layout, system=data.system), source)
-    dense = lower(EstimateInput(model=dense_shape, execution=dense_layout, system=data.system), source)
+    partial = blocks.is_partially_recomputed(data.model, data.execution)
+    kinds = (blocks.recompute_variants if partial else blocks.variants)(data.model, data.execution)
+    (main_shape, main_layout), (other_shape, other_layout) = kinds
+    main = lower(EstimateInput(model=main_shape, execution=main_layout, system=data.system), source)
+    other = lower(EstimateInput(model=other_shape, execution=other_layout, system=data.system), source)
     mtp = data.model.mtp_layers
     head = None if mtp is None else MultiTokenHead(
         mtp, multi_token.head_tasks(data.model, data.execution), *multi_token.head_messages(data.model, data.execution))
-    return moe, dense, MixedBlocks(dense.plan, tuple(blocks.stage_blocks(data.model, data.execution)),
-                                   None if mtp is None and not blocks.is_uneven(data.model, data.execution)
-                                   else moe.plan.schedule.blocks_per_stage, head,
-                                   dense.concrete() if dense.concurrent else None)
+    stages = blocks.recompute_stage_blocks if partial else blocks.stage_blocks
+    per_stage = (None if mtp is None and (partial or not blocks.is_uneven(data.model, data.execution))
+                 else main.plan.schedule.blocks_per_stage)
+    return main, other, MixedBlocks(other.plan, tuple(stages(data.model, data.execution)), per_stage, head,
+                                    other.concrete() if other.concurrent else None,
+                                    "recomputed" if partial else "dense")
 
 
 def estimate_mixed(data: EstimateInput, profile: EvidenceProfile, views: tuple[CostView, ...] = DEFAULT_VIEWS,
                    source: str = "<input>", *, digests: bool = True) -> Estimate:
-    """A model with dense and MoE blocks (:mod:`harness.ir.blocks`): each kind lowered as a uniform model, the
-    iteration composed from the slowest stage's blocks (:func:`cost_view` with :class:`MixedBlocks`), the memory
-    of the fullest stage (:func:`mixed_memory`); the workload figures and digests are the MoE blocks' plan's (the
-    dense plan's digests under ``dense_*``). Under TP/DP overlap the MoE blocks' ConcretePlanIR is projected with
+    """A model priced stage by stage (:mod:`harness.ir.blocks`: dense and MoE blocks, MTP layers, or some blocks
+    of each chunk recomputed): each kind lowered as a uniform model, the iteration composed from the slowest
+    stage's blocks (:func:`cost_view` with :class:`MixedBlocks`), the memory of the fullest stage
+    (:func:`mixed_memory`); the workload figures and digests are the main kind's plan's (the other plan's digests
+    under ``dense_*`` or ``recomputed_*``, :attr:`MixedBlocks.other_kind`). Under TP/DP overlap the MoE blocks' ConcretePlanIR is projected with
     the stage's averages (:func:`mixed_concrete_iteration`); offload is refused (harness.ir.blocks.stage_problems)."""
-    moe, dense, mixed = mixed_lowerings(data, source)
-    plan = moe.plan
+    main, other, mixed = mixed_lowerings(data, source)
+    plan = main.plan
     stage = mixed_memory(plan, mixed)
     workload = workload_metrics(plan, block_memory(plan))
-    matrix_flops = matrix_flops_per_block(moe.distributed)
+    matrix_flops = matrix_flops_per_block(main.distributed)
     reason = infeasibility(plan, stage, profile)
-    both = {**moe.digests(), **{f"dense_{k}": v for k, v in dense.digests().items()}} if digests else None
+    both = ({**main.digests(), **{f"{mixed.other_kind}_{k}": v for k, v in other.digests().items()}} if digests
+            else None)
     return require_physical(Estimate(
         status="infeasible" if reason else "ok", reason=reason, system=profile.name,
         evidence_revision=profile.revision(), digests=both,
-        views={v.name: view_estimate(plan, profile, v, workload, stage, moe.concrete() if moe.concurrent else None,
-                                     moe.model, matrix_flops, mixed)
+        views={v.name: view_estimate(plan, profile, v, workload, stage, main.concrete() if main.concurrent else None,
+                                     main.model, matrix_flops, mixed)
                for v in views},
     ), profile, source)

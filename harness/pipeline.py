@@ -139,10 +139,10 @@ def run_pipeline(passes: tuple[ModulePass, ...], ir: Artifact) -> tuple[tuple[Ar
 
 def lower(data: EstimateInput, source: str = "<input>") -> Lowering:
     """Import, validate and lower one anonymous input: one plan, so a model priced stage by stage (dense and MoE
-    blocks, MTP layers: :func:`harness.ir.blocks.one_plan_problem`) is an UnsupportedFeatureError naming
+    blocks, MTP layers, some blocks recomputed: :func:`harness.ir.blocks.one_plan_problem`) is an UnsupportedFeatureError naming
     ``source`` (the estimate lowers each kind of its blocks on its own)."""
     model = import_model(data, source)
-    problem = blocks.one_plan_problem(data.model)
+    problem = blocks.one_plan_problem(data.model, data.execution)
     if problem is not None:
         raise UnsupportedFeatureError(source, *problem)
     return lower_model(model)

@@ -186,7 +186,7 @@ def _view_fixture(view_name: str):
 
         views = (COST_VIEWS[view_name],)
         data = case.estimate_input()
-        if blocks.has_stages(data.model):  # two plans, no ``lowering``: each kind of block lowered on its own
+        if blocks.priced_by_stages(data.model, data.execution):  # two plans, no ``lowering``: each kind of block lowered on its own
             est = estimate_mixed(data, evidence_profile, views, case.id)
         else:
             est = estimate_lowering(request.getfixturevalue("lowering"), evidence_profile, views)

@@ -136,7 +136,7 @@ def test_a_feature_is_set_when_the_case_format_has_it_else_refused_by_name(plain
 @pytest.mark.parametrize("changes, field", [
     ({"model__position_embedding": "rope (50% of head dim)"}, "model.position_embedding"),
     ({"recompute__granularity": None}, "recompute.granularity"),
-    ({"recompute__layers": 4}, "recompute.layers"),
+    ({"recompute__layers": 4}, "recompute.layers"),  # without granularity full
     ({"parallel__tp_comm_overlap": None}, "parallel.tp_comm_overlap"),
     ({"model__mtp_layers": 1}, "model.mtp_layers"),
     ({"model__attention": "gqa"}, "model.attention"),  # contradicts kv_heads = heads
@@ -160,6 +160,20 @@ def test_selective_recompute_of_named_modules_is_the_case_s_selective_recompute(
     assert full.input is None and "recompute.modules" in dict(full.unsupported)
     whole = run_case(run_of(gpt_row(recompute__granularity="selective", recompute__modules=["mlp"])), "h100_80g_nvl8")
     assert whole.input is None and "not modelled yet" in dict(whole.unsupported)["recompute.modules"]
+
+
+def test_recomputed_layers_are_the_blocks_of_each_chunk_recomputed(plain_stack):
+    # Megatron-Bridge sets recompute_method: block with recompute_num_layers; 96 layers over PP 8 x 12 chunks:
+    # one block per chunk, so 1 is every block (full recomputation) and 2 is too many
+    some = run_case(run_of(gpt_row(recompute__granularity="full", recompute__layers=1, parallel__vp=6)),
+                    "h100_80g_nvl8")
+    assert (some.input.execution.recompute, some.input.execution.recompute_blocks) == ("full", 1)
+    none = run_case(run_of(gpt_row(recompute__granularity="full", recompute__layers=0)), "h100_80g_nvl8")
+    assert none.input.execution.recompute == "none"
+    other = run_case(run_of(gpt_row(recompute__granularity="selective", recompute__layers=2)), "h100_80g_nvl8")
+    assert other.input is None and "recompute.layers" in dict(other.unsupported)
+    too_many = run_case(run_of(gpt_row(recompute__granularity="full", recompute__layers=2)), "h100_80g_nvl8")
+    assert too_many.input is None
 
 def test_the_attention_dropout_comes_from_the_recipe_or_the_row_is_refused(plain_stack):
     """gpt3_175b_hydra.yaml: 0.1 (today's dropout, nothing set); grok1_314b.yaml: 0.0 (no dropout primitive:

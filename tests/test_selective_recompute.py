@@ -146,3 +146,85 @@ def test_a_layout_without_modules_keeps_its_digests():
     # the ModelIR's canonical text (its digest's input) names the field only when it is stated
     assert "recompute_modules" not in lower(data()).model.canonical()
     assert '"recompute_modules":["layernorm"]' in lower(data(**selective("layernorm"))).model.canonical()
+
+
+# --- recompute_blocks: Megatron-Core's recompute_method: block (the first N blocks of each chunk recomputed) ---
+
+PIPELINED = dict(pipeline_parallel=2, data_parallel=4, global_batch=32, microbatch=1, attention_kernel="flash")
+
+
+def pipelined(**execution) -> EstimateInput:
+    return data({"blocks": 8}, **{**PIPELINED, **execution})
+
+
+@pytest.mark.parametrize("n, chunks", [(1, 1), (2, 1), (3, 1), (1, 2)])
+def test_recomputing_n_blocks_of_each_chunk_costs_n_of_them(n, chunks):
+    """8 blocks over PP 2: 4 per stage, in ``chunks`` chunks of 4 / chunks. The recompute component is n / (blocks
+    per chunk) of full recomputation's, the checkpoints too; the stored activations are those of the blocks
+    kept: the working block plus (blocks per stage x in-flight factor - 1) stored ones, each the plain block's
+    storage weighted by the share kept."""
+    per_chunk = 4 // chunks
+    none, full = estimate(pipelined(pipeline_interleaving=chunks)), estimate(
+        pipelined(pipeline_interleaving=chunks, recompute="full"))
+    part = estimate(pipelined(pipeline_interleaving=chunks, recompute="full", recompute_blocks=n))
+    share = n / per_chunk
+    plain = block_memory(lower(pipelined(pipeline_interleaving=chunks)).plan)
+    in_flight = 2  # min(microbatches 8, PP 2)
+    factor = in_flight * (1 + 1 / (chunks * 2)) if chunks > 1 else in_flight
+    for view in ("peak_only", "system_evidence"):
+        p, f, o = part.views[view], full.views[view], none.views[view]
+        assert p.components_s.recompute == pytest.approx(share * f.components_s.recompute, rel=1e-12)
+        assert p.components_s.forward == pytest.approx(o.components_s.forward, rel=1e-12)
+        assert p.memory_bytes.activation_checkpoint == pytest.approx(share * f.memory_bytes.activation_checkpoint,
+                                                                     rel=1e-12) and p.memory_bytes.activation_checkpoint > 0
+        kept = plain.activation_storage_bytes * (1 - share)
+        assert p.memory_bytes.activation == pytest.approx(plain.activation_working_bytes + kept * (4 * factor - 1),
+                                                          rel=1e-12)
+        assert o.total_s < p.total_s < f.total_s
+    assert any(k.startswith("recomputed_") for k in part.digests)
+
+
+def test_recomputing_every_block_of_a_chunk_is_full_recomputation():
+    every, full = estimate(pipelined(recompute="full", recompute_blocks=4)), estimate(pipelined(recompute="full"))
+    assert every.views_json() == full.views_json()
+    assert set(every.digests) == set(full.digests)
+
+
+@pytest.mark.parametrize("execution, field, message, error", [
+    (dict(recompute_blocks=2), "execution.recompute_blocks", "needs recompute: full", InputError),
+    (dict(recompute="full", recompute_blocks=5), "execution.recompute_blocks", "5 exceeds the 4 blocks", InputError),
+    (dict(recompute="full", recompute_blocks=3, pipeline_interleaving=2), "execution.recompute_blocks",
+     "3 exceeds the 2 blocks", InputError),
+    (dict(recompute="full", recompute_blocks=2, offload={"activations": True}), "execution.recompute_blocks",
+     "with offload is not modelled yet", UnsupportedFeatureError),
+])
+def test_recompute_blocks_that_do_not_fit_are_one_error_naming_the_field(execution, field, message, error):
+    with pytest.raises(error) as caught:
+        validate_input("x.yaml", pipelined(**execution))
+    assert caught.value.field == field and message in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_recompute_blocks_with_dense_and_moe_blocks_is_refused_and_one_plan_views_refuse_it():
+    mixed = data({"blocks": 8, "moe": {**MOE, "dense_layers": 1}},
+                 **{**PIPELINED, "data_parallel": 8, "global_batch": 64, "expert_parallel": 8,
+                    "network_tiers": {"tensor": 0, "pipeline": 0, "data": 0, "expert": 0}},
+                 recompute="full", recompute_blocks=2)
+    problems = unsupported_features(mixed.model, mixed.execution)
+    assert problems[0] == ("execution.recompute_blocks", "recomputing some blocks of each chunk with dense and MoE "
+                                                         "blocks or MTP layers is not modelled yet")
+    assert {field for field, _ in problems} == {"execution.recompute_blocks"}
+    with pytest.raises(UnsupportedFeatureError) as caught:  # lower, explain, trace show one plan
+        lower(pipelined(recompute="full", recompute_blocks=2))
+    assert caught.value.field == "execution.recompute_blocks"
+
+
+def test_the_stages_of_a_partly_recomputed_model_hold_every_block_once():
+    from harness.ir.blocks import recompute_stage_blocks
+
+    # 10 blocks over PP 4: stages of 3, 3, 2, 2 (ceil(10 / 4) = 3; 4 x 3 - 10 = 2 stages one fewer), 2 recomputed
+    ten = data({"blocks": 10}, pipeline_parallel=4, global_batch=8, microbatch=1, recompute="full", recompute_blocks=2)
+    assert recompute_stage_blocks(ten.model, ten.execution) == [(1, 2), (1, 2), (0, 2), (0, 2)]
+    # 16 blocks over PP 4 x 2 chunks of 2: one of each chunk recomputed
+    chunks = data({"blocks": 16}, pipeline_parallel=4, pipeline_interleaving=2, global_batch=8, microbatch=1,
+                  recompute="full", recompute_blocks=1)
+    assert recompute_stage_blocks(chunks.model, chunks.execution) == [(2, 2)] * 4

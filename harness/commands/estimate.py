@@ -112,7 +112,7 @@ def case_throughput(source: str, data, est: Estimate) -> dict[str, Throughput]:
     from harness.throughput import throughput
 
     kinds = None
-    if blocks.has_stages(data.model):
+    if blocks.priced_by_stages(data.model, data.execution):
         moe, dense, mixed = mixed_lowerings(data, source)
         plan = moe.plan
         kinds = ((moe.plan, sum(n for n, _ in mixed.stages)), (dense.plan, sum(d for _, d in mixed.stages)))

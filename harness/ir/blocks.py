@@ -27,6 +27,12 @@ Rules:
   (:func:`stage_blocks`), whose blocks then number its virtual stages' blocks plus ``mtp_layers``; the rest of each MTP
   layer (its norms, projection and output layer) is :mod:`harness.passes.multi_token`'s. A MoE model with MTP
   is priced through these stages even when every block is MoE (:func:`has_stages`);
+- a model whose chunks recompute only their first ``execution.recompute_blocks`` blocks (Megatron-Core's
+  ``recompute_method: block``; :func:`is_partially_recomputed`) has blocks of two kinds too: the ones not
+  recomputed (the main kind, ``recompute: none``) and the ones recomputed whole (``recompute: full``), each
+  lowered as a uniform model (:func:`recompute_variants`); the first stage holds ``v x (per chunk - N)`` and
+  ``v x N`` (:func:`recompute_stage_blocks`), and the composition prices every stage as it, as the uniform
+  composition prices every stage as the first. With dense and MoE blocks or MTP it is refused (:func:`stage_problems`);
 - TP and DP overlap are priced through both kinds' ConcretePlanIRs (the stage's per-block averages of their
   block sums, ``harness.estimate.mixed_concrete_iteration``); offload is refused (:func:`stage_problems`).
 """
@@ -52,6 +58,45 @@ def mixing_field(shape: TransformerShape) -> str:
     the case sets (``dense_layers`` when it has leading dense blocks, else ``layer_frequency``)."""
     moe = shape.moe
     return "model.moe.dense_layers" if moe is None or moe.dense_blocks else "model.moe.layer_frequency"
+
+
+def blocks_per_stage(blocks: int, pipeline_parallel: int) -> int:
+    """Blocks on the first (fullest) stage: blocks / PP rounded up."""
+    return -(-blocks // pipeline_parallel)
+
+
+def is_partially_recomputed(shape: TransformerShape, execution: ExecutionLayout) -> bool:
+    """Whether ``recompute_blocks`` leaves some blocks of a model chunk (the first stage's, ``ceil(blocks / PP) /
+    v`` of them) not recomputed; naming all of them is plain full recomputation."""
+    n = execution.recompute_blocks
+    return (n is not None and execution.recompute == "full"
+            and n < blocks_per_stage(shape.blocks, execution.pipeline_parallel) // execution.pipeline_interleaving)
+
+
+def priced_by_stages(shape: TransformerShape, execution: ExecutionLayout) -> bool:
+    """Whether the estimate prices the model from two kinds of block (:func:`has_stages`, or
+    :func:`is_partially_recomputed`) instead of one plan."""
+    return has_stages(shape) or is_partially_recomputed(shape, execution)
+
+
+def recompute_variants(shape: TransformerShape, execution: ExecutionLayout
+                       ) -> tuple[tuple[TransformerShape, ExecutionLayout], tuple[TransformerShape, ExecutionLayout]]:
+    """``((shape, the layout recomputing nothing), (shape, the layout recomputing every block))``."""
+    plain = execution.model_copy(update={"recompute": "none", "recompute_blocks": None})
+    return (shape, plain), (shape, execution.model_copy(update={"recompute_blocks": None}))
+
+
+def recompute_stage_blocks(shape: TransformerShape, execution: ExecutionLayout) -> list[tuple[int, int]]:
+    """``(blocks not recomputed, blocks recomputed)`` of each stage (module rules): the first stage holds ``v``
+    chunks of ``ceil(blocks / PP) / v`` blocks with their first ``recompute_blocks`` recomputed; when PP does not
+    divide the blocks, the last ``PP - blocks mod PP`` stages hold one block fewer (the uniform schedule's rule),
+    as many of them recomputed (at most all). The counts add up to the blocks; the first stage is the slowest and
+    the fullest."""
+    n, chunks, pp = execution.recompute_blocks or 0, execution.pipeline_interleaving, execution.pipeline_parallel
+    per_stage = blocks_per_stage(shape.blocks, pp)
+    short = pp * per_stage - shape.blocks  # stages holding one block fewer, the last ones
+    held = [per_stage - (stage >= pp - short) for stage in range(pp)]
+    return [(h - min(chunks * n, h), min(chunks * n, h)) for h in held]
 
 
 def has_stages(shape: TransformerShape) -> bool:
@@ -86,6 +131,15 @@ def _dense_recompute(execution: ExecutionLayout) -> dict:
 
 def stage_problems(shape: TransformerShape, execution: ExecutionLayout) -> list[Problem]:
     """What a mixed model's stages need (module rules); empty for a uniform model."""
+    e = execution
+    if is_partially_recomputed(shape, e):
+        if has_stages(shape):
+            return [("execution.recompute_blocks", "recomputing some blocks of each chunk with dense and MoE blocks or "
+                                                   "MTP layers is not modelled yet")]
+        if e.offload.weights or e.offload.activations or e.offload.optimizer:
+            return [("execution.recompute_blocks", "recomputing some blocks of each chunk with offload is not "
+                                                   "modelled yet (the offload transfers are one kind of block's)")]
+        return []
     if not has_stages(shape):
         return []
     virtual = execution.pipeline_parallel * execution.pipeline_interleaving
@@ -96,7 +150,6 @@ def stage_problems(shape: TransformerShape, execution: ExecutionLayout) -> list[
                                                         f"ceil({shape.blocks} / {virtual}) = {per} blocks leave none "
                                                         f"for the last: other layouts of the {shape.blocks} blocks "
                                                         "are not modelled yet"))
-    e = execution
     if e.offload.weights or e.offload.activations or e.offload.optimizer:
         if is_mixed(shape):
             problems.append((mixing_field(shape), "dense and MoE blocks with offload are not modelled yet (the "
@@ -107,10 +160,14 @@ def stage_problems(shape: TransformerShape, execution: ExecutionLayout) -> list[
     return problems
 
 
-def one_plan_problem(shape: TransformerShape) -> Problem | None:
+def one_plan_problem(shape: TransformerShape, execution: ExecutionLayout) -> Problem | None:
     """Why ``shape`` has no single plan (dense and MoE blocks, or MTP layers on the last stage: the estimate
     prices it stage by stage, :func:`has_stages`), or None. What shows one plan (``harness lower``, ``explain``,
     ``trace``) refuses such a model with it."""
+    if is_partially_recomputed(shape, execution):
+        return ("execution.recompute_blocks", "recomputing some blocks of each chunk lowers to two plans, the blocks "
+                                              "recomputed and the others: `harness estimate` prices the model; a view "
+                                              "of one plan (lower, explain, trace) does not show it yet")
     if is_mixed(shape):
         return (mixing_field(shape), "dense and MoE blocks (dense_layers, layer_frequency) lower to two plans, "
                                           "one per kind of block: `harness estimate` prices the model; a view of one "

@@ -9,7 +9,7 @@ training with DP > 1, optimizer offload in training.
 
 from __future__ import annotations
 
-from harness.ir.blocks import has_stages, stage_problems, variants
+from harness.ir.blocks import blocks_per_stage, has_stages, is_partially_recomputed, recompute_variants, stage_problems, variants
 from harness.ir.experts import expert_layout_problems
 from harness.ir.model import MAX_DEGREE, PRICED_RECOMPUTE_MODULES, ExecutionLayout, TransformerShape, key_value_heads
 from harness.passes.patterns import unpriceable
@@ -37,6 +37,20 @@ def recompute_module_problems(shape: TransformerShape, execution: ExecutionLayou
     return problems
 
 
+def recompute_blocks_problems(shape: TransformerShape, execution: ExecutionLayout) -> list[Problem]:
+    """``recompute_blocks`` needs ``recompute: full`` and at most the blocks of a model chunk (the first stage's,
+    ``ceil(blocks / PP) / v``: Megatron-Core refuses more)."""
+    n, field = execution.recompute_blocks, "execution.recompute_blocks"
+    if n is None:
+        return []
+    if execution.recompute != "full":
+        return [(field, f"needs recompute: full (recompute is {execution.recompute})")]
+    per_chunk = blocks_per_stage(shape.blocks, execution.pipeline_parallel) // execution.pipeline_interleaving
+    if n > per_chunk:
+        return [(field, f"{n} exceeds the {per_chunk} blocks of a model chunk (blocks / PP rounded up, / interleaving)")]
+    return []
+
+
 def unsupported_features(shape: TransformerShape, execution: ExecutionLayout) -> list[Problem]:
     """What the estimate cannot price: each ``(field, message)`` names a part of the model or layout that no
     registered sub-graph pattern lowers (:func:`harness.passes.patterns.unpriceable`: a core slot, the norm
@@ -53,12 +67,10 @@ def unsupported_features(shape: TransformerShape, execution: ExecutionLayout) ->
         (moe_shape, moe_layout), (dense_shape, dense_layout) = variants(shape, execution)
         return (stage_problems(shape, execution) + unpriceable(moe_shape, moe_layout)
                 + unpriceable(dense_shape, dense_layout))
+    if is_partially_recomputed(shape, execution):  # the blocks recomputed and the others, each lowered on its own
+        (plain_shape, plain), (full_shape, full) = recompute_variants(shape, execution)
+        return stage_problems(shape, execution) + unpriceable(plain_shape, plain) + unpriceable(full_shape, full)
     return unpriceable(shape, execution)
-
-
-def blocks_per_stage(blocks: int, pipeline_parallel: int) -> int:
-    """Blocks on the first (fullest) stage: blocks / PP rounded up."""
-    return -(-blocks // pipeline_parallel)
 
 
 def context_problems(s: TransformerShape, e: ExecutionLayout) -> list[Problem]:
@@ -223,7 +235,7 @@ def layout_problems(shape: TransformerShape, execution: ExecutionLayout) -> list
         problems.append(("execution.seq_par_ag_redo", "all-gather redo is meaningless with full recompute (it already recommunicates)"))
     if e.recompute != "none" and not e.training:
         problems.append(("execution.recompute", "recomputation needs training: true"))
-    problems += recompute_module_problems(s, e)
+    problems += recompute_module_problems(s, e) + recompute_blocks_problems(s, e)
     if e.tp_overlap != "none" and tp == 1:
         problems.append(("execution.tp_overlap", f"TP overlap ({e.tp_overlap}) needs tensor_parallel > 1"))
     if e.dp_overlap and not e.training:

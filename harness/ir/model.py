@@ -291,6 +291,10 @@ class ExecutionLayout(StrictInput):
         "With recompute: selective, the submodules recomputed (Megatron-Core's recompute_modules): core_attn, "
         "layernorm, moe_act, mla_up_proj (priced; mlp, moe and shared_experts are refused as not modelled). "
         "Absent: none."))
+    recompute_blocks: int | None = Field(None, ge=1, le=MAX_BLOCKS, description=(
+        "With recompute: full, the blocks of each model chunk recomputed whole, its first ones (Megatron-Core's "
+        "recompute_method: block with recompute_num_layers); the chunk's other blocks keep their activations. "
+        "Absent: every block."))
     tp_communication: TPCommunication = Field(
         "ar", description="TP collectives: ar (all-reduce), rs_ag (sequence parallel), p2p_rs_ag (RS/AG at chunk edges)."
     )
@@ -344,7 +348,8 @@ class ExecutionLayout(StrictInput):
     #: layouts without these keep their digests
     ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"attention_kernel", "context_parallel", "cp_comm",
                                                          "precision", "expert_parallel", "expert_tensor_parallel",
-                                                         "moe_dispatcher", "fsdp", "recompute_modules"})
+                                                         "moe_dispatcher", "fsdp", "recompute_modules",
+                                                         "recompute_blocks"})
 
     @property
     def context_degree(self) -> int:

@@ -13,7 +13,7 @@ Rules (each one an entry of the table):
   it, else the row is ``unsupported`` naming the row field. Supporting a new case field therefore needs
   no change here when its name is the agreed one; a new row value needs one entry of its translation.
 - **Refusals**: a value no case field can hold (a partial rotary embedding without the fused kernel, recompute
-  of some layers only, of whole submodules) makes the row ``unsupported`` naming the field, never approximated.
+  of whole submodules) makes the row ``unsupported`` naming the field, never approximated.
 - **Display only**: ``id``, ``model.name``, ``source``, ``software``, ``notes``, ``extra``,
   ``consistency``, ``measured`` (compared with, after estimating), ``batch.gradient_accumulation`` (checked
   by the schema) and ``model.truncated_from`` (the run ran ``layers`` blocks) never
@@ -333,11 +333,19 @@ def _recompute_modules(draft: Draft, row_field: str, value: list[str] | None) ->
     draft.set("execution.recompute_modules", list(value), row_field)
 
 
-def _none_or(refusal: str) -> Rule:
-    def rule(draft: Draft, row_field: str, value: Any) -> None:
-        if value is not None:
-            draft.refuse(row_field, f"{value!r}: {refusal}")
-    return rule
+def _recompute_layers(draft: Draft, row_field: str, value: int | None) -> None:
+    """Megatron-Core's ``recompute_num_layers`` under ``recompute_method: block`` (Megatron-Bridge's recipes set
+    that method with it): with ``granularity: full``, the blocks of each chunk recomputed
+    (``execution.recompute_blocks``; 0 recomputes none)."""
+    if value is None:
+        return
+    if draft.run.recompute.granularity != "full":
+        draft.refuse(row_field, f"{value!r} without granularity full (Megatron-Core's recompute_num_layers counts "
+                                "the layers recomputed whole)")
+    elif value == 0:
+        draft.set("execution.recompute", "none", row_field)
+    else:
+        draft.set("execution.recompute_blocks", value, row_field)
 
 
 def _sequence_parallel(draft: Draft, row_field: str, value: bool) -> None:
@@ -494,7 +502,7 @@ ROW_FIELDS: dict[str, Rule] = {
     "precision": _precision,
     "recompute.granularity": _recompute,
     "recompute.modules": _recompute_modules,
-    "recompute.layers": _none_or("recompute of some layers only has no case field"),
+    "recompute.layers": _recompute_layers,
 }
 
 

@@ -38,7 +38,7 @@ from typing import Any, Protocol, Sequence, TypeVar
 from harness.cases import EstimateInput, validate_input
 from harness.evidence.profile import load_profile
 from harness.interop.calculon_format import calculon_from_input
-from harness.ir.checks import blocks_per_stage
+from harness.ir.blocks import blocks_per_stage
 from harness.ir.model import TransformerShape
 
 T = TypeVar("T")

@@ -734,7 +734,7 @@ class MixtureOfExpertsMLP(CorePattern):
         moe = shape.moe
         assert moe is not None
         problems: list[tuple[str, str]] = []
-        one_plan = blocks.one_plan_problem(shape)  # dense and MoE blocks, or MTP layers: two plans
+        one_plan = blocks.one_plan_problem(shape, execution)  # dense and MoE blocks, or MTP layers: two plans
         if one_plan is not None:
             problems.append(one_plan)
         if execution.tensor_parallel > 1 and not execution.sequence_parallel:

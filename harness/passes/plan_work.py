@@ -31,7 +31,7 @@ import dataclasses
 
 from harness import calculon_compat as compat, session
 from harness.ir import mesh
-from harness.ir.checks import blocks_per_stage
+from harness.ir.blocks import blocks_per_stage
 from harness.ir.distributed import (
     MEMBER_STRIDE_OF,
     CollectiveOp,

@@ -7,7 +7,9 @@ Block figures (per microbatch where they are activations):
 - working activations: inputs of tasks that do not reuse another's;
 - stored activations: every task's input, minus (training) outputs not kept
   and inputs not kept; none under full recomputation, which keeps one
-  checkpoint (the block input) per block instead.
+  checkpoint (the block input) per block instead (a stage whose chunks recompute
+  only some blocks, ``execution.recompute_blocks``: the per-block average of both
+  kinds, the stored activations of the ones kept, the checkpoints of the others).
 
 Stage totals (training): 1F1B keeps ``m = min(microbatches, PP)`` microbatches
 in flight, ``m x (1 + (PP-1)/(interleaving x PP))`` with interleaving; the
@@ -126,7 +128,9 @@ def stage_memory(plan: PortablePlanIR, block: BlockMemory) -> StageMemory:
         checkpoint = blocks * block.activation_checkpoint_bytes * factor
     else:
         act = compat.activation_bytes(block.activation_working_bytes, block.activation_storage_bytes, blocks, factor)
-        checkpoint = 0
+        # a stage of blocks partly recomputed (harness.ir.blocks.is_partially_recomputed) keeps the recomputed
+        # blocks' checkpoints: ``block`` is the per-block average of the two kinds'
+        checkpoint = blocks * block.activation_checkpoint_bytes * factor if block.activation_checkpoint_bytes else 0
     wgrad = (compat.weight_grad_bytes(block.weight_grad_unsharded_bytes, block.weight_grad_bytes, blocks)
              + vocabulary.weight_grad_bytes)
     optim = block.optimizer_bytes * blocks + vocabulary.optimizer_bytes
