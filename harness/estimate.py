@@ -312,8 +312,8 @@ def mixed_concrete_iteration(concrete: ConcretePlanIR, plan: PortablePlanIR, pri
     other_concrete = mixed.other_concrete
     assert other_concrete is not None
     n_main, n_other = slowest_stage(block_times(plan, tuple(map(pricer.task, plan.tasks)), pricer),
-                                   block_times(mixed.other, tuple(map(pricer.task, mixed.other.tasks)), pricer),
-                                   mixed.stages)
+                                    block_times(mixed.other, tuple(map(pricer.task, mixed.other.tasks)), pricer),
+                                    mixed.stages)
     main_sums, other_sums = concrete_block_sums(concrete, pricer), concrete_block_sums(other_concrete, pricer)
     k = _mixed(main_sums, other_sums, n_main, n_other, BlockSums, mixed.per_stage)
     # a bandwidth the overlapped GEMMs need is the larger kind's, not an average
@@ -524,8 +524,9 @@ def estimate_mixed(data: EstimateInput, profile: EvidenceProfile, views: tuple[C
     of each chunk recomputed): each kind lowered as a uniform model, the iteration composed from the slowest
     stage's blocks (:func:`cost_view` with :class:`MixedBlocks`), the memory of the fullest stage
     (:func:`mixed_memory`); the workload figures and digests are the main kind's plan's (the other plan's digests
-    under ``dense_*`` or ``recomputed_*``, :attr:`MixedBlocks.other_kind`). Under TP/DP overlap the MoE blocks' ConcretePlanIR is projected with
-    the stage's averages (:func:`mixed_concrete_iteration`); offload is refused (harness.ir.blocks.stage_problems)."""
+    under ``dense_*`` or ``recomputed_*``, :attr:`MixedBlocks.other_kind`). Under TP/DP overlap the main kind's
+    ConcretePlanIR is projected with the stage's averages (:func:`mixed_concrete_iteration`); offload is refused
+    (harness.ir.blocks.stage_problems)."""
     main, other, mixed = mixed_lowerings(data, source)
     plan = main.plan
     stage = mixed_memory(plan, mixed)

@@ -184,6 +184,18 @@ def test_recomputing_n_blocks_of_each_chunk_costs_n_of_them(n, chunks):
     assert any(k.startswith("recomputed_") for k in part.digests)
 
 
+@pytest.mark.parametrize("overlap", [dict(dp_overlap=True, optimizer_sharding=True),
+                                     dict(tensor_parallel=2, data_parallel=2, tp_communication="rs_ag",
+                                          tp_overlap="ring")], ids=["dp-overlap", "tp-overlap"])
+def test_under_overlap_the_projection_recomputes_n_blocks_of_each_chunk(overlap):
+    """Through the ConcretePlanIRs (estimate.mixed_concrete_iteration): half the blocks of each chunk recomputed
+    cost half of full recomputation's recompute component."""
+    half, full = (estimate(pipelined(recompute="full", **overlap, **n)) for n in ({"recompute_blocks": 2}, {}))
+    for view in ("peak_only", "system_evidence"):
+        h, f = half.views[view].components_s, full.views[view].components_s
+        assert h.recompute == pytest.approx(f.recompute / 2, rel=1e-12) and f.recompute > 0
+
+
 def test_recomputing_every_block_of_a_chunk_is_full_recomputation():
     every, full = estimate(pipelined(recompute="full", recompute_blocks=4)), estimate(pipelined(recompute="full"))
     assert every.views_json() == full.views_json()

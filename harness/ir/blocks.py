@@ -3,8 +3,9 @@
 A MoE model with ``model.moe.dense_layers`` or ``layer_frequency`` has two kinds of block: MoE blocks (the
 ``mlp`` slot is the routed experts) and dense blocks (the dense MLP of ``model.feedforward``). Each kind is
 lowered as a uniform model of its own (:func:`variants`: the MoE variant keeps every field but the two that mix
-the blocks; the dense variant drops ``model.moe``, the expert layout and the ``moe_act`` recompute module), and the estimate composes the stages
-from the blocks each one really holds (:mod:`harness.estimate`, ``estimate_mixed``).
+the blocks; the dense variant drops ``model.moe``, the expert layout and the ``moe_act`` recompute module), and
+the estimate composes the stages from the blocks each one really holds (:mod:`harness.estimate`,
+``estimate_mixed``).
 
 Rules:
 
@@ -24,15 +25,16 @@ Rules:
 - :func:`stage_blocks` counts, per stage, its MoE and its dense blocks;
 - multi-token prediction (``model.mtp_layers``, Megatron-Core's MTP: the layers sit after the decoder on the
   last pipeline stage) adds ``mtp_layers`` blocks of the model's last block's kind to the last stage
-  (:func:`stage_blocks`), whose blocks then number its virtual stages' blocks plus ``mtp_layers``; the rest of each MTP
-  layer (its norms, projection and output layer) is :mod:`harness.passes.multi_token`'s. A MoE model with MTP
+  (:func:`stage_blocks`), whose blocks then number its virtual stages' blocks plus ``mtp_layers``; the rest of
+  each MTP layer (its norms, projection and output layer) is :mod:`harness.passes.multi_token`'s. A MoE model with MTP
   is priced through these stages even when every block is MoE (:func:`has_stages`);
 - a model whose chunks recompute only their first ``execution.recompute_blocks`` blocks (Megatron-Core's
   ``recompute_method: block``; :func:`is_partially_recomputed`) has blocks of two kinds too: the ones not
   recomputed (the main kind, ``recompute: none``) and the ones recomputed whole (``recompute: full``), each
   lowered as a uniform model (:func:`recompute_variants`); the first stage holds ``v x (per chunk - N)`` and
   ``v x N`` (:func:`recompute_stage_blocks`), and the composition prices every stage as it, as the uniform
-  composition prices every stage as the first. With dense and MoE blocks or MTP it is refused (:func:`stage_problems`);
+  composition prices every stage as the first. With dense and MoE blocks, MTP or offload it is refused
+  (:func:`stage_problems`);
 - TP and DP overlap are priced through both kinds' ConcretePlanIRs (the stage's per-block averages of their
   block sums, ``harness.estimate.mixed_concrete_iteration``); offload is refused (:func:`stage_problems`).
 """
@@ -145,7 +147,7 @@ def stage_problems(shape: TransformerShape, execution: ExecutionLayout) -> list[
     virtual = execution.pipeline_parallel * execution.pipeline_interleaving
     problems: list[Problem] = []
     if shape.blocks % virtual and virtual_stage_blocks(shape.blocks, virtual)[-1] < 1:
-        per = -(-shape.blocks // virtual)
+        per = blocks_per_stage(shape.blocks, virtual)
         problems.append(("execution.pipeline_parallel", f"PP x interleaving = {virtual} virtual stages of "
                                                         f"ceil({shape.blocks} / {virtual}) = {per} blocks leave none "
                                                         f"for the last: other layouts of the {shape.blocks} blocks "
@@ -183,7 +185,7 @@ def virtual_stage_blocks(blocks: int, virtual_stages: int) -> list[int]:
     """The blocks each virtual stage holds, in virtual stage order: ``blocks / virtual_stages`` each when that
     divides, else ``ceil(blocks / virtual_stages)`` each and the rest on the last, which may then hold none or
     fewer (module rules; :func:`stage_problems` refuses a last stage without a block)."""
-    per = -(-blocks // virtual_stages)
+    per = blocks_per_stage(blocks, virtual_stages)
     return [per] * (virtual_stages - 1) + [blocks - per * (virtual_stages - 1)]
 
 
@@ -200,7 +202,8 @@ def stage_blocks(shape: TransformerShape, execution: ExecutionLayout) -> list[tu
     starts = [sum(sizes[:k]) for k in range(len(sizes))]
     out = []
     for stage in range(pp):
-        held = [i for c in range(chunks) for i in range(starts[c * pp + stage], starts[c * pp + stage] + sizes[c * pp + stage])]
+        virtual = [c * pp + stage for c in range(chunks)]  # the stage's virtual stages
+        held = [i for v in virtual for i in range(starts[v], starts[v] + sizes[v])]
         experts = sum(1 for i in held if moe is not None and moe.is_moe_block(i))
         out.append((experts, len(held) - experts))
     if shape.mtp_layers:  # the MTP layers' blocks, of the last block's kind, on the last stage

@@ -9,7 +9,8 @@ training with DP > 1, optimizer offload in training.
 
 from __future__ import annotations
 
-from harness.ir.blocks import blocks_per_stage, has_stages, is_partially_recomputed, recompute_variants, stage_problems, variants
+from harness.ir.blocks import (blocks_per_stage, has_stages, is_partially_recomputed, recompute_variants, stage_problems,
+                               variants)
 from harness.ir.experts import expert_layout_problems
 from harness.ir.model import MAX_DEGREE, PRICED_RECOMPUTE_MODULES, ExecutionLayout, TransformerShape, key_value_heads
 from harness.passes.patterns import unpriceable
@@ -47,7 +48,8 @@ def recompute_blocks_problems(shape: TransformerShape, execution: ExecutionLayou
         return [(field, f"needs recompute: full (recompute is {execution.recompute})")]
     per_chunk = blocks_per_stage(shape.blocks, execution.pipeline_parallel) // execution.pipeline_interleaving
     if n > per_chunk:
-        return [(field, f"{n} exceeds the {per_chunk} blocks of a model chunk (blocks / PP rounded up, / interleaving)")]
+        return [(field, f"{n} exceeds the {per_chunk} blocks of a model chunk (blocks / PP rounded up, "
+                        "/ interleaving)")]
     return []
 
 
