@@ -1,7 +1,8 @@
 """``harness import hf --config config.json --execution EXEC.yaml --sequence-length S --system NAME [-o CASE.yaml]``.
 
-Turns a Hugging Face ``config.json`` (Llama, Mistral, Qwen2, Qwen3: :mod:`harness.interop.hf_config`)
-and an execution section (a YAML mapping in the case format's ``execution`` fields) into a case YAML.
+Turns a Hugging Face ``config.json`` (Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V3:
+:mod:`harness.interop.hf_config`) and an execution section (a YAML mapping in the case format's ``execution``
+fields) into a case YAML.
 
 Rules:
 - every config field is priced, noted (one ``note:`` line on stderr each, and the case file's header
@@ -30,7 +31,8 @@ from harness.outputs import check_output, data_files
 
 
 def register(isub) -> None:
-    h = isub.add_parser("hf", help="Hugging Face config.json (Llama, Mistral, Qwen2, Qwen3) + execution -> case YAML")
+    h = isub.add_parser("hf", help=("Hugging Face config.json (Llama, Mistral, Qwen2/3, Mixtral, Qwen2/3-MoE, "
+                                    "DeepSeek-V3) + execution -> case YAML"))
     h.add_argument("--config", required=True, type=Path, metavar="config.json", help="Hugging Face model config")
     h.add_argument("--execution", required=True, type=Path, metavar="EXEC.yaml",
                    help="the case format's execution section (a YAML mapping)")
