@@ -217,8 +217,9 @@ class MixedBlocks:
     """A model priced stage by stage (harness.ir.blocks), whose blocks are of two kinds: the main kind's plan is
     the estimate's (MoE blocks, or the blocks not recomputed), ``other`` the other kind's (dense blocks, or the
     blocks recomputed whole: ``execution.recompute_blocks``, ``other_kind`` names it), the ``(main kind, other
-    kind)`` blocks each pipeline stage holds, and the MTP layers' head (None: no MTP; then, when ``PP x v``
-    divides the blocks, every stage holds the plan's blocks per stage and ``per_stage`` is None)."""
+    kind)`` blocks each pipeline stage holds, and the MTP layers' head (None: no MTP). ``per_stage`` is None when
+    the slowest stage holds the plan's blocks per stage (no MTP, and ``PP x v`` dividing the blocks or the blocks
+    two kinds by their recompute)."""
 
     other: PortablePlanIR
     stages: tuple[tuple[int, int], ...]
@@ -285,7 +286,7 @@ def mixed_memory(plan: PortablePlanIR, mixed: MixedBlocks) -> StageMemory:
 
 def _mixed_outside_work(work, pricer, plan: PortablePlanIR, mixed: MixedBlocks, counts: tuple[int, int],
                         model: ModelIR | None, planned: tuple[PlanTask, ...] | None):
-    """The outside work of a model priced stage by stage (``plan``: the MoE blocks'): the unfused gradient
+    """The outside work of a model priced stage by stage (``plan``: the main kind's): the unfused gradient
     accumulation per block as the slowest stage's ``counts`` average it, and the MTP head once per microbatch."""
     n_main, n_other = counts
     if work.accumulation_s is not None:  # per block: the slowest stage's average
@@ -524,13 +525,19 @@ def estimate_mixed(data: EstimateInput, profile: EvidenceProfile, views: tuple[C
     of each chunk recomputed): each kind lowered as a uniform model, the iteration composed from the slowest
     stage's blocks (:func:`cost_view` with :class:`MixedBlocks`), the memory of the fullest stage
     (:func:`mixed_memory`); the workload figures and digests are the main kind's plan's (the other plan's digests
-    under ``dense_*`` or ``recomputed_*``, :attr:`MixedBlocks.other_kind`). Under TP/DP overlap the main kind's
+    under ``dense_*`` or ``recomputed_*``, :attr:`MixedBlocks.other_kind`; with some blocks recomputed the
+    workload is the first stage's per-block average of the two kinds). Under TP/DP overlap the main kind's
     ConcretePlanIR is projected with the stage's averages (:func:`mixed_concrete_iteration`); offload is refused
     (harness.ir.blocks.stage_problems)."""
     main, other, mixed = mixed_lowerings(data, source)
     plan = main.plan
     stage = mixed_memory(plan, mixed)
     workload = workload_metrics(plan, block_memory(plan))
+    if mixed.other_kind == "recomputed":  # the same blocks but their recompute: the first stage's average block
+        n_main, n_other = mixed.stages[0]
+        other_workload = workload_metrics(mixed.other, block_memory(mixed.other))
+        workload = WorkloadMetrics(**{f: (n_main * getattr(workload, f) + n_other * getattr(other_workload, f))
+                                      / (n_main + n_other) for f in WorkloadMetrics.model_fields})
     matrix_flops = matrix_flops_per_block(main.distributed)
     reason = infeasibility(plan, stage, profile)
     both = ({**main.digests(), **{f"{mixed.other_kind}_{k}": v for k, v in other.digests().items()}} if digests

@@ -160,11 +160,15 @@ def test_selective_recompute_of_named_modules_is_the_case_s_selective_recompute(
     assert full.input is None and "recompute.modules" in dict(full.unsupported)
     whole = run_case(run_of(gpt_row(recompute__granularity="selective", recompute__modules=["mlp"])), "h100_80g_nvl8")
     assert whole.input is None and "not modelled yet" in dict(whole.unsupported)["recompute.modules"]
+    unknown = run_case(run_of(gpt_row(recompute__granularity="selective", recompute__modules=["layernorm", "attn"])),
+                       "h100_80g_nvl8")
+    assert unknown.invalid[0] == "recompute.modules" and "execution.recompute_modules.1" in unknown.invalid[1]
 
 
-def test_recomputed_layers_are_the_blocks_of_each_chunk_recomputed(plain_stack):
-    # Megatron-Bridge sets recompute_method: block with recompute_num_layers; 96 layers over PP 8 x 12 chunks:
-    # one block per chunk, so 1 is every block (full recomputation) and 2 is too many
+def test_recomputed_layers_are_the_blocks_of_each_chunk_recomputed(monkeypatch):
+    # a stack that sets recompute_method: block with recompute_num_layers (Megatron-Bridge's, NeMo's, SimuMax's)
+    monkeypatch.setitem(STACKS, REPOSITORY, Stack("materialized", True, "test stack", recompute_layers_method="block"))
+    # 96 layers over PP 8 x 6 chunks: 12 per stage, 2 per chunk; 1 recomputed of each
     some = run_case(run_of(gpt_row(recompute__granularity="full", recompute__layers=1, parallel__vp=6)),
                     "h100_80g_nvl8")
     assert (some.input.execution.recompute, some.input.execution.recompute_blocks) == ("full", 1)
@@ -172,21 +176,16 @@ def test_recomputed_layers_are_the_blocks_of_each_chunk_recomputed(plain_stack):
     assert none.input.execution.recompute == "none"
     other = run_case(run_of(gpt_row(recompute__granularity="selective", recompute__layers=2)), "h100_80g_nvl8")
     assert other.input is None and "recompute.layers" in dict(other.unsupported)
-    too_many = run_case(run_of(gpt_row(recompute__granularity="full", recompute__layers=2)), "h100_80g_nvl8")
-    assert too_many.input is None
+    # PP 8 x 12 chunks: one block per chunk, so 2 recomputes every block (full recomputation)
+    every = run_case(run_of(gpt_row(recompute__granularity="full", recompute__layers=2)), "h100_80g_nvl8")
+    assert (every.input.execution.recompute, every.input.execution.recompute_blocks) == ("full", 2)
 
-def test_the_attention_dropout_comes_from_the_recipe_or_the_row_is_refused(plain_stack):
-    """gpt3_175b_hydra.yaml: 0.1 (today's dropout, nothing set); grok1_314b.yaml: 0.0 (no dropout primitive:
-    model.attention_dropout 0 where the case format has it); an unlisted recipe: refused by name."""
-    grok = {"model_cite": "NVIDIA/dgxc-benchmarking@35a9 grok1/grok1_314b.yaml: fast-geglu"}
-    case = run_case(run_of(gpt_row(extra=grok)), "h100_80g_nvl8")
-    if case_has_field("model.attention_dropout"):
-        assert case.input.model.attention_dropout == 0.0
-    else:
-        assert "needs case field model.attention_dropout" in dict(case.unsupported)["model.attention_dropout"]
-    unknown = run_case(run_of(gpt_row(extra={"model_cite": "x@1 other/recipe.yaml"})), "h100_80g_nvl8")
-    assert "'other/recipe.yaml'" in dict(unknown.unsupported)["model.attention_dropout"]
-    assert "model.attention_dropout" not in dict(run_case(run_of(gpt_row()), "h100_80g_nvl8").unsupported)
+
+def test_recomputed_layers_of_a_stack_whose_method_is_not_known_are_refused(plain_stack):
+    # recompute_method uniform with N recomputes every layer, block the first N of each chunk: not guessed
+    case = run_case(run_of(gpt_row(recompute__granularity="full", recompute__layers=1, parallel__vp=6)),
+                    "h100_80g_nvl8")
+    assert case.input is None and "recompute_method is not known" in dict(case.unsupported)["recompute.layers"]
 
 
 def test_nemo_rows_overlap_the_data_parallel_sync_only_with_the_distributed_optimizer():

@@ -67,12 +67,18 @@ def blocks_per_stage(blocks: int, pipeline_parallel: int) -> int:
     return -(-blocks // pipeline_parallel)
 
 
+def blocks_per_chunk(shape: TransformerShape, execution: ExecutionLayout) -> int:
+    """Blocks of one model chunk of the first stage: ``ceil(blocks / PP) / v`` (the layout checks that ``v``
+    divides the first stage's blocks)."""
+    return blocks_per_stage(shape.blocks, execution.pipeline_parallel) // execution.pipeline_interleaving
+
+
 def is_partially_recomputed(shape: TransformerShape, execution: ExecutionLayout) -> bool:
-    """Whether ``recompute_blocks`` leaves some blocks of a model chunk (the first stage's, ``ceil(blocks / PP) /
-    v`` of them) not recomputed; naming all of them is plain full recomputation."""
+    """Whether ``recompute_blocks`` leaves some blocks of a model chunk (:func:`blocks_per_chunk`) not recomputed;
+    naming at least all of them is plain full recomputation (Megatron-Core's block method recomputes layer ``l``
+    of a chunk when ``l < recompute_num_layers``)."""
     n = execution.recompute_blocks
-    return (n is not None and execution.recompute == "full"
-            and n < blocks_per_stage(shape.blocks, execution.pipeline_parallel) // execution.pipeline_interleaving)
+    return n is not None and execution.recompute == "full" and n < blocks_per_chunk(shape, execution)
 
 
 def priced_by_stages(shape: TransformerShape, execution: ExecutionLayout) -> bool:
@@ -96,7 +102,7 @@ def recompute_stage_blocks(shape: TransformerShape, execution: ExecutionLayout) 
     the fullest."""
     n, chunks, pp = execution.recompute_blocks or 0, execution.pipeline_interleaving, execution.pipeline_parallel
     per_stage = blocks_per_stage(shape.blocks, pp)
-    short = pp * per_stage - shape.blocks  # stages holding one block fewer, the last ones
+    short = pp * per_stage - shape.blocks  # the schedule's bubble_reduction_blocks: the last stages, one block fewer
     held = [per_stage - (stage >= pp - short) for stage in range(pp)]
     return [(h - min(chunks * n, h), min(chunks * n, h)) for h in held]
 
@@ -146,7 +152,7 @@ def stage_problems(shape: TransformerShape, execution: ExecutionLayout) -> list[
         return []
     virtual = execution.pipeline_parallel * execution.pipeline_interleaving
     problems: list[Problem] = []
-    if shape.blocks % virtual and virtual_stage_blocks(shape.blocks, virtual)[-1] < 1:
+    if is_uneven(shape, execution) and virtual_stage_blocks(shape.blocks, virtual)[-1] < 1:
         per = blocks_per_stage(shape.blocks, virtual)
         problems.append(("execution.pipeline_parallel", f"PP x interleaving = {virtual} virtual stages of "
                                                         f"ceil({shape.blocks} / {virtual}) = {per} blocks leave none "
@@ -163,8 +169,8 @@ def stage_problems(shape: TransformerShape, execution: ExecutionLayout) -> list[
 
 
 def one_plan_problem(shape: TransformerShape, execution: ExecutionLayout) -> Problem | None:
-    """Why ``shape`` has no single plan (dense and MoE blocks, or MTP layers on the last stage: the estimate
-    prices it stage by stage, :func:`has_stages`), or None. What shows one plan (``harness lower``, ``explain``,
+    """Why ``shape`` has no single plan (dense and MoE blocks, MTP layers on the last stage, or some blocks of each
+    chunk recomputed: the estimate prices it stage by stage, :func:`priced_by_stages`), or None. What shows one plan (``harness lower``, ``explain``,
     ``trace``) refuses such a model with it."""
     if is_partially_recomputed(shape, execution):
         return ("execution.recompute_blocks", "recomputing some blocks of each chunk lowers to two plans, the blocks "

@@ -39,17 +39,10 @@ def recompute_module_problems(shape: TransformerShape, execution: ExecutionLayou
 
 
 def recompute_blocks_problems(shape: TransformerShape, execution: ExecutionLayout) -> list[Problem]:
-    """``recompute_blocks`` needs ``recompute: full`` and at most the blocks of a model chunk (the first stage's,
-    ``ceil(blocks / PP) / v``: Megatron-Core refuses more)."""
-    n, field = execution.recompute_blocks, "execution.recompute_blocks"
-    if n is None:
-        return []
-    if execution.recompute != "full":
-        return [(field, f"needs recompute: full (recompute is {execution.recompute})")]
-    per_chunk = blocks_per_stage(shape.blocks, execution.pipeline_parallel) // execution.pipeline_interleaving
-    if n > per_chunk:
-        return [(field, f"{n} exceeds the {per_chunk} blocks of a model chunk (blocks / PP rounded up, "
-                        "/ interleaving)")]
+    """``recompute_blocks`` needs ``recompute: full`` (at least the blocks of a model chunk is every block, as in
+    Megatron-Core's block method: :func:`harness.ir.blocks.is_partially_recomputed`)."""
+    if execution.recompute_blocks is not None and execution.recompute != "full":
+        return [("execution.recompute_blocks", f"needs recompute: full (recompute is {execution.recompute})")]
     return []
 
 

@@ -28,9 +28,10 @@ Datatype = Literal["float8", "float16", "bfloat16", "float32"]
 RecomputeMode = Literal["full", "attn_only", "selective", "none"]
 #: Megatron-Core's ``recompute_modules`` (``TransformerConfig``, with ``recompute_granularity: selective``): the
 #: submodules whose forward the backward pass recomputes. ``core_attn`` checkpoints the attention core (as
-#: ``attn_only``); ``layernorm`` (the two sub-blocks' input norms), ``moe_act`` (the routed experts' activation)
-#: and ``mla_up_proj`` (latent attention's up projections and rotary embedding) discard their output and
-#: recompute it before its consumer's backward. ``mlp``, ``moe`` and ``shared_experts`` (whole submodules) are
+#: ``attn_only``); ``layernorm`` (the input norms that are modules of their own: a MoE block's pre-MLP norm,
+#: latent attention's input norm; Megatron-Core fuses the others into the next linear), ``moe_act`` (the routed
+#: experts' activation) and ``mla_up_proj`` (latent attention's up projections and rotary embedding) discard
+#: their output and recompute it before its consumer's backward. ``mlp``, ``moe`` and ``shared_experts`` (whole submodules) are
 #: named so that a layout stating them is refused as not modelled yet, not as invalid.
 RecomputeModule = Literal["core_attn", "layernorm", "moe_act", "mla_up_proj", "mlp", "moe", "shared_experts"]
 #: The recompute modules the patterns price (harness.passes.patterns); the others are refused
@@ -293,8 +294,8 @@ class ExecutionLayout(StrictInput):
         "Absent: none."))
     recompute_blocks: int | None = Field(None, ge=1, le=MAX_BLOCKS, description=(
         "With recompute: full, the blocks of each model chunk recomputed whole, its first ones (Megatron-Core's "
-        "recompute_method: block with recompute_num_layers); the chunk's other blocks keep their activations. "
-        "Absent: every block."))
+        "recompute_method: block with recompute_num_layers); the chunk's other blocks keep their activations; at "
+        "least the chunk's blocks: every block. Absent: every block."))
     tp_communication: TPCommunication = Field(
         "ar", description="TP collectives: ar (all-reduce), rs_ag (sequence parallel), p2p_rs_ag (RS/AG at chunk edges)."
     )

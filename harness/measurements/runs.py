@@ -79,6 +79,10 @@ class Stack:
     #: The stack overlaps the data-parallel sync only with the distributed optimizer (NeMo 2.0's
     #: MegatronCommOverlapCallback returns without it): a row without one runs its sync exposed.
     dp_overlap_needs_distributed_optimizer: bool = False
+    #: Megatron-Core's ``recompute_method`` the stack sets with ``recompute_num_layers`` (the row's
+    #: ``recompute.layers``): ``block`` (the first N layers of each chunk recomputed: ``execution.recompute_blocks``);
+    #: None: not known, a row stating layers is refused (``uniform`` with N recomputes every layer).
+    recompute_layers_method: str | None = None
 
 
 STACKS = {
@@ -87,7 +91,8 @@ STACKS = {
         "etc.: optim distributed_fused_adam with overlap_grad_sync true")),
     "MooreThreads/SimuMax": Stack("flash", False, (
         "SimuMax simu_tools/megatron_scripts/scripts/run_pretrain_llama3.sh: --use-flash-attn, "
-        "--use-distributed-optimizer without --overlap-grad-reduce")),
+        "--use-distributed-optimizer without --overlap-grad-reduce; its launcher's --recompute-method block"),
+        recompute_layers_method="block"),
     "NVIDIA-NeMo/Megatron-Bridge": Stack("flash", True, (
         "Megatron-Bridge performance recipes: Transformer Engine fused attention; CommOverlapConfig enables "
         "the data-parallel gradient overlap with the distributed optimizer when DP > 1"),
@@ -97,13 +102,17 @@ STACKS = {
             "padded to capacity; the CUDA-graph scope; the all-to-all overlapped with compute; fp8 attention): the "
             "same Qwen3-30B-A3B layout measures 14.5 s (25.09) and 28.2 s (25.11) on 8 B200 at micro batch 1, "
             "12.5 s and 24.9 s on 16 H100, 11.0 s (25.11) and 6.4 s (26.06) on 8 GB200, where the case is the "
-            "same (docs/modern-evidence.md)")),
+            "same (docs/modern-evidence.md)"),
+        # scripts/performance/utils/overrides.py set_recompute_overrides: recompute_num_layers sets method block
+        recompute_layers_method="block"),
     # no shared row: the stack of NeMo's own performance tables, read in its code
     "NVIDIA/NeMo": Stack("flash", True, (
         "NeMo 2.0 (NVIDIA/NeMo@03ec896 nemo/lightning/pytorch/callbacks/megatron_comm_overlap.py "
         "MegatronCommOverlapCallback: overlap_grad_reduce and overlap_param_gather when DP > 1, only with the "
         "distributed optimizer; Megatron-Core GPT with Transformer Engine's fused attention)"),
-        dp_overlap_needs_distributed_optimizer=True),
+        dp_overlap_needs_distributed_optimizer=True,
+        # scripts/performance/helpers.py set_recompute_overrides: recompute_num_layers sets method block
+        recompute_layers_method="block"),
 }
 
 
@@ -177,6 +186,11 @@ FUSED_PARTIAL_ROPE = frozenset({"rope (50% of head dim)"})
 MLA_ROPE = re.compile(r"rope \(MLA decoupled rope dim (\d+)\)")
 
 
+def source_repository(run: MeasuredRun) -> str:
+    """The repository ``source.where`` names (before its ``@commit``): the key of the row's :data:`STACKS` entry."""
+    return run.source.where.split("@")[0]
+
+
 def recipe_file(run: MeasuredRun) -> str | None:
     """The file ``extra.model_cite`` names first (the word after ``repo@commit``), if any."""
     cite = run.extra.get("model_cite")
@@ -202,6 +216,16 @@ class Draft:
             target = target.setdefault(key, {})
         target[rest[-1]] = value
         self.origin[case_path] = row_field
+
+    def row_field(self, case_path: str) -> str:
+        """The row field a case path (or an element of it, ``execution.recompute_modules.0``) came from; the case
+        path itself when none did."""
+        parts = case_path.split(".")
+        for end in range(len(parts), 0, -1):
+            found = self.origin.get(".".join(parts[:end]))
+            if found is not None:
+                return found
+        return case_path
 
     def refuse(self, row_field: str, why: str) -> None:
         self.unsupported.append((row_field, why))
@@ -334,12 +358,17 @@ def _recompute_modules(draft: Draft, row_field: str, value: list[str] | None) ->
 
 
 def _recompute_layers(draft: Draft, row_field: str, value: int | None) -> None:
-    """Megatron-Core's ``recompute_num_layers`` under ``recompute_method: block`` (Megatron-Bridge's recipes set
-    that method with it): with ``granularity: full``, the blocks of each chunk recomputed
-    (``execution.recompute_blocks``; 0 recomputes none)."""
+    """Megatron-Core's ``recompute_num_layers`` under the ``recompute_method`` the row's stack sets with it
+    (:attr:`Stack.recompute_layers_method`; rows do not state it): ``block`` with ``granularity: full`` is the
+    blocks of each chunk recomputed (``execution.recompute_blocks``; 0 recomputes none, at least the chunk's
+    blocks every one); a stack whose method is not known is refused."""
     if value is None:
         return
-    if draft.run.recompute.granularity != "full":
+    stack = STACKS.get(source_repository(draft.run))
+    if stack is None or stack.recompute_layers_method != "block":
+        draft.refuse(row_field, f"{value!r}: the stack's recompute_method is not known (block recomputes the first "
+                                "layers of each chunk, uniform every layer)")
+    elif draft.run.recompute.granularity != "full":
         draft.refuse(row_field, f"{value!r} without granularity full (Megatron-Core's recompute_num_layers counts "
                                 "the layers recomputed whole)")
     elif value == 0:
@@ -500,6 +529,7 @@ ROW_FIELDS: dict[str, Rule] = {
     "batch.micro_batch": to("execution.microbatch"),
     "batch.gradient_accumulation": display,  # = global / (DP x micro), checked by the schema
     "precision": _precision,
+    # granularity first: the modules' and the layers' rules replace the recompute mode it sets
     "recompute.granularity": _recompute,
     "recompute.modules": _recompute_modules,
     "recompute.layers": _recompute_layers,
@@ -549,7 +579,7 @@ def run_case(run: MeasuredRun, system: str, source: str = "<runs>") -> RunCase:
     draft = Draft(run)
     for row_field, rule in ROW_FIELDS.items():
         rule(draft, row_field, value_of(run, row_field))
-    repository = run.source.where.split("@")[0]
+    repository = source_repository(run)
     stack = STACKS.get(repository)
     if stack is None:
         draft.refuse("source.where", f"no stack rule for {repository!r} (known: {', '.join(STACKS)})")
@@ -582,15 +612,15 @@ def run_case(run: MeasuredRun, system: str, source: str = "<runs>") -> RunCase:
     except ValidationError as error:
         first = error.errors(include_url=False)[0]
         path = ".".join(str(k) for k in first["loc"])
-        row_field = draft.origin.get(path, path)
+        row_field = draft.row_field(path)
         if path in draft.features:
             return RunCase(None, ((row_field, f"the case format refuses {path}: {first['msg']}"),))
         return RunCase(None, (), (row_field, f"{path}: {first['msg']}"))
     except UnsupportedFeatureError as error:  # a valid case that no registered pattern prices (yet)
-        row_field = draft.origin.get(error.field, error.field)
+        row_field = draft.row_field(error.field)
         return RunCase(None, ((row_field, f"the harness cannot price {error.field} here: {error.message}"),))
     except InputError as error:
-        row_field = draft.origin.get(error.field, error.field)
+        row_field = draft.row_field(error.field)
         if NOT_MODELLED in error.message:  # a valid layout the harness does not price yet (harness.ir.checks)
             return RunCase(None, ((row_field, f"{error.field}: {error.message}"),))
         return RunCase(None, (), (row_field, error.message))

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from harness.errors import InputError
 from harness.measurements.corpus import CorpusHeader, Environment, IterationRecord, Source
-from harness.measurements.runs import STACKS, run_case
+from harness.measurements.runs import STACKS, run_case, source_repository
 from harness.measurements.runs_schema import SCHEMA, MeasuredRun
 
 PLACEMENT = ("Megatron-Core rank order (TP fastest, then CP, DP, PP): a group whose rank span fits in one NVLink "
@@ -33,7 +33,7 @@ PLACEMENT = ("Megatron-Core rank order (TP fastest, then CP, DP, PP): a group wh
 
 
 def header(path: Path | str, gpu: str, runs: list[MeasuredRun], name: str) -> CorpusHeader:
-    stacks = sorted({run.source.where.split("@")[0] for run in runs})
+    stacks = sorted({source_repository(run) for run in runs})
     return CorpusHeader(
         kind="corpus", schema_name="blueprinting.measurement-corpus", schema_version=0, name=name,
         description=f"Measured training steps on {gpu} from the {SCHEMA} file {Path(path).name}, as cases "

@@ -204,7 +204,8 @@ class RunsDesign:
             data = record.estimate_input(template_profile.name)
             check_tiers(data, template_profile, record.id)
             self.inputs.append(data)
-            if blocks.priced_by_stages(data.model, data.execution):  # dense and MoE blocks or MTP: each kind lowered on its own (estimate_mixed)
+            # two kinds of block (dense and MoE, MTP, some recomputed): each lowered on its own (estimate_mixed)
+            if blocks.priced_by_stages(data.model, data.execution):
                 lowering, _, dense = mixed_lowerings(data, record.id)
                 mixed.append(dense)
             else:

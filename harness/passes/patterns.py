@@ -85,7 +85,8 @@ REUSED = dict(activation_stored=False, activation_reused=True)
 #: its output is not kept; the backward pass recomputes it from the task's kept input.
 DISCARDED = dict(output_stored=False)
 #: The recompute modules that discard their output (``execution.recompute_modules``; core_attn checkpoints the
-#: attention core, :attr:`Block.attention`).
+#: attention core, :attr:`Block.attention`). ``layernorm`` applies to the norms of cores with
+#: :attr:`CorePattern.standalone_norm` only (latent attention's input norm, a MoE block's pre-MLP norm).
 DISCARDING_MODULES = frozenset({"layernorm", "moe_act", "mla_up_proj"})
 
 
@@ -260,6 +261,11 @@ class CorePattern(Pattern):
     #: The core emits its own ``f`` collective (on what it sends into the TP region, e.g. latent attention's
     #: compressed Q and K/V); the sub-block then emits none before it.
     enters_region_itself: ClassVar[bool] = False
+    #: The sub-block's norm is a module of its own in Megatron-Core's Transformer Engine layer spec (``TENorm``),
+    #: not fused into the core's first linear (``TELayerNormColumnParallelLinear``, whose spec entry for the norm
+    #: is ``IdentityOp``): only such a norm is recomputed by the ``layernorm`` recompute module
+    #: (``TransformerLayer`` sets ``recompute_input_layernorm`` only for a norm that is not ``IdentityOp``).
+    standalone_norm: ClassVar[bool] = False
     #: The core emits its own ``g`` collective (or none: a MoE block's tokens stay sequence-sharded, its dispatcher
     #: does the communication); the sub-block then emits none after it.
     leaves_region_itself: ClassVar[bool] = False
@@ -334,7 +340,7 @@ class ResidualSubBlock:
         p, full, act = self.core.prefix, b.full, b.outside_act
         fork = out.add(f"{p}.fork", ForkShape.trusted(elements=act, users=2), (prev,) if prev else (),
                        recompute=full)
-        norm = b.discards("layernorm")
+        norm = b.discards("layernorm") and self.core.standalone_norm
         prev = out.add(f"{p}.layer_norm", self.norm.shape(b), (fork,), recompute=full or norm,
                        **({**REUSED, **DISCARDED} if norm else REUSED))
         if b.overlap and not self.core.leaves_region_itself:
@@ -521,20 +527,21 @@ class SelfAttention(CorePattern):
         """Ulysses (``cp_comm: a2a``): an all-to-all of Q, K and V over the context group (this rank's positions
         of every local head -> the whole sequence of heads / CP), the kernel over the whole sequence with heads /
         CP, then an all-to-all of its output back; the backward pass mirrors both (their gradients)."""
-        cp, full = b.context, b.full
+        cp = b.context
 
         def a2a(elements: int) -> ContextAllToAllShape:
             return ContextAllToAllShape.trusted(elements=elements, participants=cp, base_forward="all_to_all",
                                                 base_backward="all_to_all", edge_forward="all_to_all",
                                                 edge_backward="all_to_all")
 
+        # checkpointing the attention core re-runs it with its all-to-alls (full recomputation too)
         qkv = out.add("attn.context_qkv_a2a", a2a(b.tokens * (b.query_width + 2 * b.kv_width)),
-                      tuple(dict.fromkeys((*qk, v))), recommunicate=full)
+                      tuple(dict.fromkeys((*qk, v))), recommunicate=b.attention)
         heads = dataclasses.replace(b, heads=b.heads // cp, kv_heads=b.kv_heads // cp,
                                     queries=b.shape.sequence_length)
         prev = kernel.emit(heads, out, (qkv,), qkv)
         return out.add("attn.context_out_a2a", a2a(b.tokens * b.heads * b.value_head_size), (prev,),
-                       recommunicate=full)
+                       recommunicate=b.attention)
 
 
 class LatentAttentionCore(CorePattern):
@@ -568,6 +575,7 @@ class LatentAttentionCore(CorePattern):
     slot = "attention"
     prefix = "attn"
     enters_region_itself = True
+    standalone_norm = True  # the down projections are plain TELinear: the input norm is a TENorm
 
     def matches(self, shape: TransformerShape, execution: ExecutionLayout) -> bool:
         return shape.mla is not None
@@ -726,6 +734,7 @@ class MixtureOfExpertsMLP(CorePattern):
     prefix = "mlp"
     enters_region_itself = True
     leaves_region_itself = True
+    standalone_norm = True  # the router and the experts read a TENorm's output (pre_mlp_layernorm)
 
     def matches(self, shape: TransformerShape, execution: ExecutionLayout) -> bool:
         return shape.moe is not None
@@ -734,7 +743,7 @@ class MixtureOfExpertsMLP(CorePattern):
         moe = shape.moe
         assert moe is not None
         problems: list[tuple[str, str]] = []
-        one_plan = blocks.one_plan_problem(shape, execution)  # dense and MoE blocks, or MTP layers: two plans
+        one_plan = blocks.one_plan_problem(shape, execution)  # two plans: dense and MoE blocks, MTP layers
         if one_plan is not None:
             problems.append(one_plan)
         if execution.tensor_parallel > 1 and not execution.sequence_parallel:

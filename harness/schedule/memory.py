@@ -129,7 +129,8 @@ def stage_memory(plan: PortablePlanIR, block: BlockMemory) -> StageMemory:
     else:
         act = compat.activation_bytes(block.activation_working_bytes, block.activation_storage_bytes, blocks, factor)
         # a stage of blocks partly recomputed (harness.ir.blocks.is_partially_recomputed) keeps the recomputed
-        # blocks' checkpoints: ``block`` is the per-block average of the two kinds'
+        # blocks' checkpoints: ``block`` is the per-block average of the two kinds'; otherwise the int 0 as before
+        # (a float 0.0 would change the figure's JSON text)
         checkpoint = blocks * block.activation_checkpoint_bytes * factor if block.activation_checkpoint_bytes else 0
     wgrad = (compat.weight_grad_bytes(block.weight_grad_unsharded_bytes, block.weight_grad_bytes, blocks)
              + vocabulary.weight_grad_bytes)
