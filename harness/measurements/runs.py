@@ -91,7 +91,8 @@ STACKS = {
         "etc.: optim distributed_fused_adam with overlap_grad_sync true")),
     "MooreThreads/SimuMax": Stack("flash", False, (
         "SimuMax simu_tools/megatron_scripts/scripts/run_pretrain_llama3.sh: --use-flash-attn, "
-        "--use-distributed-optimizer without --overlap-grad-reduce; its launcher's --recompute-method block"),
+        "--use-distributed-optimizer without --overlap-grad-reduce"),
+        # its launcher (run_megatron_perf_real_pipeline.py) passes --recompute-method block
         recompute_layers_method="block"),
     "NVIDIA-NeMo/Megatron-Bridge": Stack("flash", True, (
         "Megatron-Bridge performance recipes: Transformer Engine fused attention; CommOverlapConfig enables "
