@@ -242,11 +242,12 @@ def _mixed(a, b, n_a: int, n_b: int, cls, per_stage: int | None = None):
     """Field-wise ``(n_a x a + n_b x b) / n`` with ``n = per_stage`` (None: ``n_a + n_b``): the per-block average
     of a stage holding ``n_a`` blocks like ``a`` and ``n_b`` like ``b``, over the blocks the composition
     multiplies it by again (a last stage with MTP blocks holds more than those; the fields it has once per stage,
-    :data:`_ONCE_PER_STAGE`, over ``n_a + n_b``)."""
+    :data:`_ONCE_PER_STAGE`, over ``n_a + n_b``). ``cls``: a dataclass, or a pydantic model (its fields)."""
     held = n_a + n_b
     n = held if per_stage is None else per_stage
-    return cls(*((n_a * getattr(a, f.name) + n_b * getattr(b, f.name)) / (held if f.name in _ONCE_PER_STAGE else n)
-                 for f in dataclasses.fields(cls)))
+    names = [f.name for f in dataclasses.fields(cls)] if dataclasses.is_dataclass(cls) else list(cls.model_fields)
+    return cls(**{name: (n_a * getattr(a, name) + n_b * getattr(b, name)) / (held if name in _ONCE_PER_STAGE else n)
+                  for name in names})
 
 
 def head_s(pricer, head: MultiTokenHead, model: ModelIR | None, planned: tuple[PlanTask, ...] | None
@@ -534,10 +535,8 @@ def estimate_mixed(data: EstimateInput, profile: EvidenceProfile, views: tuple[C
     stage = mixed_memory(plan, mixed)
     workload = workload_metrics(plan, block_memory(plan))
     if mixed.other_kind == "recomputed":  # the same blocks but their recompute: the first stage's average block
-        n_main, n_other = mixed.stages[0]
-        other_workload = workload_metrics(mixed.other, block_memory(mixed.other))
-        workload = WorkloadMetrics(**{f: (n_main * getattr(workload, f) + n_other * getattr(other_workload, f))
-                                      / (n_main + n_other) for f in WorkloadMetrics.model_fields})
+        workload = _mixed(workload, workload_metrics(mixed.other, block_memory(mixed.other)), *mixed.stages[0],
+                          WorkloadMetrics)
     matrix_flops = matrix_flops_per_block(main.distributed)
     reason = infeasibility(plan, stage, profile)
     both = ({**main.digests(), **{f"{mixed.other_kind}_{k}": v for k, v in other.digests().items()}} if digests

@@ -67,6 +67,12 @@ def blocks_per_stage(blocks: int, pipeline_parallel: int) -> int:
     return -(-blocks // pipeline_parallel)
 
 
+def short_stages(blocks: int, pipeline_parallel: int) -> int:
+    """The stages holding one block fewer than the first when PP does not divide the blocks (the last ones): the
+    schedule's ``bubble_reduction_blocks``, ``PP x blocks_per_stage - blocks``."""
+    return pipeline_parallel * blocks_per_stage(blocks, pipeline_parallel) - blocks
+
+
 def blocks_per_chunk(shape: TransformerShape, execution: ExecutionLayout) -> int:
     """Blocks of one model chunk of the first stage: ``ceil(blocks / PP) / v`` (the layout checks that ``v``
     divides the first stage's blocks)."""
@@ -102,7 +108,7 @@ def recompute_stage_blocks(shape: TransformerShape, execution: ExecutionLayout) 
     the fullest."""
     n, chunks, pp = execution.recompute_blocks or 0, execution.pipeline_interleaving, execution.pipeline_parallel
     per_stage = blocks_per_stage(shape.blocks, pp)
-    short = pp * per_stage - shape.blocks  # the schedule's bubble_reduction_blocks: the last stages, one block fewer
+    short = short_stages(shape.blocks, pp)
     held = [per_stage - (stage >= pp - short) for stage in range(pp)]
     return [(h - min(chunks * n, h), min(chunks * n, h)) for h in held]
 

@@ -31,7 +31,7 @@ import dataclasses
 
 from harness import calculon_compat as compat, session
 from harness.ir import mesh
-from harness.ir.blocks import blocks_per_stage
+from harness.ir.blocks import blocks_per_stage, short_stages
 from harness.ir.distributed import (
     MEMBER_STRIDE_OF,
     CollectiveOp,
@@ -258,14 +258,13 @@ class TransformerPlanWork(ModulePass[DistributedTaskIR, PortablePlanIR]):
     def _schedule(ir: DistributedTaskIR) -> Schedule:
         s, e = ir.shape, ir.execution
         per_stage = blocks_per_stage(s.blocks, e.pipeline_parallel)
-        remainder = s.blocks % e.pipeline_parallel
         per_chunk = per_stage // e.pipeline_interleaving
         checkpoint = (e.microbatch * (s.sequence_length // e.context_degree) * s.hidden * e.bytes_per_element
                       if e.training and e.recompute == "full" else 0)
         return Schedule.trusted(
             training=e.training, recompute=e.recompute, global_batch=e.global_batch, microbatches=e.microbatches,
             blocks=s.blocks, pipeline_parallel=e.pipeline_parallel, blocks_per_stage=per_stage,
-            bubble_reduction_blocks=e.pipeline_parallel - remainder if remainder else 0,
+            bubble_reduction_blocks=short_stages(s.blocks, e.pipeline_parallel),
             chunks_per_stage=e.pipeline_interleaving, blocks_per_chunk=per_chunk,
             base_blocks_per_chunk=per_chunk - 1, edge_blocks_per_chunk=1,
             activation_checkpoint_bytes=checkpoint,
