@@ -39,6 +39,11 @@ RECORDS = {
     "qwen3_moe_b1_s64": ("qwen3_moe", 1, 64, "Qwen3-30B-A3B-like: 128 experts top 8, QK-norm, head_dim 64"),
     "qwen2_moe_shared_b1_s64": ("qwen2_moe_shared", 1, 64, "shared-expert model (Qwen2-MoE): 64 experts top 8, "
                                                            "a shared expert with its sigmoid gate, QKV bias"),
+    "llama_stray_fields_b1_s37": ("llama_stray_fields", 1, 37, "Llama with other families' fields it never reads "
+                                                               "(latent widths, shared experts, leading dense "
+                                                               "blocks, MTP, a window): the plain Llama count"),
+    "qwen3_moe_stray_fields_b1_s32": ("qwen3_moe_stray_fields", 1, 32, "Qwen3-MoE with Qwen2-MoE's shared expert "
+                                                                       "and DeepSeek's fields, which it never reads"),
 }
 
 

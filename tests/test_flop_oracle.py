@@ -23,7 +23,8 @@ RECORDS = sorted(FLOPS.glob("*.json"))
 CONFIGS = {hashlib.sha256(p.read_bytes()).hexdigest(): p for p in sorted((FLOPS / "configs").glob("*.json"))}
 #: Mixture-of-experts records (routed by construction): compared with hand counts
 #: (test_each_record_is_the_hand_count_of_its_vendored_config, test_expert_records_by_hand) and with the plan.
-EXPERT_RECORDS = {"deepseek_v3_moe_b1_s64", "mixtral_moe_b1_s64", "qwen3_moe_b1_s64", "qwen2_moe_shared_b1_s64"}
+EXPERT_RECORDS = {"deepseek_v3_moe_b1_s64", "mixtral_moe_b1_s64", "qwen3_moe_b1_s64", "qwen2_moe_shared_b1_s64",
+                  "qwen3_moe_stray_fields_b1_s32"}
 PLANNED = RECORDS
 #: Matrix work a record counts that the plan does not price, by record, with why: Qwen2-MoE's shared-expert gate
 #: (a hidden -> 1 linear on every token: 6 x 64 tokens x 128 hidden), which the import notes as unpriced.
@@ -51,7 +52,8 @@ def experts_of(config: dict) -> dict | None:
                 "ffn": config["intermediate_size"], "shared_ffn": 0, "shared_gate": False}
     if kind in ("qwen2_moe", "qwen3_moe"):
         return {"experts": config["num_experts"], "top_k": config["num_experts_per_tok"],
-                "ffn": config["moe_intermediate_size"], "shared_ffn": config.get("shared_expert_intermediate_size", 0),
+                "ffn": config["moe_intermediate_size"],  # Qwen3-MoE has no shared expert, whatever its config says
+                "shared_ffn": config.get("shared_expert_intermediate_size", 0) if kind == "qwen2_moe" else 0,
                 "shared_gate": kind == "qwen2_moe"}
     if kind == "deepseek_v3" and config["first_k_dense_replace"] == 0:
         return {"experts": config["n_routed_experts"], "top_k": config["num_experts_per_tok"],

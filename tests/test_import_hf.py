@@ -499,5 +499,65 @@ def test_an_expert_field_of_a_dense_family_is_noted_not_half_a_moe_section():
     """Llama with num_experts_per_tok (as with num_local_experts): noted, no model.moe (it was a model.moe of
     top_k alone, refused as moe.experts: required field is missing)."""
     draft = translate_config({**LLAMA3_8B, "num_experts_per_tok": 2}, "c.json", 8192)
-    assert "num_experts_per_tok: 2: used by no block of a 'llama' model" in draft.notes
+    assert ("num_experts_per_tok: 2: used by no block of a 'llama' model (LlamaForCausalLM does not read it): "
+            "not priced") in draft.notes
     assert "model.moe" not in draft.fields and draft.refusals == []
+
+
+# --- a field of another family (FLOP-oracle probe: transformers' model of the family never reads it) ----------
+
+LATENT = {"q_lora_rank": 40, "kv_lora_rank": 32, "qk_rope_head_dim": 16, "qk_nope_head_dim": 32, "v_head_dim": 32}
+
+
+@pytest.mark.parametrize("base, stray", [
+    # each was priced as if the model were the family that reads it: the oracle's count of transformers' layer
+    # (which ignores the field) was the count without it, the harness's 37-130 % above or below
+    (QWEN3_30B_A3B, {"shared_expert_intermediate_size": 96}),  # +37 %: Qwen2-MoE's shared expert
+    (MIXTRAL_8X7B, {"n_shared_experts": 1}),  # +39 %: DeepSeek's shared expert
+    (NO_MTP, {"shared_expert_intermediate_size": 256}),  # +130 %: it replaced n_shared_experts x expert width
+    (QWEN3_30B_A3B, {"first_k_dense_replace": 1}),  # block 0 dense
+    (QWEN15_MOE, {"first_k_dense_replace": 2}),
+    (MIXTRAL_8X7B, {"moe_layer_freq": 2}),  # every other block dense
+    (LLAMA3_8B, LATENT),  # -19 %: latent attention in a Llama
+    (QWEN3_30B_A3B, {"num_nextn_predict_layers": 1}),  # a multi-token-prediction head
+    (NO_MTP, {"head_dim": 64}),  # overwritten by the latent widths, silently
+    (LLAMA3_8B, {"sliding_window": 16}),  # a window LlamaAttention does not apply
+    (NO_MTP, {"sliding_window": 16}),
+    (QWEN3_30B_A3B, {"scoring_func": "sigmoid"}),
+    # refused as a feature the harness does not price, though the family's model does not have it
+    (MISTRAL_7B, {"attention_bias": True}),
+    (QWEN2_7B, {"attention_bias": True}),  # Qwen2's biases are fixed: QKV with, output without
+    (MIXTRAL_8X7B, {"mlp_bias": True}),
+    (LLAMA3_8B, {"use_sliding_window": True}),
+    (LLAMA3_8B, {"decoder_sparse_step": 2, "mlp_only_layers": [0]}),
+    (MISTRAL_7B, {"layer_types": ["sliding_attention"] * 32}),
+])
+def test_a_field_the_family_does_not_read_is_noted_and_prices_nothing(base, stray):
+    draft = translate_config({**base, **stray}, "c.json", 4096)
+    assert fields({**base, **stray}, 4096) == fields(base, 4096) and draft.refusals == []
+    for name in stray:
+        assert any(note.startswith(f"{name}: ") and "used by no block of a" in note and "does not read it" in note
+                   for note in draft.notes), name
+
+
+def test_a_field_the_family_reads_keeps_its_rule_and_a_value_that_says_nothing_is_not_noted():
+    """The same fields in the family that reads them still price (or refuse); false, 0, null and [] in another
+    family's config are silent (hub configs carry them)."""
+    assert fields({**QWEN15_MOE, "shared_expert_intermediate_size": 96}, 4096)["model.moe"]["shared_expert_ffn"] == 96
+    assert fields({**NO_MTP, "n_shared_experts": 2}, 4096)["model.moe"]["shared_experts"] == 2
+    assert fields({**MISTRAL_7B, "sliding_window": 16}, 4096)["model.sliding_window"] == 16
+    assert "mlp_bias" in dict(translate_config({**LLAMA3_8B, "mlp_bias": True}, "c.json", 4096).refusals)
+    silent = {"attention_bias": False, "mlp_bias": False, "n_shared_experts": 0, "sliding_window": None,
+              "mlp_only_layers": [], "first_k_dense_replace": 0}
+    draft = translate_config({**MISTRAL_7B, **silent}, "c.json", 4096)
+    assert not [note for note in draft.notes if "used by no block" in note] and draft.refusals == []
+
+
+def test_the_order_of_the_shared_expert_fields_does_not_matter():
+    """Qwen2-MoE with DeepSeek's n_shared_experts too: one shared expert (Qwen2-MoE's), whichever comes first (the
+    count was 2 or 1 by the file's key order)."""
+    first = {"n_shared_experts": 2, **QWEN15_MOE, "shared_expert_intermediate_size": 128}
+    last = {**QWEN15_MOE, "shared_expert_intermediate_size": 128, "n_shared_experts": 2}
+    assert list(first)[0] == "n_shared_experts" and list(last)[-1] == "n_shared_experts"
+    assert fields(first, 4096) == fields(last, 4096)
+    assert fields(last, 4096)["model.moe"]["shared_experts"] == 1

@@ -22,6 +22,11 @@ Rules (each field is one of):
   has no effect; a sequence longer than ``max_position_embeddings``);
 - **ignored**: token ids, initialisation, numerics (``rms_norm_eps``, ``rope_theta``), storage dtype
   (the precision is the execution section's), library versions: listed once in a note;
+- **not read by the family** (:data:`READ_BY`): a field of another family's model (a shared expert, leading
+  dense blocks or latent attention in a Llama config, a window in a Llama or DeepSeek-V3 one, a bias flag
+  Mistral's attention has no place for) prices nothing, as transformers' class of that family never reads
+  it; one note line each (a null, false, zero or empty value says nothing and is not noted). Never
+  priced as if it were that other family's, and never refused as a feature the model does not have;
 - **refused**: a value no case field holds (``mlp_bias`` or Llama/Qwen3 ``attention_bias`` true: the
   output projection's bias; Qwen ``use_sliding_window`` true: windows on some layers only; a sliding
   window under context parallelism; Qwen-MoE ``decoder_sparse_step`` > 1 or ``mlp_only_layers``: MoE on
@@ -92,6 +97,28 @@ ROUTING_NOTES = {
     "router_jitter_noise": "multiplicative noise on the router input (one pointwise operation per element)",
     "ep_size": "the checkpoint's expert-parallel size: the layout is the execution section's",
     "moe_layer_freq": None,  # read into moe.layer_frequency
+}
+#: Family-specific fields -> the families whose transformers model reads them (each family's config class,
+#: transformers 5.24, or its hub config's own code for DeepSeek-V3's moe_layer_freq, scoring_func and
+#: num_nextn_predict_layers); any other family's model never reads the field (module rules: noted, not priced).
+#: ``head_dim`` is every family's but DeepSeek-V3's (its head widths are the latent fields). Fields absent
+#: here are read by every family, or handled by their rule (the routed experts' names: :attr:`Architecture.experts`).
+READ_BY: dict[str, frozenset[str]] = {
+    "attention_bias": frozenset({"llama", "qwen3", "qwen3_moe", "deepseek_v3"}),
+    "mlp_bias": frozenset({"llama"}),
+    "head_dim": frozenset({"llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe"}),
+    "sliding_window": frozenset({"mistral", "mixtral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe"}),
+    "use_sliding_window": frozenset({"qwen2", "qwen3", "qwen2_moe", "qwen3_moe"}),
+    "layer_types": frozenset({"qwen2", "qwen3", "qwen2_moe"}),
+    "n_shared_experts": frozenset({"deepseek_v3"}),
+    "shared_expert_intermediate_size": frozenset({"qwen2_moe"}),
+    "first_k_dense_replace": frozenset({"deepseek_v3"}),
+    "moe_layer_freq": frozenset({"deepseek_v3"}),
+    "decoder_sparse_step": frozenset({"qwen2_moe", "qwen3_moe"}),
+    "mlp_only_layers": frozenset({"qwen2_moe", "qwen3_moe"}),
+    "scoring_func": frozenset({"deepseek_v3"}),
+    "num_nextn_predict_layers": frozenset({"deepseek_v3"}),
+    **{name: frozenset({"deepseek_v3"}) for name in LATENT_FIELDS},
 }
 #: Gated-MLP activations -> case ``model.mlp`` (the four families' MLPs are gated: three matrices).
 GATED = {"silu": "swiglu", "gelu": "geglu", "gelu_pytorch_tanh": "geglu", "gelu_new": "geglu"}
@@ -243,8 +270,16 @@ def _routing_note(draft: Draft, field: str, value: Any) -> None:
     draft.note(field, f"{value!r}: {ROUTING_NOTES[field]}: accepted, not priced")
 
 
+def _not_read(draft: Draft, field: str, value: Any) -> None:
+    """A field the family's model does not read (module rules): one note, unless its value says nothing."""
+    if value is not None and value is not False and value != 0 and value != []:
+        shown = describe(value) if isinstance(value, (list, dict)) else repr(value)
+        draft.note(field, f"{shown}: used by no block of a {draft.config['model_type']!r} model "
+                          f"({ARCHITECTURES[draft.config['model_type']].architecture} does not read it): not priced")
+
+
 def _experts(draft: Draft, field: str, value: int) -> None:
-    """A routed-experts field (``model.moe`` is one dict): of the family's three, else noted (a dense family's
+    """A routed-experts field (``model.moe`` is one dict): of the family's three, else not read (a dense family's
     or another family's name; it was a half ``model.moe`` refused as ``moe.experts``)."""
     names = ARCHITECTURES[draft.config["model_type"]].experts
     if names is not None and field == names[0]:
@@ -254,7 +289,7 @@ def _experts(draft: Draft, field: str, value: int) -> None:
     elif names is not None and field == names[2]:
         draft.merge("model.moe", "expert_ffn", value, field)
     else:
-        draft.note(field, f"{value}: used by no block of a {draft.config['model_type']!r} model")
+        _not_read(draft, field, value)
 
 
 def _intermediate(draft: Draft, field: str, value: int) -> None:
@@ -421,7 +456,9 @@ def translate_config(config: Any, source: str, sequence_length: int, context_par
     if "tie_word_embeddings" not in config:  # the family's default: the vocabulary matrices are counted
         draft.set("model.tied_embeddings", ARCHITECTURES[model_type].tied_by_default, "model_type")
     for field, value in config.items():
-        CONFIG_FIELDS[field][2](draft, field, value)
+        families = READ_BY.get(field)
+        rule = CONFIG_FIELDS[field][2] if families is None or model_type in families else _not_read
+        rule(draft, field, value)
     if model_type == "deepseek_v3":  # latent attention: head_size is the query/key head width
         if isinstance(config.get("qk_nope_head_dim"), int) and isinstance(config.get("qk_rope_head_dim"), int):
             draft.set("model.head_size", config["qk_nope_head_dim"] + config["qk_rope_head_dim"],
