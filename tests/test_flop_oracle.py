@@ -180,6 +180,21 @@ def test_recording_again_reproduces_the_vendored_record(tmp_path, name, config, 
         vendored.forward, vendored.backward, vendored.config_sha256, vendored.provenance.routing)
 
 
+def test_a_config_transformers_cannot_build_is_one_error_line_naming_the_file(tmp_path, capsys):
+    """Hidden 256 over 6 heads (hostile-input probe: transformers' own check surfaced as an internal error):
+    refused on one line naming the config file and transformers' reason; no record written."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    config = {**json.loads((FLOPS / "configs" / "llama_gqa.json").read_text()), "num_attention_heads": 6,
+              "num_key_value_heads": 6}
+    (tmp_path / "c.json").write_text(json.dumps(config))
+    status, out, err = run_cli(capsys, "oracle", "record", "--flops", "--config", str(tmp_path / "c.json"),
+                               "--microbatch", "1", "--sequence-length", "8", "--id", "x", "--vendor",
+                               str(tmp_path / "v"))
+    one_error_line(status, err, f"error: {tmp_path / 'c.json'}: <root>: transformers")
+    assert "not a multiple of the number of attention heads" in err and not (tmp_path / "v" / "x.json").exists()
+
+
 # --- the oracle against the plan -----------------------------------------------------------------------------
 
 #: Plan primitives with matrix work, by the record's class.

@@ -169,6 +169,21 @@ def balanced_experts(block, top_k: int, source: str):
     return forward
 
 
+#: What transformers raises for a config it cannot build (its own checks, a shape that does not split, a null
+#: where it computes): an input error of the config, one line naming the file; anything else is a bug.
+REFUSALS = (ValueError, TypeError, KeyError, AttributeError, AssertionError, ZeroDivisionError, RuntimeError)
+
+
+def _refusals() -> tuple[type[Exception], ...]:
+    """:data:`REFUSALS` and huggingface_hub's strict-dataclass validation error (transformers 5's configs check
+    their fields with it; it derives from Exception only)."""
+    try:
+        from huggingface_hub.errors import StrictDataclassError
+    except ImportError:  # an older transformers: its configs raise ValueError
+        return REFUSALS
+    return (*REFUSALS, StrictDataclassError)
+
+
 def count_layer(config: dict, microbatch: int, sequence_length: int,
                 source: str = "<config>") -> tuple[dict[str, int], dict[str, int], str, str | None]:
     """``(forward, backward, layer class, routing)``: the FLOPs per ATen operation of one decoder layer built from
@@ -181,13 +196,18 @@ def count_layer(config: dict, microbatch: int, sequence_length: int,
 
     module_name, layer_name, rotary_name = LAYERS[config["model_type"]]
     settings = {k: v for k, v in config.items() if k != "model_type"}
-    hf_config = transformers.AutoConfig.for_model(config["model_type"], **settings)
-    hf_config._attn_implementation = "eager"
     module = importlib.import_module(module_name)
+    try:  # a config transformers refuses (heads that do not divide hidden_size, a field of the wrong kind)
+        hf_config = transformers.AutoConfig.for_model(config["model_type"], **settings)
+        hf_config._attn_implementation = "eager"
+        with torch.device("meta"):
+            layer = getattr(module, layer_name)(hf_config, layer_idx=0)
+            rotary = getattr(module, rotary_name)(hf_config) if rotary_name else None
+    except _refusals() as error:
+        reason = " ".join(str(error).split())[:300]  # one line: transformers' messages span several
+        raise InputError(source, "<root>", f"transformers {transformers.__version__} cannot build its layer: "
+                                           f"{type(error).__name__}: {reason}") from None
     hidden = hf_config.hidden_size
-    with torch.device("meta"):
-        layer = getattr(module, layer_name)(hf_config, layer_idx=0)
-        rotary = getattr(module, rotary_name)(hf_config) if rotary_name else None
     layer.train()
     routing = None
     if getattr(layer.mlp, "experts", None) is not None:
