@@ -9,7 +9,8 @@ are not counted, nor the vector operations (softmax, norms, activations) or the 
 of B samples; for inference (forward only) a third of it. MFU = model FLOP/s per GPU / the matrix engine's peak
 for the layout's datatype (the evidence profile's ``matrix.<datatype>.peak_flops_per_s``), also under a
 low-precision recipe (``execution.precision``: fp8, fp4 GEMMs), so that MFUs of one layout compare across
-recipes: such a recipe's GEMMs run at their own, higher peak, so its MFU can pass 100 % in the peak-only view.
+recipes: such a recipe's GEMMs run at their own, higher peak, so its MFU can pass 100 % (``harness estimate
+CASE`` prints the model FLOP/s against that GEMM peak beside it: ``commands.estimate.quantized_gemm_peak``).
 
 Every figure is per processor (GPU): the iteration's total divided by the processors (TP x CP x PP x DP). A
 block's model FLOPs on one processor are its 1/(TP x CP) share (context parallelism splits the sequence: each

@@ -80,3 +80,36 @@ def test_the_text_output_labels_memory_per_processor_and_states_the_convention(c
     assert "GiB per processor" in lines[1] and lines[2].split()[:2] == ["per", "GPU:"]
     assert "tokens/s" in lines[2] and "model TFLOP/s" in lines[2] and "MFU" in lines[2]
     assert lines[-1] == f"({FLOP_CONVENTION})"
+
+
+def test_a_quantizing_recipe_prints_its_gemms_peak_beside_the_layout_datatypes(capsys, tmp_path):
+    """An nvfp4 recipe on B200 (hostile-input probe: "MFU 125.1% of 2250 TFLOP/s" alone read as a wrong number):
+    MFU stays against the layout datatype's peak (the FLOP convention), and the text line adds the model FLOP/s
+    against the float4 GEMMs' peak (the data sheet's, from the profile), so that a figure past 100 % is read as
+    meant; a recipe that quantizes nothing prints the plain line."""
+    import yaml
+
+    from harness.evidence.profile import load_profile
+
+    case = yaml.safe_load((CASES_DIR / "megatron-22B_full.yaml").read_text())
+    case["system"] = "b200"
+    case["execution"].update(datatype="bfloat16", precision="nvfp4")
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(case))
+    status, out, _ = run_cli(capsys, "estimate", str(tmp_path / "c.yaml"), "--json")
+    assert status == 0
+    views = json.loads(out)[0]["views"]
+    b200 = load_profile("b200")
+    bf16, fp4 = b200.matrix["bfloat16"].peak_flops_per_s, b200.matrix["float4"].peak_flops_per_s
+    assert fp4 > bf16
+    status, text, _ = run_cli(capsys, "estimate", str(tmp_path / "c.yaml"))
+    lines = text.splitlines()
+    for at, name in ((2, "peak_only"), (4, "system_evidence")):
+        t = views[name]["throughput"]
+        assert t["peak_flops_per_s_per_processor"] == bf16
+        assert lines[at].endswith(f"MFU {t['model_flops_per_s_per_processor'] / bf16:.1%} of {bf16 / 1e12:g} TFLOP/s "
+                                  f"(bfloat16; {t['model_flops_per_s_per_processor'] / fp4:.1%} of the float4 GEMMs' "
+                                  f"{fp4 / 1e12:g} TFLOP/s)"), lines[at]
+    case["execution"]["precision"] = "bf16"
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(case))
+    status, text, _ = run_cli(capsys, "estimate", str(tmp_path / "c.yaml"))
+    assert status == 0 and text.splitlines()[2].endswith(" TFLOP/s") and "GEMMs'" not in text

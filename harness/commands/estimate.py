@@ -135,9 +135,23 @@ def case_json(case_id: str, est: Estimate, figures: dict[str, Throughput]) -> di
     return out
 
 
-def print_case(case_id: str, est: Estimate, figures: dict[str, Throughput]) -> None:
+def quantized_gemm_peak(data) -> tuple[str, str, float] | None:
+    """``(layout datatype, GEMM datatype, its peak FLOP/s)`` of a low-precision recipe (``execution.precision``:
+    fp8, fp4), whose quantized GEMMs' peak is above the layout datatype's that MFU is taken against (the FLOP
+    convention: such an MFU can pass 100 %); None without such a recipe."""
+    from harness.passes.precision import quantized_gemm_datatype
+
+    gemm = quantized_gemm_datatype(data.execution.precision)
+    engine = None if gemm is None else load_profile(data.system).matrix.get(gemm)
+    return None if engine is None else (data.execution.datatype, gemm, engine.peak_flops_per_s)
+
+
+def print_case(case_id: str, est: Estimate, figures: dict[str, Throughput],
+               gemm_peak: tuple[str, str, float] | None = None) -> None:
     """The text form of one case: infeasibility first, then per view its time, memory per processor, components
-    and per-GPU throughput."""
+    and per-GPU throughput; under a quantizing recipe (``gemm_peak``: :func:`quantized_gemm_peak`) the model
+    FLOP/s against its GEMMs' peak too, so that an MFU above 100 % of the layout datatype's peak is read as it
+    is meant."""
     print(infeasible_line(case_id, est.system, est.reason) if est.status != "ok" else case_id)
     for name, v in est.views.items():
         comps = "  ".join(f"{k}={val:.4f}" for k, val in v.components_s.model_dump().items() if val)
@@ -146,7 +160,10 @@ def print_case(case_id: str, est: Estimate, figures: dict[str, Throughput]) -> N
               f"processor  {comps}")
         print(f"  {'':16s} per GPU: {t.tokens_per_s_per_processor:.1f} tokens/s  "
               f"{t.model_flops_per_s_per_processor / 1e12:.1f} model TFLOP/s  "
-              f"MFU {t.model_flops_utilization:.1%} of {t.peak_flops_per_s_per_processor / 1e12:g} TFLOP/s")
+              f"MFU {t.model_flops_utilization:.1%} of {t.peak_flops_per_s_per_processor / 1e12:g} TFLOP/s"
+              + ("" if gemm_peak is None else
+                 f" ({gemm_peak[0]}; {t.model_flops_per_s_per_processor / gemm_peak[2]:.1%} of the {gemm_peak[1]} "
+                 f"GEMMs' {gemm_peak[2] / 1e12:g} TFLOP/s)"))
 
 
 def batch_entry_json(entry: BatchLine, views=DEFAULT_VIEWS, source: str = "<batch>") -> dict[str, Any]:
@@ -396,7 +413,7 @@ def run(args) -> int:
     if args.json or args.output:
         _emit([case_json(cid, est, f) for (cid, est), f in zip(results, figures)], args.output)
         return report_infeasible(infeasible, len(results))
-    for (cid, est), f in zip(results, figures):
-        print_case(cid, est, f)
+    for (cid, est), f, (_, case) in zip(results, figures, loaded):
+        print_case(cid, est, f, quantized_gemm_peak(case.estimate_input()))
     print(f"({FLOP_CONVENTION})")
     return report_infeasible(infeasible, len(results))
