@@ -660,10 +660,42 @@ def test_the_family_is_total():
     a name without a word (the schema refuses it: a copy skips validation) is no IndexError."""
     def named(name):
         return run_of(gpt_row(model__name=name))
-    assert [family(named(n)) for n in ("Nemotron-4 15B", "-", "-x y", "  Llama 3")] == ["Nemotron", "-", "-x", "Llama"]
+    assert [family(named(n)) for n in ("Nemotron-4 15B", "-x y", "  Llama 3")] == ["Nemotron", "-x", "Llama"]
     run = named("GPT")
     blank = run.model_copy(update={"model": run.model.model_copy(update={"name": " "})})
     assert blank.model.name == " " and family(blank) == ""
+    dash = run.model_copy(update={"model": run.model.model_copy(update={"name": "-"})})
+    assert family(dash) == "-"
+
+
+@pytest.mark.parametrize("name, message", [
+    ("-", "its first word '-' holds no letter or digit"),  # the summary's family was '-'
+    ("-- x", "its first word '--' holds no letter or digit"),
+    ("\x1b[31mLlama", "must be printable text: '\\x1b' at character 0"),  # an escape sequence reached the terminal
+    ("Llama\u2028 3", "must be printable text: '\\u2028' at character 5"),
+])
+def test_a_model_name_the_summary_cannot_show_as_a_family_is_one_error_line(tmp_path, capsys, name, message):
+    path = _write_runs(tmp_path, [gpt_row(model__name=name)])
+    status, _, err = run_cli(capsys, "estimate", "--runs", path, "--system", "auto", "--output", tmp_path / "o.json")
+    one_error_line(status, err, f"{path}: rows.0.model.name: {message}")
+    assert not (tmp_path / "o.json").exists()
+
+
+@pytest.mark.parametrize("moe, message", [
+    ({**MOE, "top_k": 9}, "top_k 9 exceeds experts 8"),  # was 'unsupported' (exit 0): no case, not a missing one
+    ({**MOE, "shared_expert_ffn_hidden": 4096}, "shared_expert_ffn_hidden 4096 without shared experts"),
+])
+def test_an_impossible_mixture_of_experts_is_a_malformed_row(tmp_path, capsys, moe, message):
+    path = _write_runs(tmp_path, [gpt_row(model__moe=moe)])
+    status, _, err = run_cli(capsys, "estimate", "--runs", path, "--system", "auto", "--output", tmp_path / "o.json")
+    one_error_line(status, err, f"{path}: rows.0.model.moe: {message}")
+    assert read_runs_ok(_write_runs(tmp_path, [gpt_row(model__moe={**MOE, "top_k": 8, "shared_experts": 1,
+                                                                    "shared_expert_ffn_hidden": 4096})]))
+
+
+def read_runs_ok(path) -> bool:
+    (run,) = read_runs(path)
+    return run.model.moe.top_k == run.model.moe.experts == 8
 
 
 def test_a_summary_that_fails_writes_no_output(plain_stack, tmp_path, capsys, monkeypatch):

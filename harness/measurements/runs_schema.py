@@ -15,7 +15,9 @@ unseen), finite numbers, unique keys, row ids unique. A bad file is one
 the field. The free-text sections (``source``, ``software``, ``notes``,
 ``extra``, ``measured.as_reported``, ``consistency``) are kept for display and
 never reach the estimate path; neither do ``id`` and ``model.name`` (which must
-hold a word: the summary's model family is its first word).
+be printable and hold a word with a letter or digit first: the summary's model family is its first word).
+A mixture of experts routes a token to at most ``experts`` experts and has a shared-expert width only with
+shared experts.
 """
 
 from __future__ import annotations
@@ -75,6 +77,17 @@ class RowMoE(_Closed):
     token_dropping: bool
     router: str | None = Field(None, max_length=MAX_TEXT)
 
+    @model_validator(mode="after")
+    def _possible(self):
+        """What no mixture of experts is: a token routed to more experts than there are, a shared-expert width
+        without shared experts (the row is malformed, not a case the harness cannot price yet)."""
+        if self.top_k > self.experts:
+            raise ValueError(f"top_k {self.top_k} exceeds experts {self.experts} (a token picks distinct experts)")
+        if self.shared_expert_ffn_hidden and not self.shared_experts:
+            raise ValueError(f"shared_expert_ffn_hidden {self.shared_expert_ffn_hidden} without shared experts "
+                             "(shared_experts 0)")
+        return self
+
 
 class RowMLA(_Closed):
     q_lora_rank: int | None = Count
@@ -109,8 +122,15 @@ class RowModel(_Closed):
     @field_validator("name")
     @classmethod
     def _named(cls, name: str) -> str:
-        if not name.split():  # the summary's model family is the name's first word
+        words = name.split()
+        if not words:  # the summary's model family is the name's first word
             raise ValueError(f"must hold a word (the family is its first word), got {len(name)} blank character(s)")
+        if not any(char.isalnum() for char in words[0]):
+            raise ValueError(f"its first word {words[0][:40]!r} holds no letter or digit (the family is its first "
+                             "word)")
+        if not name.isprintable():  # the summary prints the family on the terminal
+            at = next(i for i, char in enumerate(name) if not char.isprintable())
+            raise ValueError(f"must be printable text: {name[at]!r} at character {at}")
         return name
 
 
