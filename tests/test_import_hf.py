@@ -182,6 +182,11 @@ def test_import_writes_the_case_or_names_the_first_missing_field(capsys, tmp_pat
     ({k: v for k, v in LLAMA3_8B.items() if k != "model_type"}, "model_type", "required field is missing"),
     ({**LLAMA3_8B, "hidden_act": ["silu"]}, "hidden_act", "must be str, got a list of 1"),
     ({**LLAMA3_8B, "architectures": {"LlamaForCausalLM": 1}}, "architectures", "must be list, got a mapping"),
+    # a positive value over the bound says the bound (it said "must be a positive integer, got 10000000000")
+    ({**LLAMA3_8B, "num_attention_heads": 10**10}, "num_attention_heads",
+     "must be a positive integer of at most 2^31, got 10000000000 (an integer)"),
+    ({**LLAMA3_8B, "max_position_embeddings": -1}, "max_position_embeddings",
+     "must be a positive integer of at most 2^31, got -1 (an integer)"),
 ])
 def test_bad_or_unpriced_configs_are_one_line_naming_the_field(capsys, tmp_path, config, field, needle):
     status, err, out, cfg = _import(capsys, tmp_path, config)
@@ -479,8 +484,8 @@ def _without(config, *names):
     ({**MIXTRAL_8X7B, "num_experts_per_tok": 9}, "num_experts_per_tok: 9 exceeds num_local_experts 8 (a token picks "
                                                  "distinct experts)"),
     # a layout rule on a model field the config set (was exec.yaml: model.moe.dense_layers)
-    ({**NO_MTP, "moe_layer_freq": 100}, "first_k_dense_replace: no MoE block among the 61 blocks (dense_layers=3, "
-                                        "layer_frequency=100)"),
+    ({**NO_MTP, "moe_layer_freq": 100}, "first_k_dense_replace and moe_layer_freq: no MoE block among the 61 blocks "
+                                        "(dense_layers=3, layer_frequency=100)"),
 ])
 def test_a_case_format_error_names_the_config_field(capsys, tmp_path, config, field_message):
     status, err, out, cfg = _import(capsys, tmp_path, config, execution=FEASIBLE_EXEC)
@@ -561,3 +566,30 @@ def test_the_order_of_the_shared_expert_fields_does_not_matter():
     assert list(first)[0] == "n_shared_experts" and list(last)[-1] == "n_shared_experts"
     assert fields(first, 4096) == fields(last, 4096)
     assert fields(last, 4096)["model.moe"]["shared_experts"] == 1
+
+
+def test_an_error_naming_keys_of_a_section_is_named_by_their_config_fields():
+    """``no MoE block among the 4 blocks (dense_layers=1, layer_frequency=99)`` came from two config fields (it
+    named the first only); a key is matched whole (``shared_experts=`` is not ``experts=``)."""
+    draft = translate_config({**NO_MTP, "moe_layer_freq": 99}, "c.json", 4096)
+    message = "no MoE block among the 61 blocks (dense_layers=3, layer_frequency=99)"
+    assert draft.config_field("model.moe.dense_layers", message) == "first_k_dense_replace and moe_layer_freq"
+    assert draft.config_field("model.moe", message) == "first_k_dense_replace and moe_layer_freq"
+    assert draft.config_field("model.moe", "width 7 is not a multiple of shared_experts=2") == "n_shared_experts"
+    assert draft.config_field("model.moe.top_k", "too many") == "num_experts_per_tok"
+    assert draft.config_field("model.vocabulary") == "vocab_size"
+
+
+def test_a_huge_value_is_shortened_in_notes_and_refusals():
+    """A megabyte-long routing value was echoed whole into its note (and the case file's header: a 1 MB case);
+    a short one is shown as Python writes it."""
+    huge = "x" * 10**6
+    notes = translate_config({**QWEN3_30B_A3B, "norm_topk_prob": huge}, "c.json", 4096).notes
+    (note,) = [n for n in notes if n.startswith("norm_topk_prob: ")]
+    assert len(note) < 200 and '"xxxxxxxx' in note and "..." in note
+    assert "norm_topk_prob: True: normalises the top-k router probabilities (a few operations per token): accepted, " \
+           "not priced" in translate_config(QWEN3_30B_A3B, "c.json", 4096).notes
+    refusals = dict(translate_config({**LLAMA3_8B, "hidden_act": huge}, "c.json", 4096).refusals)
+    assert len(refusals["hidden_act"]) < 200
+    assert dict(translate_config({**LLAMA3_8B, "hidden_act": "relu"}, "c.json", 4096).refusals)["hidden_act"].startswith(
+        "'relu' is not a gated-MLP activation")

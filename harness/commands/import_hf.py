@@ -46,7 +46,7 @@ def register(isub) -> None:
 def _in_config_terms(error: InputError, case_path: str, draft: Draft, config_path: Path) -> InputError:
     """A case-format error in a model field the config set, as the config's: its file and its field (the user
     fixes ``vocab_size``, not ``vocabulary``), the message kept; a field no config field set keeps its error."""
-    field = draft.config_field(case_path)
+    field = draft.config_field(case_path, error.message)
     return error if field is None else type(error)(str(config_path), field, error.message)
 
 

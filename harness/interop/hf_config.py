@@ -43,6 +43,7 @@ normalisation and scaling, group-limited routing, the auxiliary losses, jitter) 
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any, Callable
 
 from harness.cases import case_has_field
@@ -158,10 +159,17 @@ class Draft:
     def refuse(self, field: str, why: str) -> None:
         self.refusals.append((field, why))
 
-    def config_field(self, case_path: str) -> str | None:
+    def config_field(self, case_path: str, message: str = "") -> str | None:
         """The config field(s) a case field (``model.vocabulary``, ``model.moe.top_k``) came from, for an error
         the case format finds in it (the user fixes the config's ``vocab_size``, not ``vocabulary``): its own
-        origin, else its section's; None when no config field set it."""
+        origin, else its section's; None when no config field set it. An error that names keys of the field's
+        section as ``key=value`` (``dense_layers=1, layer_frequency=99``) is the config fields of those keys."""
+        sections = (case_path, case_path.rsplit(".", 1)[0])  # the field's own keys, or its siblings'
+        named = [origin for path, origin in self.origins.items()
+                 if path.rsplit(".", 1)[0] in sections
+                 and re.search(rf"(?<![\w.]){re.escape(path.rsplit('.', 1)[1])}=", message)]
+        if named:
+            return " and ".join(dict.fromkeys(named))
         path = case_path
         while path not in self.origins and "." in path:
             path = path.rsplit(".", 1)[0]
@@ -169,6 +177,14 @@ class Draft:
 
 
 Rule = Callable[[Draft, str, Any], None]
+
+
+def _shown(value: Any) -> str:
+    """A config value in a note or an error: as Python writes it when that is short (``'silu'``, ``[0, 5]``,
+    ``2``), else shortened as input errors show values (a string quoted and cut to 40 characters, a list or
+    mapping by its kind, a huge integer by its digits): a megabyte-long value never makes a megabyte note."""
+    text = repr(value)
+    return text if len(text) <= 40 and text.isprintable() else describe(value)
 
 
 def to(case_path: str) -> Rule:
@@ -200,7 +216,7 @@ def _head_dim(draft: Draft, field: str, value: int | None) -> None:
 
 def _hidden_act(draft: Draft, field: str, value: str) -> None:
     if value not in GATED:
-        draft.refuse(field, f"{value!r} is not a gated-MLP activation the importer knows ({', '.join(GATED)})")
+        draft.refuse(field, f"{_shown(value)} is not a gated-MLP activation the importer knows ({', '.join(GATED)})")
     else:
         draft.set("model.mlp", GATED[value], field)
 
@@ -229,7 +245,7 @@ def _attention_dropout(draft: Draft, field: str, value: float) -> None:
 def _rope_scaling(draft: Draft, field: str, value: Any) -> None:
     if value is not None:
         kind = value.get("rope_type", value.get("type")) if isinstance(value, dict) else value
-        draft.note(field, f"{kind!r} rescales the rotary frequencies: accepted, affects nothing priced")
+        draft.note(field, f"{_shown(kind)} rescales the rotary frequencies: accepted, affects nothing priced")
 
 
 def _max_positions(draft: Draft, field: str, value: int) -> None:
@@ -267,14 +283,13 @@ def _latent(draft: Draft, field: str, value: int | None) -> None:
 
 
 def _routing_note(draft: Draft, field: str, value: Any) -> None:
-    draft.note(field, f"{value!r}: {ROUTING_NOTES[field]}: accepted, not priced")
+    draft.note(field, f"{_shown(value)}: {ROUTING_NOTES[field]}: accepted, not priced")
 
 
 def _not_read(draft: Draft, field: str, value: Any) -> None:
     """A field the family's model does not read (module rules): one note, unless its value says nothing."""
     if value is not None and value is not False and value != 0 and value != []:
-        shown = describe(value) if isinstance(value, (list, dict)) else repr(value)
-        draft.note(field, f"{shown}: used by no block of a {draft.config['model_type']!r} model "
+        draft.note(field, f"{_shown(value)}: used by no block of a {draft.config['model_type']!r} model "
                           f"({ARCHITECTURES[draft.config['model_type']].architecture} does not read it): not priced")
 
 
@@ -307,7 +322,7 @@ def _sparse_step(draft: Draft, field: str, value: int) -> None:
 
 def _mlp_only_layers(draft: Draft, field: str, value: list) -> None:
     if value:
-        draft.refuse(field, f"{value!r}: dense MLPs on chosen blocks, which moe.dense_layers (the leading blocks) "
+        draft.refuse(field, f"{_shown(value)}: dense MLPs on chosen blocks, which moe.dense_layers (the leading blocks) "
                             "does not hold")
 
 
@@ -337,7 +352,7 @@ def _shared_expert_ffn(draft: Draft, field: str, value: int) -> None:
 
 def _scoring(draft: Draft, field: str, value: str) -> None:
     if value not in ("softmax", "sigmoid"):
-        draft.refuse(field, f"{value!r}: the router scores the case format holds are softmax and sigmoid")
+        draft.refuse(field, f"{_shown(value)}: the router scores the case format holds are softmax and sigmoid")
     elif value == "sigmoid":
         draft.merge("model.moe", "router", "sigmoid", field)
 
@@ -350,7 +365,7 @@ def _mtp(draft: Draft, field: str, value: int) -> None:
 def _architectures(draft: Draft, field: str, value: list) -> None:
     expected = ARCHITECTURES[draft.config["model_type"]].architecture
     if value != [expected]:
-        draft.refuse(field, f"{value!r} is not [{expected!r}] for model_type {draft.config['model_type']!r}")
+        draft.refuse(field, f"{_shown(value)} is not [{expected!r}] for model_type {draft.config['model_type']!r}")
 
 
 def _nothing(draft: Draft, field: str, value: Any) -> None:
@@ -424,8 +439,8 @@ def _check_type(source: str, field: str, value: Any) -> None:
     if not ok:
         raise InputError(source, field, f"must be {' or '.join(t.__name__ for t in types)}, got {describe(value)}")
     if types == INT and not (0 if field in COUNTS else 1) <= value <= 2**31:
-        raise InputError(source, field, f"must be a {'non-negative' if field in COUNTS else 'positive'} integer, "
-                                        f"got {value}")
+        raise InputError(source, field, f"must be a {'non-negative' if field in COUNTS else 'positive'} integer of "
+                                        f"at most 2^31, got {describe(value)}")
     if field == "attention_dropout" and not 0 <= value < 1:
         raise InputError(source, field, f"must be a probability in [0, 1), got {value}")
 
@@ -494,7 +509,7 @@ def model_section(draft: Draft, source: str) -> tuple[dict[str, Any], dict[str, 
     execution: dict[str, Any] = {}
     for case_path, (value, field) in draft.fields.items():
         if not case_has_field(case_path):
-            what = f"{draft.config['model_type']!r} implies {value!r}" if field == "model_type" else repr(value)
+            what = f"{draft.config['model_type']!r} implies {_shown(value)}" if field == "model_type" else _shown(value)
             refusals.append((field, f"{what}: needs case field {case_path}, which the harness does not have yet"))
             continue
         section, name = case_path.split(".", 1)
