@@ -5,8 +5,10 @@ Rules:
 - **Identifier** (a case id, an oracle record id, a batch line id): 1 to
   :data:`MAX_IDENTIFIER_CHARS` characters, none of them a Unicode control (Cc:
   line breaks, escape, NUL, C1) or format character (Cf: bidi overrides such as
-  U+202E, zero-width spaces and joiners, soft hyphen, byte-order mark). An id is
-  printed in one-line errors, reports and test ids; a format character would
+  U+202E, zero-width spaces and joiners, soft hyphen, byte-order mark), a line or
+  paragraph separator (Zl U+2028, Zp U+2029: line breaks to a terminal and to
+  JavaScript) or a lone surrogate (Cs: no character; UTF-8 cannot encode it). An
+  id is printed in one-line errors, reports and test ids; a format character would
   make it look like another id (U+202E reverses what follows) or hide a part.
 - **Profile name** (:data:`PROFILE_NAME_PATTERN`): a file stem in the evidence
   directory, never a path: lower-case letters, digits, ``_ . -``, at most 64,
@@ -29,6 +31,11 @@ PROFILE_NAME = re.compile(PROFILE_NAME_PATTERN[1:-1])  # for fullmatch
 PROFILE_NAME_RULE = "lower-case letters, digits, '_', '.', '-', at most 64, starting with a letter or digit; never a path"
 
 
+#: Unicode categories no identifier holds (module rules), with how an error names them.
+REFUSED_CATEGORIES = {"Cc": "control", "Cf": "format (invisible or bidi)", "Zl": "line separator",
+                      "Zp": "paragraph separator", "Cs": "surrogate (no character: a lone UTF-16 half)"}
+
+
 def identifier_problem(text: object) -> str | None:
     """Why ``text`` is not an identifier (see the module rules), or None when it is one."""
     if not isinstance(text, str):
@@ -39,8 +46,8 @@ def identifier_problem(text: object) -> str | None:
         return None
     for char in text:
         category = unicodedata.category(char)
-        if category in ("Cc", "Cf"):
-            kind = "control" if category == "Cc" else "format (invisible or bidi)"
+        kind = REFUSED_CATEGORIES.get(category)
+        if kind is not None:
             return f"must not contain a {kind} character: U+{ord(char):04X} (category {category})"
     return None
 

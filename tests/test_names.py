@@ -21,6 +21,12 @@ def test_identifiers(text):
     ("a\x9bb", "U+009B (category Cc)"),
     ("ab\u202ec", "format (invisible or bidi) character: U+202E (category Cf)"), ("a\u2067", "U+2067"),
     ("a\u200db", "U+200D"), ("\ufeffa", "U+FEFF"), ("a\u00adb", "U+00AD"), ("a\U000e0041", "U+E0041"),
+    # hostile-input probe: U+2028 split the estimate's first output line; a batch id "\ud800" was ok while
+    # import hf --id refused it (UTF-8 cannot encode it)
+    ("a\u2028b", "line separator character: U+2028 (category Zl)"),
+    ("a\u2029b", "paragraph separator character: U+2029 (category Zp)"),
+    ("\ud800", "surrogate (no character: a lone UTF-16 half) character: U+D800 (category Cs)"),
+    ("a\udcffb", "U+DCFF (category Cs)"),
 ])
 def test_not_identifiers(text, message):
     problem = identifier_problem(text)
