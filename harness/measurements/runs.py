@@ -623,6 +623,7 @@ def run_case(run: MeasuredRun, system: str, source: str = "<runs>") -> RunCase:
     except InputError as error:
         row_field = draft.row_field(error.field)
         if NOT_MODELLED in error.message:  # a valid layout the harness does not price yet (harness.ir.checks)
-            return RunCase(None, ((row_field, f"{error.field}: {error.message}"),))
+            why = error.message if error.field == row_field else f"{error.field}: {error.message}"  # once each
+            return RunCase(None, ((row_field, why),))
         return RunCase(None, (), (row_field, error.message))
     return RunCase(case, (), unfitted=tuple(draft.unfitted))
