@@ -356,10 +356,26 @@ def _remove(path: str) -> None:
         os.unlink(path)
 
 
+@contextlib.contextmanager
+def text_output(path: PathLike, *, option: str = "--output", replaces_data: Iterable[str] = (),
+                exclusive: bool = False) -> Iterator[IO[str]]:
+    """A UTF-8 text file object whose content replaces ``path`` atomically (:func:`atomic_output`); a ``.gz``
+    name is written gzip-compressed with the fixed header of :func:`file_bytes` (mtime 0, the target's name), as
+    a ``.gz`` input is read decompressed."""
+    if Path(path).suffix != ".gz":
+        with atomic_output(path, "w", option=option, replaces_data=replaces_data, exclusive=exclusive) as handle:
+            yield handle
+        return
+    with atomic_output(path, "wb", option=option, replaces_data=replaces_data, exclusive=exclusive) as raw:
+        with gzip.GzipFile(filename=Path(path).name, fileobj=raw, mode="wb", mtime=0) as compressed:
+            with io.TextIOWrapper(compressed, encoding="utf-8", newline="") as handle:
+                yield handle
+
+
 def write_text(path: PathLike, text: str, *, option: str = "--output", replaces_data: Iterable[str] = (),
                exclusive: bool = False) -> Path:
-    """Replace ``path`` with ``text`` (UTF-8) atomically (see :func:`atomic_output`)."""
-    with atomic_output(path, "w", option=option, replaces_data=replaces_data, exclusive=exclusive) as handle:
+    """Replace ``path`` with ``text`` (UTF-8) atomically (see :func:`text_output`: a ``.gz`` name compressed)."""
+    with text_output(path, option=option, replaces_data=replaces_data, exclusive=exclusive) as handle:
         handle.write(text)
     return Path(path)
 

@@ -441,3 +441,22 @@ def test_outputs_committed_together_are_put_in_place_together_or_not_at_all(tmp_
             outputs.write_text(b, "x", exclusive=True)
     assert (a.read_text(), b.read_text(), new.exists()) == ("new a", "old b", False)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "b.json"]
+
+
+def test_a_gz_output_name_is_written_compressed_as_a_gz_input_is_read(tmp_path, capsys):
+    """``estimate --output o.json.gz`` wrote plain JSON under a .gz name (hostile-input probe), where inputs named
+    .gz are read decompressed and write_bytes compresses: the same JSON bytes, gzip-compressed with a fixed header
+    (mtime 0), so two runs give equal files; write_text follows the same rule."""
+    import gzip
+
+    status, _, _ = run(capsys, "estimate", "megatron-22B_full", "--json", "--output", tmp_path / "o.json")
+    assert status == 0
+    status, _, _ = run(capsys, "estimate", "megatron-22B_full", "--json", "--output", tmp_path / "o.json.gz")
+    packed = (tmp_path / "o.json.gz").read_bytes()
+    assert status == 0 and packed[:2] == b"\x1f\x8b" and packed[4:8] == b"\0\0\0\0"  # gzip, mtime 0
+    assert gzip.decompress(packed) == (tmp_path / "o.json").read_bytes()
+    run(capsys, "estimate", "megatron-22B_full", "--json", "--output", tmp_path / "o.json.gz")
+    assert (tmp_path / "o.json.gz").read_bytes() == packed
+    outputs.write_text(tmp_path / "t.txt.gz", "é\n")
+    assert gzip.decompress((tmp_path / "t.txt.gz").read_bytes()) == "é\n".encode()
+    assert outputs.write_text(tmp_path / "t.txt", "é\n").read_bytes() == "é\n".encode()

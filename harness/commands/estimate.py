@@ -54,7 +54,7 @@ from harness.evidence.profile import load_profile
 from harness.inputs import TextLine, iter_lines
 from harness.ir import blocks
 from harness.interop.calculon_batch import BatchLine, DuplicateIds, parse_line, unreadable_line
-from harness.outputs import atomic_output, check_output, data_files
+from harness.outputs import check_output, data_files, text_output
 from harness.pipeline import lower
 from harness.vocabulary import BATCH_STATUSES, VIEWS
 
@@ -84,7 +84,7 @@ def register(sub) -> None:
                         "(`harness list profiles` lists them); with --runs, every row's, or auto (each row's "
                         "system.gpu's data-sheet profile) or auto-measured (its fitted revision; B300 and GB300: their "
                         "transferred revisions, a sibling's fitted values)")
-    p.add_argument("--output", type=Path, metavar="OUT.json", help="write the JSON list here instead of stdout")
+    p.add_argument("--output", type=Path, metavar="OUT.json", help="write the JSON list here instead of stdout (a .gz name: gzip-compressed)")
     p.add_argument("--jobs", type=int, default=1, metavar="N",
                    help=f"with --calculon-batch: estimate the lines in N worker processes (1-{MAX_JOBS}; the "
                         "output is the same bytes; default 1: in this process)")
@@ -280,7 +280,7 @@ def _destination(output: Path | None) -> Iterator[IO[str]]:
     if output is None:
         yield sys.stdout
         return
-    with atomic_output(output, "w") as handle:
+    with text_output(output) as handle:  # a .gz name compressed
         yield handle
 
 
