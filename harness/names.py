@@ -33,7 +33,7 @@ PROFILE_NAME_RULE = "lower-case letters, digits, '_', '.', '-', at most 64, star
 
 #: Unicode categories no identifier holds (module rules), with how an error names them.
 REFUSED_CATEGORIES = {"Cc": "control", "Cf": "format (invisible or bidi)", "Zl": "line separator",
-                      "Zp": "paragraph separator", "Cs": "surrogate (no character: a lone UTF-16 half)"}
+                      "Zp": "paragraph separator"}  # and Cs, a lone surrogate: not UTF-8 text
 
 
 def identifier_problem(text: object) -> str | None:
@@ -46,6 +46,9 @@ def identifier_problem(text: object) -> str | None:
         return None
     for char in text:
         category = unicodedata.category(char)
+        if category == "Cs":  # no character: a command-line byte that is not UTF-8 decodes to one (surrogateescape)
+            return (f"must be UTF-8 text: U+{ord(char):04X} is a lone surrogate (a byte that is not UTF-8, or half "
+                    "a UTF-16 pair)")
         kind = REFUSED_CATEGORIES.get(category)
         if kind is not None:
             return f"must not contain a {kind} character: U+{ord(char):04X} (category {category})"

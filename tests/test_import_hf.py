@@ -423,7 +423,8 @@ def test_case_text_makes_any_header_printable_comment_lines():
     ("a\nb", '"a\\nb" must not contain a control character: U+000A (category Cc)'),
     ("a\u202eb", '"a\\u202eb" must not contain a format (invisible or bidi) character: U+202E (category Cf)'),
     ("a" * 100_000, f'"{"a" * 37}..." must be 1 to 256 characters, got 100000'),
-    (os.fsdecode(b"a\xffb"), '"a\\udcffb" must be UTF-8 text: U+DCFF is a byte that is not UTF-8 (a lone surrogate)'),
+    (os.fsdecode(b"a\xffb"), '"a\\udcffb" must be UTF-8 text: U+DCFF is a lone surrogate (a byte that is not UTF-8, or half a '
+                                'UTF-16 pair)'),
 ])
 def test_a_bad_id_is_refused_first_naming_the_option_shortened_and_escaped(capsys, tmp_path, case_id, message):
     """Before the files are read (no note line; the config here is not even there), as the option: it was

@@ -25,8 +25,8 @@ def test_identifiers(text):
     # import hf --id refused it (UTF-8 cannot encode it)
     ("a\u2028b", "line separator character: U+2028 (category Zl)"),
     ("a\u2029b", "paragraph separator character: U+2029 (category Zp)"),
-    ("\ud800", "surrogate (no character: a lone UTF-16 half) character: U+D800 (category Cs)"),
-    ("a\udcffb", "U+DCFF (category Cs)"),
+    ("\ud800", "must be UTF-8 text: U+D800 is a lone surrogate"),
+    ("a\udcffb", "U+DCFF is a lone surrogate (a byte that is not UTF-8, or half a UTF-16 pair)"),
 ])
 def test_not_identifiers(text, message):
     problem = identifier_problem(text)

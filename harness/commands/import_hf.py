@@ -89,10 +89,7 @@ def check_case_id(case_id: str | None) -> None:
     in it would garble the error)."""
     if case_id is None:
         return
-    problem = identifier_problem(case_id)
-    surrogate = next((char for char in case_id if "\ud800" <= char <= "\udfff"), None)
-    if problem is None and surrogate is not None:
-        problem = f"must be UTF-8 text: U+{ord(surrogate):04X} is a byte that is not UTF-8 (a lone surrogate)"
+    problem = identifier_problem(case_id)  # a lone surrogate (a non-UTF-8 byte of the argument) included
     if problem is not None:
         raise InputError("<command line>", "--id", f"{quoted(case_id)} {problem}")
 
