@@ -12,9 +12,14 @@ low-precision recipe (``execution.precision``: fp8, fp4 GEMMs), so that MFUs of 
 recipes: such a recipe's GEMMs run at their own, higher peak, so its MFU can pass 100 % (``harness estimate
 CASE`` prints the model FLOP/s against that GEMM peak beside it: ``commands.estimate.quantized_gemm_peak``).
 
-Every figure is per processor (GPU): the iteration's total divided by the processors (TP x CP x PP x DP). A
-block's model FLOPs on one processor are its 1/(TP x CP) share (context parallelism splits the sequence: each
-rank's queries against all keys), so the iteration's are that share x TP x CP x blocks x microbatches x DP.
+Every figure is per processor (GPU): the iteration's total divided by the processors (TP x CP x PP x DP).
+
+The model FLOPs are the model's, whatever the layout: they are read off the plan of the model on the convention's
+own layout (:func:`reference_input`, the FLOP oracle's: one processor, one microbatch of the case's size, the
+materialized attention kernel, no recomputation), times the blocks and the microbatches of the global batch. So no
+layout changes them: not a flash kernel (which skips the causal tiles and recomputes the scores in its backward:
+the executed work the plan prices, 8 % under the convention for a 4096-token Llama block), not TP beyond the
+key/value heads (whose replicated K and V projections every TP rank computes), not CP, EP or PP.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from pydantic import Field
 
 from harness.cases import EstimateInput
 from harness.ir.base import Frozen
+from harness.ir.model import ExecutionLayout
 from harness.ir.portable import PortablePlanIR
 
 FLOP_CONVENTION = ("model FLOPs = matrix operations (multiply-add = 2) of forward + activation gradient + weight "
@@ -54,19 +60,41 @@ def block_matrix_flops(plan: PortablePlanIR) -> float:
     return total
 
 
-def throughput(plan: PortablePlanIR, data: EstimateInput, total_s: float, peak_flops_per_s: float,
+#: What the convention's layout (:func:`reference_input`) sets; every other field is the case's (the model, the
+#: microbatch, the datatype and precision recipe, training or inference, the attention form).
+REFERENCE_LAYOUT = dict(tensor_parallel=1, pipeline_parallel=1, data_parallel=1, context_parallel=None,
+                        expert_parallel=None, expert_tensor_parallel=None, pipeline_interleaving=1, recompute="none",
+                        recompute_modules=None, recompute_blocks=None, tp_communication="ar", seq_par_ag_redo=False,
+                        optimizer_sharding=False, tp_overlap="none", dp_overlap=False, attention_kernel="materialized",
+                        moe_dispatcher=None, cp_comm=None, fsdp=None)
+
+
+def reference_input(data: EstimateInput) -> EstimateInput:
+    """``data``'s model on the FLOP convention's layout (module rules; the FLOP oracle's): one processor (TP, CP,
+    PP, DP, EP and ETP 1), a global batch of one microbatch, no recomputation, no overlap or offload, the
+    materialized attention kernel (the full s x s scores, a backward of twice the forward)."""
+    e = data.execution
+    tiers = {**e.network_tiers.model_dump(), "context": None, "expert": None, "expert_tensor": None}
+    layout = ExecutionLayout.model_validate({**e.model_dump(), **REFERENCE_LAYOUT, "global_batch": e.microbatch,
+                                             "network_tiers": tiers, "offload": {}})
+    return EstimateInput(model=data.model, execution=layout, system=data.system)
+
+
+def throughput(reference: PortablePlanIR, data: EstimateInput, total_s: float, peak_flops_per_s: float,
                block_kinds: tuple[tuple[PortablePlanIR, int], ...] | None = None) -> Throughput:
-    """The figures of ``data``'s iteration of ``total_s`` seconds (``plan``: its PortablePlanIR).
+    """The figures of ``data``'s iteration of ``total_s`` seconds; ``reference``: the PortablePlanIR of
+    :func:`reference_input` (``data``'s model on the convention's layout), whose block's matrix work is the
+    model FLOPs of one block and one microbatch.
 
     ``block_kinds``: a model priced stage by stage (:mod:`harness.ir.blocks`: dense and MoE blocks, MTP layers)
-    as ``(plan of one kind of block, blocks of that kind in the model's stages)`` pairs, each kind's model FLOPs
-    summed (an MTP layer counts as the block it holds); None: every one of ``plan``'s blocks is of its kind."""
-    e, s = data.execution, plan.schedule
-    kinds = ((plan, s.blocks),) if block_kinds is None else block_kinds
-    model_flops = sum(block_matrix_flops(kind) * e.tensor_parallel * count * s.microbatches * e.data_parallel
-                      * e.context_degree for kind, count in kinds)
+    as ``(reference plan of one kind of block, blocks of that kind in the model)`` pairs, each kind's model FLOPs
+    summed (an MTP layer counts as the block it holds); None: every one of the model's blocks is of its kind."""
+    e = data.execution
+    kinds = ((reference, reference.schedule.blocks),) if block_kinds is None else block_kinds
+    microbatches = e.global_batch // e.microbatch  # of the whole batch, over every DP replica
+    model_flops = sum(block_matrix_flops(kind) * count * microbatches for kind, count in kinds)
     per_processor = model_flops / total_s / e.processors if total_s else 0.0
-    tokens = s.global_batch * data.model.sequence_length
+    tokens = e.global_batch * data.model.sequence_length
     return Throughput(
         tokens_per_s_per_processor=tokens / total_s / e.processors if total_s else 0.0,
         model_flops_per_iteration=model_flops, model_flops_per_s_per_processor=per_processor,

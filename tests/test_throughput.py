@@ -51,14 +51,14 @@ def test_context_parallelism_keeps_the_model_flops_of_the_iteration(context_para
     each doing a 1/CP share of a block, and the iteration's total is still Narayanan's (it was 1/CP of it, and
     the MFU with it)."""
     from harness.cases import EstimateInput
-    from harness.throughput import throughput
+    from harness.throughput import reference_input, throughput
 
     data = load_case(CASES_DIR / "megatron-22B_full.yaml").estimate_input()
     e = data.execution
     layout = e.model_copy(update={"context_parallel": context_parallel,
                                   "network_tiers": e.network_tiers.model_copy(update={"context": 0})})
     split = EstimateInput(model=data.model, execution=layout, system=data.system)
-    figures = throughput(lower(split).plan, split, 2.0, 1e15)
+    figures = throughput(lower(reference_input(split)).plan, split, 2.0, 1e15)
     assert figures.model_flops_per_iteration == pytest.approx(narayanan_flops("megatron-22B_full"), rel=1e-12)
     assert layout.processors == 8 * context_parallel
     per_processor = narayanan_flops("megatron-22B_full") / 2.0 / (8 * context_parallel)
@@ -113,3 +113,47 @@ def test_a_quantizing_recipe_prints_its_gemms_peak_beside_the_layout_datatypes(c
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(case))
     status, text, _ = run_cli(capsys, "estimate", str(tmp_path / "c.yaml"))
     assert status == 0 and text.splitlines()[2].endswith(" TFLOP/s") and "GEMMs'" not in text
+
+
+GQA_CASE = """schema: blueprinting.case.v0
+id: t/llama-like
+system: h100_sxm_80g
+model: {hidden: 2048, feedforward: 5632, sequence_length: 4096, attention_heads: 16, kv_heads: 2, head_size: 128,
+        blocks: 16, vocabulary: 32000, mlp: swiglu, norm: rmsnorm, position: rope}
+execution:
+  tensor_parallel: 1
+  pipeline_parallel: 1
+  data_parallel: 8
+  global_batch: 64
+  microbatch: 2
+  datatype: bfloat16
+  network_tiers: {tensor: 0, pipeline: 0, data: 0}
+"""
+
+
+@pytest.mark.parametrize("layout", [
+    {}, {"attention_kernel": "flash"}, {"attention_kernel": "materialized"},
+    {"tensor_parallel": 2, "data_parallel": 4}, {"tensor_parallel": 4, "data_parallel": 2},  # TP > kv_heads = 2
+    {"tensor_parallel": 8, "data_parallel": 1, "attention_kernel": "flash", "tp_communication": "rs_ag"},
+    {"context_parallel": 2, "data_parallel": 4, "attention_kernel": "flash", "network_tiers":
+     {"tensor": 0, "pipeline": 0, "data": 0, "context": 0}},
+    {"pipeline_parallel": 4, "data_parallel": 2, "recompute": "full"},
+])
+def test_the_model_flops_are_the_models_whatever_the_layout(capsys, tmp_path, layout):
+    """Hostile-input probe: a flash kernel gave 8 % fewer model FLOPs (its executed work: the causal tiles skipped,
+    the scores recomputed in its backward), and TP beyond the 2 key/value heads more (the replicated K and V
+    projections of every rank, +4 % at TP 8). The convention's count, written out here: per token 2 x (Q, K, V,
+    O and the SwiGLU's three matrices) forward, the two score products 2 x 2 b heads s^2 d per microbatch over the
+    full scores, the backward twice the forward; 16 blocks, 32 microbatches of 2 samples."""
+    import yaml
+
+    case = yaml.safe_load(GQA_CASE)
+    case["execution"].update(layout)
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(case))
+    status, out, err = run_cli(capsys, "estimate", str(tmp_path / "c.yaml"), "--json")
+    assert status == 0, err
+    h, ffn, heads, kv, d, s, b = 2048, 5632, 16, 2, 128, 4096, 2
+    weights = h * heads * d + 2 * h * kv * d + heads * d * h + 3 * h * ffn
+    per_microbatch = 3 * (2 * b * s * weights + 2 * (2 * b * heads * s * s * d))
+    for view in json.loads(out)[0]["views"].values():
+        assert view["throughput"]["model_flops_per_iteration"] == pytest.approx(16 * 32 * per_microbatch, rel=1e-12)

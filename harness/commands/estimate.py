@@ -106,18 +106,18 @@ SCOPES = {
 
 
 def case_throughput(source: str, data, est: Estimate) -> dict[str, Throughput]:
-    """Tokens/s, model FLOP/s and MFU per GPU of each view of a case's estimate (:mod:`harness.throughput`); a
-    model priced stage by stage counts the blocks each kind's plan holds in its stages (``estimate_mixed``'s
-    lowerings)."""
-    from harness.throughput import throughput
+    """Tokens/s, model FLOP/s and MFU per GPU of each view of a case's estimate (:mod:`harness.throughput`: the
+    model FLOPs read off the lowering of the model on the convention's layout, ``reference_input``); a model
+    priced stage by stage counts the blocks of each kind (``estimate_mixed``'s lowerings of that layout)."""
+    from harness.throughput import reference_input, throughput
 
-    kinds = None
-    if blocks.priced_by_stages(data.model, data.execution):
-        moe, dense, mixed = mixed_lowerings(data, source)
+    reference, kinds = reference_input(data), None
+    if blocks.priced_by_stages(reference.model, reference.execution):
+        moe, dense, mixed = mixed_lowerings(reference, source)
         plan = moe.plan
         kinds = ((moe.plan, sum(n for n, _ in mixed.stages)), (dense.plan, sum(d for _, d in mixed.stages)))
     else:
-        plan = lower(data, source).plan
+        plan = lower(reference, source).plan
     peak = load_profile(data.system).matrix[data.execution.datatype].peak_flops_per_s
     return {name: throughput(plan, data, v.total_s, peak, kinds) for name, v in est.views.items()}
 
