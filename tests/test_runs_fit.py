@@ -159,6 +159,25 @@ def test_the_modern_report_refuses_a_revision_it_does_not_know_and_a_changed_cor
     assert not (tmp_path / "r.json").exists()
 
 
+def test_the_modern_report_never_writes_over_a_corpus_it_reads(tmp_path, capsys):
+    """Hostile-input probe: --output onto one of the --corpora files replaced the corpus with the report (exit 0);
+    --corpora naming a file said '<file>/<corpus>: cannot open: Not a directory'. Both refused up front, on one
+    line, the corpus as it was."""
+    from conftest import one_error_line, run_cli
+
+    corpora = tmp_path / "corpora"
+    corpora.mkdir()
+    (corpora / CORPUS.name).write_bytes(CORPUS.read_bytes())
+    status, _, err = run_cli(capsys, "evidence", "modern-report", "--profiles", "b200_measured", "--corpora",
+                             corpora, "--output", corpora / CORPUS.name)
+    one_error_line(status, err, str(corpora / CORPUS.name), "--output")
+    assert (corpora / CORPUS.name).read_bytes() == CORPUS.read_bytes()
+    status, _, err = run_cli(capsys, "evidence", "modern-report", "--profiles", "b200_measured", "--corpora",
+                             corpora / CORPUS.name, "--output", tmp_path / "r.json")
+    one_error_line(status, err, f"{corpora / CORPUS.name}: --corpora: not a directory")
+    assert not (tmp_path / "r.json").exists()
+
+
 def test_the_megatron_core_structure_refuses_a_corpus_of_another_datatype(tmp_path, capsys):
     """Korthikanti et al.'s runs are fp16 Megatron-LM: not this structure's runs (one line, the record named)."""
     from conftest import one_error_line, run_cli

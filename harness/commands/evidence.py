@@ -426,9 +426,13 @@ def run_modern_report(args) -> int:
 
     for name in args.profiles:
         _profile_input(name, "--profiles")
-    check_output(args.output, inputs=[args.corpora])
+    corpora = Path(args.corpora)
+    if not corpora.is_dir():
+        raise InputError(str(corpora), "--corpora", "not a directory (the folder of the runs-<gpu>.jsonl corpora)")
+    read = [corpora, *sorted(path for path in corpora.iterdir() if path.is_file())]  # never written over
+    check_output(args.output, inputs=read)
     if args.plots:
-        check_output_dir(args.plots, option="--plots", inputs=[args.corpora])
+        check_output_dir(args.plots, option="--plots", inputs=read)
     report = modern_report(args.profiles, args.corpora, progress=lambda m: print(m, flush=True))
     with committed_together():  # the report and the plots, or none (harness.outputs)
         write_text(args.output, json.dumps(report, indent=1, allow_nan=False) + "\n")
