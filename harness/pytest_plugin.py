@@ -66,7 +66,10 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{name}: {text}")
     if config.getoption("--harness-cases"):
         _load_cases(config)  # an explicit case directory must hold cases that load
-    if _option(config, "--harness-oracle") == "live":  # a usage error once, not an error in every test
+    goldens = config.getoption("--harness-goldens")
+    if goldens and not Path(goldens).is_dir():  # a usage error once (it was a traceback per test, or a new folder)
+        raise pytest.UsageError(f"--harness-goldens: {goldens}: not a directory")
+    if option_value(config, "--harness-oracle") == "live":  # a usage error once, not an error in every test
         src = config.getoption("--harness-calculon-src")
         if not src:
             raise pytest.UsageError("--harness-oracle live needs --harness-calculon-src=PATH or HARNESS_CALCULON_SRC")
@@ -74,13 +77,14 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError(f"--harness-calculon-src: {src}: not a Calculon source checkout "
                                     "(no calculon/llm/llm.py)")
     if os.environ.get("CI"):
-        used = [flag for flag in UPDATE_FLAGS if _option(config, flag)]
+        used = [flag for flag in UPDATE_FLAGS if option_value(config, flag)]
         if used:
             raise pytest.UsageError(f"golden updates ({', '.join(used)}) are refused under CI: "
                                     "update goldens locally with `tox -e goldens` and commit them for review")
 
 
-def _option(config: pytest.Config, flag: str):
+def option_value(config: pytest.Config, flag: str):
+    """The value of a command-line option of this or another plugin; None when no plugin registered it."""
     try:
         return config.getoption(flag)
     except ValueError:

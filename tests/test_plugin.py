@@ -189,3 +189,37 @@ def test_a_live_oracle_without_a_calculon_checkout_is_one_usage_error(pytester, 
     result = pytester.runpytest("--harness-cases", str(directory), "--harness-oracle", "live", *extra, "-q")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "--harness-calculon-src" in result.stderr.str() and "Traceback" not in result.stderr.str()
+
+
+@pytest.mark.parametrize("kind", ["file", "missing"])
+def test_a_goldens_option_that_is_no_directory_is_one_usage_error(pytester, kind):
+    """Hostile-input probe: a file was a NotADirectoryError traceback in every golden test; a missing path was
+    created (a new, empty golden directory)."""
+    target = pytester.path / "goldens.txt"
+    if kind == "file":
+        target.write_text("x")
+    pytester.makepyfile("def test_nothing():\n    pass\n")
+    result = pytester.runpytest("--harness-goldens", str(target), "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert f"--harness-goldens: {target}: not a directory" in result.stderr.str()
+    assert (kind == "file") == target.exists()
+
+
+def test_a_missing_golden_fails_on_every_run_and_is_never_written(tmp_path):
+    """Hostile-input probe: pytest-regressions wrote a golden it did not find into the goldens directory (even
+    under CI), so the second run passed: a deleted golden re-baselined itself. It fails on every run now, and the
+    goldens directory stays as it was."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    empty = tmp_path / "goldens"
+    empty.mkdir()
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-o", "addopts=",
+               "--harness-goldens", str(empty), "tests/test_goldens.py::test_components[megatron-22B/full]"]
+    for _ in range(2):
+        run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "CI": "true"})
+        assert run.returncode == 1 and "1 failed" in run.stdout, run.stdout[-1500:]
+        assert list(empty.rglob("*")) == []
