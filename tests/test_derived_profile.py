@@ -7,6 +7,7 @@ the model's weight shapes (tests/test_accumulation.py's hand count)."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -156,3 +157,33 @@ def test_a_derived_block_that_contradicts_the_profile_is_refused_naming_the_file
                                             r"defines") as error:
         parse_profile(text.encode(), str(SHIPPED), NAME)
     assert str(SHIPPED) in str(error.value)
+
+
+@pytest.mark.parametrize("edit, message", [
+    # the body prices 0.45693; --fixed-from read 0.9, transfer 0.45693 (hostile-input probe)
+    ({"value": 0.9}, "value 0.9 is not what the profile prices at 'matrix.bfloat16.operation_size_efficiency."
+                     "saturating.max_efficiency' (0.45693)"),
+    ({"path": "matrix.bfloat16.nowhere"}, "path 'matrix.bfloat16.nowhere' names no field of the profile"),
+    ({"lower": 0.5}, "value 0.45693 outside its bounds [0.5, 0.95]"),
+    ({"upper": 0.1}, "value 0.45693 outside its bounds [0.2, 0.1]"),
+    ({"standard_error": -0.01}, "standard_error -0.01 is negative"),
+])
+def test_a_fit_block_that_is_not_the_body_is_refused_naming_the_parameter(tmp_path, edit, message):
+    """A fitted parameter states what the profile prices (harness.evidence.profile, _fit_is_the_body)."""
+    import yaml
+
+    from harness.errors import HarnessError
+    from harness.evidence.profile import load_profile
+
+    data = yaml.safe_load((ROOT / "evidence" / "b200_measured.yaml").read_text())
+    data["name"] = "b200_edited"
+    data["fit"]["parameters"][0].update(edit)
+    (tmp_path / "b200_edited.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(HarnessError, match="fit.parameters.0 \\(matrix_max_efficiency\\): " + re.escape(message)):
+        load_profile("b200_edited", tmp_path)
+    data["fit"]["parameters"][4]["value"] = 0.2  # the flat all-to-all curve holds 0.178 at its point
+    data["fit"]["parameters"][0] = yaml.safe_load((ROOT / "evidence" / "b200_measured.yaml").read_text())["fit"][
+        "parameters"][0]
+    (tmp_path / "b200_edited.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(HarnessError, match="fit.parameters.4 \\(nvlink_all_to_all_efficiency\\): value 0.2 is not"):
+        load_profile("b200_edited", tmp_path)

@@ -63,7 +63,7 @@ import dataclasses
 import hashlib
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, ClassVar, Literal, get_args
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, get_args
 
 import yaml
 from pydantic import ConfigDict, Field, Strict, field_validator, model_validator
@@ -307,6 +307,33 @@ class EvidenceProfile(Artifact):
                     raise ValueError(f"derived.without names {family!r}, which the profile defines")
         return self
 
+    @model_validator(mode="after")
+    def _fit_is_the_body(self):
+        """A fitted parameter states what the profile prices: its value within its bounds, a standard error
+        that is not negative, and its ``path`` naming the body's number of that value (a flat curve: the value
+        of each of its points). Without it ``evidence fit --fixed-from`` (which reads the parameters) and
+        ``evidence transfer`` (which reads the body) took different values from one file. A derived profile's
+        fit block is its source's: a path into a family it removed is not checked."""
+        if self.fit is None:
+            return self
+        body = self.model_dump(mode="python", by_alias=True, exclude_none=True)
+        for at, p in enumerate(self.fit.parameters):
+            where = f"fit.parameters.{at} ({p.name})"
+            if not p.lower <= p.value <= p.upper:
+                raise ValueError(f"{where}: value {p.value!r} outside its bounds [{p.lower!r}, {p.upper!r}]")
+            if p.standard_error is not None and p.standard_error < 0:
+                raise ValueError(f"{where}: standard_error {p.standard_error!r} is negative")
+            found = _at_path(body, p.path)
+            if found is _NOWHERE:
+                if self.derived is not None:
+                    continue
+                raise ValueError(f"{where}: path {p.path!r} names no field of the profile")
+            numbers = _efficiencies(found) if isinstance(found, (list, tuple, dict)) else [found]
+            if not numbers or any(number != p.value for number in numbers):
+                raise ValueError(f"{where}: value {p.value!r} is not what the profile prices at {p.path!r} "
+                                 f"({numbers[0] if len(set(numbers)) == 1 else numbers!r})")
+        return self
+
     def to_data(self) -> dict:
         """As :meth:`Artifact.to_data`, without the absent optional families (they are not content)."""
         data = self.model_dump(mode="json", by_alias=True, exclude_none=True)
@@ -316,6 +343,33 @@ class EvidenceProfile(Artifact):
 
     def revision(self) -> str:
         return self.digest()
+
+
+_NOWHERE = object()
+
+
+def _at_path(data: Any, path: str) -> Any:
+    """The value at a dotted ``path`` (``networks.0.efficiency``: a list index as a number), or ``_NOWHERE``."""
+    for key in path.split("."):
+        if isinstance(data, dict) and key not in data and len(data) == 1:  # a curve's kind (``saturating``),
+            (data,) = data.values()  # which the first fitted revisions' paths leave out
+        if isinstance(data, dict) and key in data:
+            data = data[key]
+        elif isinstance(data, (list, tuple)) and key.isdigit() and int(key) < len(data):
+            data = data[int(key)]
+        else:
+            return _NOWHERE
+    return data
+
+
+def _efficiencies(data: Any) -> list:
+    """Every ``efficiency`` number inside a curve section (a flat curve's points), in order."""
+    if isinstance(data, dict):
+        return [v for k, v in data.items() if k == "efficiency"] + [
+            x for v in data.values() if isinstance(v, (dict, list, tuple)) for x in _efficiencies(v)]
+    if isinstance(data, (list, tuple)):
+        return [x for v in data for x in _efficiencies(v)]
+    return []
 
 
 #: The profile section of each measured family (harness.vocabulary.CURVE_FAMILIES, kind "measured") that is one
