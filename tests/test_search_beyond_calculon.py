@@ -106,6 +106,9 @@ def test_the_command_searches_cp_and_precision_and_emits_the_best_as_a_case(tmp_
     best = json.loads(out.read_text())["executions"][0]["execution"] if "executions" in json.loads(
         out.read_text()) else json.loads(out.read_text())[0]["execution"]
     text = case.read_text()
+    # the header reruns the search: every option that shaped the space (hostile-input probe: it named none of them)
+    assert "--datatype bfloat16 --no-tp-overlap --no-dp-overlap --context-parallel --precision all`: " in \
+        text.splitlines()[0]
     assert ("context_parallel: " in text) == ("context_par" in best)
     if "context_par" in best:
         assert f"context_parallel: {best['context_par']}" in text
@@ -132,7 +135,10 @@ def test_a_context_parallel_execution_becomes_the_case_it_stands_for(profile):
     inner, tiers = layout.inner[0], layout.placements[-1]
     execution = calculon_execution(problem, layout, inner, layout.microbatches[0], tiers)
     assert (execution["context_par"], execution["context_par_net"]) == (2, tiers[3])
-    text = best_case_text(SimpleNamespace(model="tiny.json"), problem, SimpleNamespace(execution=execution, rate=1.0))
+    args = SimpleNamespace(model="tiny.json", fused_activation="true", mbs_break=False, no_tp_overlap=False,
+                           no_dp_overlap=False, context_parallel=True, precision="none")  # the parser's defaults
+    text = best_case_text(args, problem, SimpleNamespace(execution=execution, rate=1.0))
+    assert "--context-parallel`: 1.0 samples/s." in text.splitlines()[0]
     assert "context_parallel: 2" in text and f"context: {tiers[3]}" in text
 
 

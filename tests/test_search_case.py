@@ -80,7 +80,11 @@ def test_what_the_search_does_not_apply_is_noted(tmp_path, capsys):
     notes = [line for line in err.splitlines() if line.startswith("note: ")]
     assert status == 0 and len(notes) == 2, err
     assert notes[0].startswith(f"note: {case_file}: the search takes the case's model section only; its execution "
-                               "section (")
+                               "section (attention, data_parallel, datatype, fused_activation, global_batch, ")
+    # whole field names, the rest counted (it was cut at 120 characters, mid-word: 'network_ti)')
+    listed = notes[0].split("section (")[1].split(") is not applied")[0]
+    assert listed.endswith(f", and {len(document['execution']) - listed.count(',')} more")
+    assert all(name in document["execution"] for name in listed.split(", and ")[0].split(", "))
     assert notes[1] == ("note: --precision all: no quantizing recipe runs with --datatype float16 on a100_80g (a "
                         "recipe needs bfloat16 and a float8 or float4 matrix engine): every layout is priced in "
                         "float16")

@@ -179,9 +179,15 @@ def best_case_text(args, problem, best) -> str:
             beyond[field] = extension[key]
     data = input_from_calculon_execution(problem.shape, calculon, problem.profile.name, "--emit-case", beyond)
     case_id = f"search/{Path(args.model).stem}-p{problem.processors}-b{best.execution['batch_size']}"
+    space = "".join(f" {flag}" for flag, given in (
+        (f"--fused-activation {args.fused_activation}", args.fused_activation != "true"),
+        ("--mbs-break", args.mbs_break), ("--no-tp-overlap", args.no_tp_overlap), ("--no-dp-overlap", args.no_dp_overlap),
+        ("--context-parallel", args.context_parallel), (f"--precision {args.precision}", args.precision != "none"))
+        if given)  # every option that shapes the searched space, so the header reruns the search
     return case_text(case_id, data, f"The best execution of `harness search --model {args.model} --system "
                                     f"{problem.profile.name} --procs {problem.processors} --max-batch "
-                                    f"{problem.max_batch} --datatype {problem.datatype}`: {best.rate!r} samples/s.")
+                                    f"{problem.max_batch} --datatype {problem.datatype}{space}`: {best.rate!r} "
+                                    "samples/s.")
 
 
 #: Fields whose values can leave the sample rate (nearly) unchanged: top entries that differ only in them are
@@ -225,8 +231,11 @@ def search_notes(args, problem) -> list[str]:
     if Path(args.model).suffix != ".json":
         document = read_yaml(args.model).data
         if isinstance(document, dict) and document.get("execution"):
+            fields = [str(name) for name in sorted(document["execution"], key=str)]
+            shown = fields[:next((n for n in range(len(fields), 0, -1) if len(", ".join(fields[:n])) <= 120), 1)]
+            more = f", and {len(fields) - len(shown)} more" if len(shown) < len(fields) else ""
             notes.append(f"{args.model}: the search takes the case's model section only; its execution section "
-                         f"({', '.join(sorted(document['execution']))[:120]}) is not applied to the searched layouts")
+                         f"({', '.join(shown)[:120]}{more}) is not applied to the searched layouts")
     if args.precision == "all" and tuple(problem.options.precisions) == (None,):
         notes.append(f"--precision all: no quantizing recipe runs with --datatype {problem.datatype} on "
                      f"{problem.profile.name} (a recipe needs bfloat16 and a float8 or float4 matrix engine): "
