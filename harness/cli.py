@@ -53,6 +53,7 @@ import contextlib
 import gc
 import importlib
 import os
+import re
 import signal
 import sys
 import threading
@@ -85,6 +86,10 @@ def _add_project(parser: argparse.ArgumentParser, default) -> None:
                 _add_project(subparser, argparse.SUPPRESS)  # a subcommand's default must not hide the global one
 
 
+#: An integer on the command line: ASCII decimal digits, an optional sign.
+DECIMAL = re.compile(r"[+-]?[0-9]+")
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse under the error rule: a bad command line is one line, ``error: <command>: <message>``, exit 2
     (not argparse's usage block plus a message); an empty value is refused. Subcommand parsers inherit the
@@ -95,6 +100,8 @@ class ArgumentParser(argparse.ArgumentParser):
         ``--plots ""`` the working directory, ``Path("")`` is ``.``."""
         if arg_string == "" and action.choices is None:
             raise argparse.ArgumentError(action, "an empty value (give a path, a name or a number)")
+        if action.type is int and not DECIMAL.fullmatch(arg_string):  # int() reads '1_6', ' 4 ' and other scripts'
+            raise argparse.ArgumentError(action, f"invalid int value: {arg_string!r} (ASCII decimal digits)")  # digits
         return super()._get_value(action, arg_string)
 
     def error(self, message: str):

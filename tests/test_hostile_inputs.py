@@ -663,3 +663,15 @@ def test_hostile_search_requests(tmp_path, capsys):
         status, out, err = run(capsys, *base, *extra)
         one_error_line(status, err, message)
     assert (EVIDENCE / "a100_80g.yaml").read_bytes() == before and model.read_text() == json.dumps(MODEL)
+
+
+@pytest.mark.parametrize("value", ["1_6", " 4 ", "\u0664", "4.0", "0x10"])
+@pytest.mark.parametrize("argv", [
+    ("search", "--model", "m.json", "--system", "a100_80g", "--max-batch", "2", "--datatype", "float16", "--procs"),
+    ("estimate", "megatron-22B_full", "--jobs"),
+])
+def test_an_integer_option_is_ascii_decimal_digits(capsys, argv, value):
+    """Hostile-input probe: int() read '1_6' as 16, ' 4 ' as 4 and an Arabic-Indic digit as 4; every integer option
+    of the command line takes ASCII decimal digits (harness.cli.DECIMAL), one error line otherwise."""
+    status, _, err = run(capsys, *argv, value)
+    one_error_line(status, err, f"argument {argv[-1]}: invalid int value: {value!r}")
