@@ -266,3 +266,17 @@ def test_the_precision_check_is_the_estimate_paths_own(tmp_path):
     with pytest.raises(InputError) as caught:
         estimate(load_case(path).estimate_input(), source="mine")
     assert (caught.value.source, caught.value.field) == ("mine", "execution.precision")
+
+
+def test_list_says_a_profile_file_whose_name_no_system_can_name_is_no_profile_name(tmp_path, capsys):
+    """Hostile-input probe: evidence/A100_80G.yaml was listed as 'does not load: --system: system: ...' (an error of
+    an option the user did not give); it is named for what it is."""
+    import shutil
+
+    (tmp_path / "evidence").mkdir()
+    shutil.copy(ROOT / "evidence" / "a100_80g.yaml", tmp_path / "evidence" / "A100_80G.yaml")
+    status, out, _ = run_cli(capsys, "--project", str(tmp_path), "list", "profiles")
+    line = next(line for line in out.splitlines() if line.startswith("A100_80G "))
+    assert status == 0 and line.endswith("A100_80G.yaml (not a profile name: lower-case letters, digits, '_', '.', '-', "
+                                         "at most 64, starting with a letter or digit; never a path)"), line
+    assert "--system" not in line

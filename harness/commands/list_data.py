@@ -13,6 +13,7 @@ from harness import locations
 from harness.cases import load_case
 from harness.errors import HarnessError
 from harness.evidence.profile import load_profile
+from harness.names import PROFILE_NAME, PROFILE_NAME_RULE
 
 
 def register(sub) -> None:
@@ -35,6 +36,9 @@ def run(args) -> int:
     else:
         rows = []
         for name, path in where.profile_names().items():
+            if PROFILE_NAME.fullmatch(name) is None:  # a file --system cannot name (its error named --system)
+                rows.append((name, "-", f"{path} (not a profile name: {PROFILE_NAME_RULE})"))
+                continue
             try:
                 rows.append((name, ",".join(load_profile(name).matrix), str(path)))
             except HarnessError as error:
