@@ -34,6 +34,9 @@ PROFILE_NAME_RULE = "lower-case letters, digits, '_', '.', '-', at most 64, star
 #: Unicode categories no identifier holds (module rules), with how an error names them.
 REFUSED_CATEGORIES = {"Cc": "control", "Cf": "format (invisible or bidi)", "Zl": "line separator",
                       "Zp": "paragraph separator"}  # and Cs, a lone surrogate: not UTF-8 text
+#: Every category of :data:`REFUSED_CATEGORIES` and ``Cs``: the characters no printed one-line text holds (an id,
+#: a measured row's display name).
+UNPRINTED_CATEGORIES = frozenset({*REFUSED_CATEGORIES, "Cs"})
 
 
 def identifier_problem(text: object) -> str | None:

@@ -594,3 +594,11 @@ def test_a_huge_value_is_shortened_in_notes_and_refusals():
     assert len(refusals["hidden_act"]) < 200
     assert dict(translate_config({**LLAMA3_8B, "hidden_act": "relu"}, "c.json", 4096).refusals)["hidden_act"].startswith(
         "'relu' is not a gated-MLP activation")
+
+
+def test_an_error_of_a_field_naming_a_sibling_keeps_the_fields_own_config_name():
+    """Review: for a key of the model section (``model.kv_heads``) a sibling named in the message replaced the field's
+    own origin: the error named num_attention_heads only."""
+    draft = translate_config({**LLAMA3_8B, "num_key_value_heads": 8}, "c.json", 4096)
+    assert draft.config_field("model.kv_heads", "8 does not divide attention_heads=40") == (
+        "num_key_value_heads and num_attention_heads")

@@ -47,9 +47,9 @@ def test_mfu_of_hand_computed_cases(capsys, case_name, gpus):
 
 @pytest.mark.parametrize("context_parallel", [2, 4])
 def test_context_parallelism_keeps_the_model_flops_of_the_iteration(context_parallel):
-    """Model FLOPs are the model's and the batch's, not the layout's: CP splits each sequence over more ranks,
-    each doing a 1/CP share of a block, and the iteration's total is still Narayanan's (it was 1/CP of it, and
-    the MFU with it)."""
+    """Model FLOPs are the model's and the batch's, not the layout's (read off the reference layout, which has no
+    CP; the CLI test below lowers CP cases end to end); the MFU is per processor of the CP layout: TP x CP x PP x
+    DP of them (it was 1/CP of the model FLOPs once, and the MFU with it)."""
     from harness.cases import EstimateInput
     from harness.throughput import reference_input, throughput
 
@@ -140,9 +140,9 @@ execution:
     {"pipeline_parallel": 4, "data_parallel": 2, "recompute": "full"},
 ])
 def test_the_model_flops_are_the_models_whatever_the_layout(capsys, tmp_path, layout):
-    """Hostile-input probe: a flash kernel gave 8 % fewer model FLOPs (its executed work: the causal tiles skipped,
-    the scores recomputed in its backward), and TP beyond the 2 key/value heads more (the replicated K and V
-    projections of every rank, +4 % at TP 8). The convention's count, written out here: per token 2 x (Q, K, V,
+    """Hostile-input probe: a flash kernel gave 11.0 % fewer model FLOPs (its executed work: the causal tiles
+    skipped, the scores recomputed in its backward), and TP beyond the 2 key/value heads more (the replicated K and
+    V projections of every rank, +5.2 % at TP 8). The convention's count, written out here: per token 2 x (Q, K, V,
     O and the SwiGLU's three matrices) forward, the two score products 2 x 2 b heads s^2 d per microbatch over the
     full scores, the backward twice the forward; 16 blocks, 32 microbatches of 2 samples."""
     import yaml
@@ -157,3 +157,48 @@ def test_the_model_flops_are_the_models_whatever_the_layout(capsys, tmp_path, la
     per_microbatch = 3 * (2 * b * s * weights + 2 * (2 * b * heads * s * s * d))
     for view in json.loads(out)[0]["views"].values():
         assert view["throughput"]["model_flops_per_iteration"] == pytest.approx(16 * 32 * per_microbatch, rel=1e-12)
+
+
+MOE_CASE = """schema: blueprinting.case.v0
+id: t/moe-small
+system: h100_sxm_80g
+model: {hidden: 1024, feedforward: 4096, sequence_length: 2048, attention_heads: 16, head_size: 64, blocks: 8,
+        vocabulary: 32000, kv_heads: 4, mlp: swiglu, norm: rmsnorm, position: rope,
+        moe: {experts: 8, top_k: 2, expert_ffn: 1024}}
+execution:
+  tensor_parallel: 1
+  pipeline_parallel: 1
+  data_parallel: 8
+  global_batch: 64
+  microbatch: 1
+  datatype: bfloat16
+  attention_kernel: flash
+  optimizer_sharding: true
+  expert_parallel: 8
+  expert_tensor_parallel: 1
+  network_tiers: {tensor: 0, pipeline: 0, data: 0, expert: 0}
+"""
+
+
+@pytest.mark.parametrize("moe", [
+    {}, {"load_imbalance": 2.0}, {"capacity_factor": 0.5},  # were +48 % and -24 % (the busiest expert's tokens)
+    {"experts": 384, "top_k": 8},  # 2048 x 8 / 384 = 42.67 tokens per expert: was rounded up to 43 (+0.6 %)
+])
+def test_the_model_flops_of_experts_are_the_balanced_routings(capsys, tmp_path, moe):
+    """Review: on the reference layout every expert was priced on the busiest expert's tokens, rounded up, so the
+    case's load imbalance, capacity factor and the rounding reached the model FLOPs. Counted by hand: per token
+    Q, K, V, O, the router (hidden x experts) and top_k SwiGLU experts (3 x hidden x expert width), forward and
+    twice that backward; the scores 3 x 2 x (2 b heads s^2 d); 8 blocks, 64 samples."""
+    import yaml
+
+    case = yaml.safe_load(MOE_CASE)
+    case["model"]["moe"].update(moe)
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(case))
+    status, out, err = run_cli(capsys, "estimate", str(tmp_path / "c.yaml"), "--json")
+    assert status in (0, 1), err
+    h, heads, kv, d, s = 1024, 16, 4, 64, 2048
+    experts, top_k = case["model"]["moe"]["experts"], case["model"]["moe"]["top_k"]
+    weights = h * heads * d + 2 * h * kv * d + heads * d * h + h * experts + top_k * 3 * h * 1024
+    per_sample = 3 * (2 * s * weights + 2 * (2 * heads * s * s * d))
+    for view in json.loads(out)[0]["views"].values():
+        assert view["throughput"]["model_flops_per_iteration"] == pytest.approx(8 * 64 * per_sample, rel=1e-12)

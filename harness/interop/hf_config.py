@@ -99,11 +99,13 @@ ROUTING_NOTES = {
     "ep_size": "the checkpoint's expert-parallel size: the layout is the execution section's",
     "moe_layer_freq": None,  # read into moe.layer_frequency
 }
-#: Family-specific fields -> the families whose transformers model reads them (each family's config class,
-#: transformers 5.24, or its hub config's own code for DeepSeek-V3's moe_layer_freq, scoring_func and
-#: num_nextn_predict_layers); any other family's model never reads the field (module rules: noted, not priced).
-#: ``head_dim`` is every family's but DeepSeek-V3's (its head widths are the latent fields). Fields absent
-#: here are read by every family, or handled by their rule (the routed experts' names: :attr:`Architecture.experts`).
+#: Family-specific fields -> the families whose transformers model reads them (read in transformers 5.24: the
+#: family's config class and its modeling code, which reads ``head_dim`` with ``getattr`` where the config class has
+#: no such field, as Qwen2 and the Qwen MoE families; DeepSeek-V3's moe_layer_freq, scoring_func and
+#: num_nextn_predict_layers are its hub config's own code's, which transformers' port does not read); any other
+#: family's model never reads the field (module rules: noted, not priced). ``head_dim`` is every family's but
+#: DeepSeek-V3's (its head widths are the latent fields). Fields absent here are read by every family, or handled
+#: by their rule (the routed experts' names: :attr:`Architecture.experts`).
 READ_BY: dict[str, frozenset[str]] = {
     "attention_bias": frozenset({"llama", "qwen3", "qwen3_moe", "deepseek_v3"}),
     "mlp_bias": frozenset({"llama"}),
@@ -153,6 +155,10 @@ class Draft:
         self.fields[case_path] = ({**section, key: value}, first)
         self.origins[f"{case_path}.{key}"] = field
 
+    def _is_section(self, case_path: str) -> bool:
+        """Whether ``case_path`` is a section-valued case field (``model.moe``), whose keys have origins."""
+        return any(path.startswith(case_path + ".") for path in self.origins)
+
     def note(self, field: str, text: str) -> None:
         self.notes.append(f"{field}: {text}")
 
@@ -168,8 +174,9 @@ class Draft:
         named = [origin for path, origin in self.origins.items()
                  if path.rsplit(".", 1)[0] in sections
                  and re.search(rf"(?<![\w.]){re.escape(path.rsplit('.', 1)[1])}=", message)]
-        if named:
-            return " and ".join(dict.fromkeys(named))
+        if named:  # a field's own origin first (a section's is only the first field that set a key of it)
+            own = [self.origins[case_path]] if case_path in self.origins and not self._is_section(case_path) else []
+            return " and ".join(dict.fromkeys([*own, *named]))
         path = case_path
         while path not in self.origins and "." in path:
             path = path.rsplit(".", 1)[0]

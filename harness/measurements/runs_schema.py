@@ -15,13 +15,15 @@ unseen), finite numbers, unique keys, row ids unique. A bad file is one
 the field. The free-text sections (``source``, ``software``, ``notes``,
 ``extra``, ``measured.as_reported``, ``consistency``) are kept for display and
 never reach the estimate path; neither do ``id`` and ``model.name`` (which must
-be printable and hold a word with a letter or digit first: the summary's model family is its first word).
+hold a letter or digit and no control, format or line-separator character: the summary prints its first word,
+the model family).
 A mixture of experts routes a token to at most ``experts`` experts and has a shared-expert width only with
 shared experts.
 """
 
 from __future__ import annotations
 
+import unicodedata
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -31,7 +33,7 @@ from harness.errors import InputError
 from harness.inputs import MIN_ITERATION_S, read_json, validate
 from harness.ir.base import Frozen
 from harness.ir.model import MAX_EXPERTS
-from harness.names import Identifier
+from harness.names import UNPRINTED_CATEGORIES, Identifier
 
 SCHEMA = "blueprinting.measured-runs.v0"
 MAX_ROWS = 100_000
@@ -125,12 +127,12 @@ class RowModel(_Closed):
         words = name.split()
         if not words:  # the summary's model family is the name's first word
             raise ValueError(f"must hold a word (the family is its first word), got {len(name)} blank character(s)")
-        if not any(char.isalnum() for char in words[0]):
-            raise ValueError(f"its first word {words[0][:40]!r} holds no letter or digit (the family is its first "
-                             "word)")
-        if not name.isprintable():  # the summary prints the family on the terminal
-            at = next(i for i, char in enumerate(name) if not char.isprintable())
-            raise ValueError(f"must be printable text: {name[at]!r} at character {at}")
+        if not any(char.isalnum() for char in name):
+            raise ValueError(f"{name[:40]!r} holds no letter or digit (the family is its first word)")
+        for at, char in enumerate(name):  # the summary prints the family on the terminal (a no-break space is fine)
+            if unicodedata.category(char) in UNPRINTED_CATEGORIES:
+                raise ValueError(f"must be text the summary can print: {char!r} at character {at} (category "
+                                 f"{unicodedata.category(char)})")
         return name
 
 

@@ -197,12 +197,13 @@ def count_layer(config: dict, microbatch: int, sequence_length: int,
     module_name, layer_name, rotary_name = LAYERS[config["model_type"]]
     settings = {k: v for k, v in config.items() if k != "model_type"}
     module = importlib.import_module(module_name)
+    layer_class, rotary_class = getattr(module, layer_name), getattr(module, rotary_name) if rotary_name else None
     try:  # a config transformers refuses (heads that do not divide hidden_size, a field of the wrong kind)
         hf_config = transformers.AutoConfig.for_model(config["model_type"], **settings)
         hf_config._attn_implementation = "eager"
         with torch.device("meta"):
-            layer = getattr(module, layer_name)(hf_config, layer_idx=0)
-            rotary = getattr(module, rotary_name)(hf_config) if rotary_name else None
+            layer = layer_class(hf_config, layer_idx=0)
+            rotary = rotary_class(hf_config) if rotary_class else None
     except _refusals() as error:
         reason = " ".join(str(error).split())[:300]  # one line: transformers' messages span several
         raise InputError(source, "<root>", f"transformers {transformers.__version__} cannot build its layer: "
