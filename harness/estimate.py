@@ -236,18 +236,34 @@ class MixedBlocks:
 #: The fields of BlockTimes and BlockMemory a stage has once, not once per block (the boundary transfers, the
 #: working space): averaged over the stage's blocks, never spread over the blocks the composition counts.
 _ONCE_PER_STAGE = frozenset({"pp_forward_s", "pp_backward_s", "activation_working_bytes"})
+#: BlockMemory fields a stage holds once as a buffer of its own (:func:`~harness.schedule.memory.stage_memory`
+#: adds them once, in no Calculon rule): the activation-gradient buffer of the block running. A stage of two kinds
+#: of block holds the larger kind's, never an average (which undercut a dense block's buffer among MoE blocks by
+#: 21 %) nor a sum over an MTP stage's extra blocks (which scaled it by 5/4). The working activations and the one
+#: unsharded fp32 weight gradient enter Calculon's "one block less" rules (calculon_compat.activation_bytes,
+#: weight_grad_bytes) with the per-block average, and stay as :func:`_mixed` gives them.
+ONE_BLOCK_MEMORY = ("activation_grad_bytes",)
 
 
 def _mixed(a, b, n_a: int, n_b: int, cls, per_stage: int | None = None):
     """Field-wise ``(n_a x a + n_b x b) / n`` with ``n = per_stage`` (None: ``n_a + n_b``): the per-block average
     of a stage holding ``n_a`` blocks like ``a`` and ``n_b`` like ``b``, over the blocks the composition
-    multiplies it by again (a last stage with MTP blocks holds more than those; the fields it has once per stage,
-    :data:`_ONCE_PER_STAGE`, over ``n_a + n_b``). ``cls``: a dataclass, or a pydantic model (its fields)."""
+    multiplies it by again (a last stage with MTP blocks holds more than those; the boundary transfers it has once
+    per stage, :data:`_ONCE_PER_STAGE`, over ``n_a + n_b``; memory held once per stage: :func:`mixed_block_memory`).
+    ``cls``: a dataclass, or a pydantic model (its fields)."""
     held = n_a + n_b
     n = held if per_stage is None else per_stage
     names = [f.name for f in dataclasses.fields(cls)] if dataclasses.is_dataclass(cls) else list(cls.model_fields)
     return cls(**{name: (n_a * getattr(a, name) + n_b * getattr(b, name)) / (held if name in _ONCE_PER_STAGE else n)
                   for name in names})
+
+
+def mixed_block_memory(a: BlockMemory, b: BlockMemory, n_a: int, n_b: int, per_stage: int | None) -> BlockMemory:
+    """The block memory of a stage holding ``n_a`` blocks like ``a`` and ``n_b`` like ``b``: the per-block average
+    (:func:`_mixed`) of the fields held per block, the larger present kind's of :data:`ONE_BLOCK_MEMORY`."""
+    present = [kind for kind, count in ((a, n_a), (b, n_b)) if count]
+    return dataclasses.replace(_mixed(a, b, n_a, n_b, BlockMemory, per_stage),
+                               **{name: max(getattr(kind, name) for kind in present) for name in ONE_BLOCK_MEMORY})
 
 
 def head_s(pricer, head: MultiTokenHead, model: ModelIR | None, planned: tuple[PlanTask, ...] | None
@@ -281,7 +297,7 @@ def mixed_memory(plan: PortablePlanIR, mixed: MixedBlocks) -> StageMemory:
     """The memory of the stage with the largest tier-1 total, each stage from the blocks it holds (with the first
     stage's in-flight microbatches: an upper bound for the later stages of 1F1B; ``plan``: the main kind's)."""
     main, other = block_memory(plan), block_memory(mixed.other)
-    return max((stage_memory(plan, _mixed(main, other, n, d, BlockMemory, mixed.per_stage))
+    return max((stage_memory(plan, mixed_block_memory(main, other, n, d, mixed.per_stage))
                 for n, d in mixed.stages), key=lambda m: m.tier1_total)
 
 
@@ -320,8 +336,8 @@ def mixed_concrete_iteration(concrete: ConcretePlanIR, plan: PortablePlanIR, pri
     k = _mixed(main_sums, other_sums, n_main, n_other, BlockSums, mixed.per_stage)
     # a bandwidth the overlapped GEMMs need is the larger kind's, not an average
     k.tp_required_bytes_per_s = max(main_sums.tp_required_bytes_per_s, other_sums.tp_required_bytes_per_s)
-    memory = _mixed(block_memory(concrete), block_memory(other_concrete), n_main, n_other, BlockMemory,
-                    mixed.per_stage)
+    memory = mixed_block_memory(block_memory(concrete), block_memory(other_concrete), n_main, n_other,
+                                mixed.per_stage)
     dp, other_dp = data_parallel_sync(concrete, pricer), data_parallel_sync(other_concrete, pricer)
     if dp is not None:
         per_stage = n_main + n_other if mixed.per_stage is None else mixed.per_stage

@@ -5,6 +5,7 @@ MixtureOfExperts, harness/ir/checks.py's expert_problems, harness/ir/mesh.py's f
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -598,3 +599,49 @@ def test_the_search_takes_a_moe_model_and_refuses_dense_and_moe_blocks_naming_de
     with pytest.raises(UnsupportedFeatureError) as error:
         load_model(path)
     assert error.value.field == "model.moe.dense_layers" and "\n" not in str(error.value)
+
+
+STAGE_CASE = """schema: blueprinting.case.v0
+id: t/stage
+system: h100_sxm_80g
+model: {hidden: 2048, feedforward: 8192, sequence_length: 2048, attention_heads: 16, head_size: 128, blocks: 8,
+        kv_heads: 4, mlp: swiglu, norm: rmsnorm, position: rope}
+execution:
+  tensor_parallel: 2
+  pipeline_parallel: 2
+  data_parallel: 2
+  global_batch: 16
+  microbatch: 1
+  datatype: bfloat16
+  attention_kernel: flash
+  tp_communication: rs_ag
+  network_tiers: {tensor: 0, pipeline: 1, data: 0}
+"""
+
+
+def test_a_stage_of_two_kinds_holds_the_larger_kinds_activation_gradient_buffer(tmp_path, capsys):
+    """Metamorphic probe: the activation-gradient buffer, which a stage holds once for the block running, was the
+    per-block average of a stage of one dense and three MoE blocks (21 % under the dense block's own) and was
+    scaled by 5/4 and 6/4 by one and two MTP layers on a stage of four blocks of one kind. Each uniform model's
+    figure is the independent value."""
+    import yaml
+
+    from conftest import run_cli
+
+    def activation_grad(model=None, execution=None):
+        case = yaml.safe_load(STAGE_CASE)
+        case["model"].update(model or {})
+        case["execution"].update(execution or {})
+        (tmp_path / "c.yaml").write_text(yaml.safe_dump(case))
+        status, out, err = run_cli(capsys, "estimate", str(tmp_path / "c.yaml"), "--json")
+        assert status == 0, err
+        return json.loads(out)[0]["views"]["system_evidence"]["memory_bytes"]["activation_grad"]
+
+    experts = {"moe": {"experts": 16, "top_k": 2, "expert_ffn": 1024}}
+    moe_layout = {"expert_parallel": 4, "network_tiers": {"tensor": 0, "pipeline": 1, "data": 0, "expert": 0}}
+    dense, moe = activation_grad(), activation_grad(experts, moe_layout)
+    assert dense > moe  # the dense MLP's buffer is the wider here
+    mixed = activation_grad({"moe": {**experts["moe"], "dense_layers": 1}}, moe_layout)
+    assert mixed == dense
+    for mtp in (1, 2):
+        assert activation_grad({**experts, "mtp_layers": mtp}, moe_layout) == moe
