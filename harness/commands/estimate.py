@@ -84,7 +84,8 @@ def register(sub) -> None:
                         "(`harness list profiles` lists them); with --runs, every row's, or auto (each row's "
                         "system.gpu's data-sheet profile) or auto-measured (its fitted revision; B300 and GB300: their "
                         "transferred revisions, a sibling's fitted values)")
-    p.add_argument("--output", type=Path, metavar="OUT.json", help="write the JSON list here instead of stdout (a .gz name: gzip-compressed)")
+    p.add_argument("--output", type=Path, metavar="OUT.json",
+                   help="write the JSON list here instead of stdout (a .gz name: gzip-compressed)")
     p.add_argument("--jobs", type=int, default=1, metavar="N",
                    help=f"with --calculon-batch: estimate the lines in N worker processes (1-{MAX_JOBS}; the "
                         "output is the same bytes; default 1: in this process)")

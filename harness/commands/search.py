@@ -181,7 +181,8 @@ def best_case_text(args, problem, best) -> str:
     case_id = f"search/{Path(args.model).stem}-p{problem.processors}-b{best.execution['batch_size']}"
     space = "".join(f" {flag}" for flag, given in (
         (f"--fused-activation {args.fused_activation}", args.fused_activation != "true"),
-        ("--mbs-break", args.mbs_break), ("--no-tp-overlap", args.no_tp_overlap), ("--no-dp-overlap", args.no_dp_overlap),
+        ("--mbs-break", args.mbs_break), ("--no-tp-overlap", args.no_tp_overlap),
+        ("--no-dp-overlap", args.no_dp_overlap),
         ("--context-parallel", args.context_parallel), (f"--precision {args.precision}", args.precision != "none"))
         if given)  # every option that shapes the searched space, so the header reruns the search
     return case_text(case_id, data, f"The best execution of `harness search --model {args.model} --system "

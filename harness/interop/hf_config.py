@@ -329,8 +329,8 @@ def _sparse_step(draft: Draft, field: str, value: int) -> None:
 
 def _mlp_only_layers(draft: Draft, field: str, value: list) -> None:
     if value:
-        draft.refuse(field, f"{_shown(value)}: dense MLPs on chosen blocks, which moe.dense_layers (the leading blocks) "
-                            "does not hold")
+        draft.refuse(field, f"{_shown(value)}: dense MLPs on chosen blocks, which moe.dense_layers (the leading "
+                            "blocks) does not hold")
 
 
 def _layer_freq(draft: Draft, field: str, value: int) -> None:
