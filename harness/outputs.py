@@ -367,7 +367,7 @@ def text_output(path: PathLike, *, option: str = "--output", replaces_data: Iter
             yield handle
         return
     with atomic_output(path, "wb", option=option, replaces_data=replaces_data, exclusive=exclusive) as raw:
-        with gzip.GzipFile(filename=Path(path).name, fileobj=raw, mode="wb", mtime=0) as compressed:
+        with _gzip_writer(path, raw) as compressed:
             with io.TextIOWrapper(compressed, encoding="utf-8", newline="") as handle:
                 yield handle
 
@@ -396,6 +396,11 @@ def file_bytes(path: PathLike, data: bytes) -> bytes:
     if path.suffix != ".gz":
         return data
     buffer = io.BytesIO()
-    with gzip.GzipFile(filename=path.name, fileobj=buffer, mode="wb", mtime=0) as compressed:
+    with _gzip_writer(path, buffer) as compressed:
         compressed.write(data)
     return buffer.getvalue()
+
+
+def _gzip_writer(path: PathLike, fileobj: IO[bytes]) -> gzip.GzipFile:
+    """The one gzip header of a ``.gz`` output: the target's name and mtime 0 (equal data, equal bytes)."""
+    return gzip.GzipFile(filename=Path(path).name, fileobj=fileobj, mode="wb", mtime=0)

@@ -114,13 +114,13 @@ def calculon_figures(case_name: str, view: str) -> dict[str, float]:
 
 
 @pytest.fixture(scope="session")
-def _golden_copies(tmp_path_factory) -> dict[Path, Path]:
+def _golden_copies() -> dict[Path, Path]:
     """This session's copies of golden directories (see ``original_datadir``), by the directory copied."""
     return {}
 
 
 @pytest.fixture
-def original_datadir(request, _golden_copies) -> Path:
+def original_datadir(request, tmp_path_factory, _golden_copies) -> Path:
     """pytest-regressions goldens live under goldens/<test module>/, not beside the tests. pytest-regressions
     writes a golden it does not find into this directory (and fails once): so, unless a golden-update option is
     given (which CI refuses: harness.pytest_plugin), this is a session copy of it, and a missing golden fails on
@@ -129,7 +129,7 @@ def original_datadir(request, _golden_copies) -> Path:
     if any(option_value(request.config, flag) for flag in UPDATE_FLAGS):
         return real
     if real not in _golden_copies:
-        copy = request.getfixturevalue("tmp_path_factory").mktemp("goldens") / real.name
+        copy = tmp_path_factory.mktemp("goldens") / real.name
         if real.is_dir():
             shutil.copytree(real, copy)
         else:
