@@ -20,8 +20,7 @@ materialized attention kernel, no recomputation; a mixture of experts balanced a
 and the samples of the global batch. So no layout changes them: not a flash kernel (which skips the causal tiles
 and recomputes the scores in its backward: the executed work the plan prices), not TP beyond the key/value heads
 (whose replicated K and V projections every TP rank computes), not CP, EP or PP, not the experts' load imbalance
-or capacity. Before, for ``tests/test_throughput.py``'s 16-block GQA model at 4096 tokens, a flash kernel gave
-11.0 % fewer model FLOPs and TP 8 over its 2 key/value heads 5.2 % more.
+or capacity (``tests/test_throughput.py`` counts them by hand over those layouts).
 """
 
 from __future__ import annotations
