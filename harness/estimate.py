@@ -532,7 +532,9 @@ def mixed_lowerings(data: EstimateInput, source: str = "<input>") -> tuple[Lower
     per_stage = (None if mtp is None and (partial or not blocks.is_uneven(data.model, data.execution))
                  else main.plan.schedule.blocks_per_stage)
     return main, other, MixedBlocks(other.plan, tuple(stages(data.model, data.execution)), per_stage, head,
-                                    other.concrete() if other.concurrent else None,
+                                    # the MoE kind's concurrency may be its own (expert_overlap): then the
+                                    # dense kind's block sums come from its ConcretePlanIR too
+                                    other.concrete() if other.concurrent or main.concurrent else None,
                                     "recomputed" if partial else "dense")
 
 

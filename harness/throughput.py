@@ -69,7 +69,7 @@ REFERENCE_LAYOUT = dict(tensor_parallel=1, pipeline_parallel=1, data_parallel=1,
                         expert_parallel=None, expert_tensor_parallel=None, pipeline_interleaving=1, recompute="none",
                         recompute_modules=None, recompute_blocks=None, tp_communication="ar", seq_par_ag_redo=False,
                         optimizer_sharding=False, tp_overlap="none", dp_overlap=False, attention_kernel="materialized",
-                        moe_dispatcher=None, cp_comm=None, fsdp=None)
+                        moe_dispatcher=None, cp_comm=None, fsdp=None, expert_overlap=None)
 
 
 def reference_input(data: EstimateInput) -> EstimateInput:

@@ -202,3 +202,16 @@ def test_the_model_flops_of_experts_are_the_balanced_routings(capsys, tmp_path, 
     per_sample = 3 * (2 * s * weights + 2 * (2 * heads * s * s * d))
     for view in json.loads(out)[0]["views"].values():
         assert view["throughput"]["model_flops_per_iteration"] == pytest.approx(8 * 64 * per_sample, rel=1e-12)
+
+
+def test_the_reference_layout_resets_every_parallel_and_concurrency_field():
+    """Review: the reference layout names the fields it resets, so a new layout field was kept from the case: a
+    MoE case with ``expert_overlap`` failed its estimate, the reference (EP 1) refusing the overlap. Every layout
+    field is either reset or one the convention keeps (what the model computes in: datatype, recipe, attention
+    form, the activation fusion, training; and what the reference sets itself)."""
+    from harness.ir.model import ExecutionLayout
+    from harness.throughput import REFERENCE_LAYOUT
+
+    kept = {"attention", "datatype", "fused_activation", "precision", "training",
+            "global_batch", "microbatch", "network_tiers", "offload"}  # the last four set by reference_input
+    assert set(ExecutionLayout.model_fields) - set(REFERENCE_LAYOUT) == kept

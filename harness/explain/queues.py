@@ -86,7 +86,7 @@ def queue_split(lowering: Lowering, profile: EvidenceProfile, view: CostView, *,
     """The per-queue split of one view of a lowering with TP/DP overlap or offload (see the module rules)."""
     concrete = lowering.concrete()
     pricer = pricer_for(profile, view, concrete.datatype)
-    schedule = physical_schedule(concrete, pricer)
+    schedule = physical_schedule(concrete, pricer, source=source)
     estimate = concrete_iteration(concrete, pricer, lowering.model)
     physical = schedule.projection
     order = [q.name for q in concrete.queues]

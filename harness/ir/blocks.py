@@ -46,7 +46,7 @@ from harness.ir.model import ExecutionLayout, TransformerShape
 Problem = tuple[str, str]
 
 #: The layout fields of the expert layout (a dense variant has none of them).
-EXPERT_LAYOUT_FIELDS = ("expert_parallel", "expert_tensor_parallel", "moe_dispatcher")
+EXPERT_LAYOUT_FIELDS = ("expert_parallel", "expert_tensor_parallel", "moe_dispatcher", "expert_overlap")
 
 
 def is_mixed(shape: TransformerShape) -> bool:

@@ -123,6 +123,36 @@ def fsdp_problems(s: TransformerShape, e: ExecutionLayout) -> list[Problem]:
     return problems
 
 
+def expert_overlap_problems(s: TransformerShape, e: ExecutionLayout) -> list[Problem]:
+    """The expert all-to-all overlap's rules (``execution.expert_overlap``, Megatron-Core's
+    overlap_moe_expert_parallel_comm): a MoE model whose all-to-alls exist (EP > 1, the alltoall dispatcher),
+    in training (a forward overlaps another microbatch's backward). Priced without pipelining or with the
+    interleaved schedule, without recomputation, TP overlap, context parallelism or offload, in the
+    ConcretePlanIR's projection (:func:`harness.schedule.block.expert_overlap_hidden_s`); the rest is not
+    modelled yet."""
+    if not e.expert_overlap:
+        return []
+    field = "execution.expert_overlap"
+    if s.moe is None:
+        return [(field, "needs model.moe (a dense model has no expert all-to-all)")]
+    problems: list[Problem] = []
+    if e.expert_degree == 1:
+        problems.append((field, "needs expert_parallel > 1 (no all-to-all to overlap)"))
+    if e.moe_dispatcher == "allgather":
+        problems.append((field, "needs moe_dispatcher: alltoall (Megatron-Core overlaps the all-to-all dispatcher's "
+                                "exchanges)"))
+    if not e.training:
+        problems.append((field, "needs training: true (a microbatch's forward overlaps another's backward)"))
+    unmodelled = (("pipeline_parallel > 1 without pipeline_interleaving (Megatron-Core merges the steps of its "
+                   "interleaved schedule)", e.pipeline_parallel > 1 and e.pipeline_interleaving == 1),
+                  ("recompute", e.recompute != "none"),
+                  ("tp_overlap", e.tp_overlap != "none"), ("context_parallel > 1", e.context_degree > 1),
+                  ("offload", e.offload.weights or e.offload.activations or e.offload.optimizer),
+                  ("model.mtp_layers", s.mtp_layers is not None))
+    problems += [(field, f"expert_overlap with {what} is not modelled yet") for what, on in unmodelled if on]
+    return problems
+
+
 def vocabulary_problems(s: TransformerShape) -> list[Problem]:
     """Stating ``tied_embeddings`` counts the embedding and output-layer weights (harness.passes.output_layer):
     their rows are the vocabulary's, which the shape must then state."""
@@ -192,7 +222,7 @@ def layout_problems(shape: TransformerShape, execution: ExecutionLayout) -> list
     if e.processors > MAX_DEGREE:
         problems.append(("execution", f"TP x PP x DP x CP = {e.processors} processors exceeds the bound {MAX_DEGREE} (2^24)"))
     problems += context_problems(s, e) + vocabulary_problems(s)
-    problems += expert_problems(s, e) + fsdp_problems(s, e)
+    problems += expert_problems(s, e) + fsdp_problems(s, e) + expert_overlap_problems(s, e)
     if e.precision is not None:
         recipe = RECIPES[e.precision]
         from_recipe = recipe.layout_datatype

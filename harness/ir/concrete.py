@@ -110,11 +110,18 @@ class ConcreteOptions(Frozen):
     tp_overlap: Literal["none", "ring", "pipe"] = Field(description="TP GEMM/collective tiling.")
     dp_overlap: bool = Field(description="DP gradient sync overlapped with the backward pass.")
     offload: Offload = Field(description="What lives in memory tier 2.")
+    expert_overlap: bool | None = Field(None, description=(
+        "The expert all-to-alls overlapped with another microbatch's compute (the layout's expert_overlap); "
+        "absent: exposed."))
+
+    #: plans without it keep their digests
+    ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"expert_overlap"})
 
     @property
     def concurrent(self) -> bool:
         o = self.offload
-        return self.tp_overlap != "none" or self.dp_overlap or o.weights or o.activations or o.optimizer
+        return (self.tp_overlap != "none" or self.dp_overlap or o.weights or o.activations or o.optimizer
+                or bool(self.expert_overlap))
 
 
 class ConcretePlanIR(Artifact):

@@ -339,6 +339,14 @@ class ExecutionLayout(StrictInput):
         "expert-parallel group to dispatch, another to combine) or allgather (every token gathered over the "
         "group, the expert outputs reduce-scattered back). Absent: alltoall."))
 
+    expert_overlap: bool | None = Field(None, description=(
+        "The expert all-to-alls of one microbatch overlapped with another microbatch's compute (Megatron-Core's "
+        "overlap_moe_expert_parallel_comm with delay_wgrad_compute; needs model.moe, expert_parallel > 1, the "
+        "alltoall dispatcher and training): each MoE block's forward of microbatch i + 1 runs with its backward "
+        "of microbatch i on a compute and a communication stream (harness.schedule.block.expert_overlap_hidden_s); "
+        "priced without pipelining or with virtual stages (pipeline_interleaving > 1). Absent or false: every "
+        "all-to-all exposed."))
+
     fsdp: bool | None = Field(None, description=(
         "Fully sharded data parallelism (Megatron-FSDP's optim_grads_params, ZeRO-3; needs optimizer_sharding and "
         "DP x CP > 1): each block's weights sharded over the data x context group, all-gathered before its forward "
@@ -350,7 +358,7 @@ class ExecutionLayout(StrictInput):
     ABSENT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"attention_kernel", "context_parallel", "cp_comm",
                                                          "precision", "expert_parallel", "expert_tensor_parallel",
                                                          "moe_dispatcher", "fsdp", "recompute_modules",
-                                                         "recompute_blocks"})
+                                                         "recompute_blocks", "expert_overlap"})
 
     @property
     def context_degree(self) -> int:

@@ -111,7 +111,8 @@ def render_concrete(ir: ConcretePlanIR) -> list[str]:
     o = ir.options
     offload = ",".join(k for k in ("weights", "activations", "optimizer") if getattr(o.offload, k)) or "none"
     lines = [f"concrete plan: {ir.datatype} ({ir.bytes_per_element} B/element), {len(ir.tasks)} plan tasks",
-             f"  options: tp_overlap={o.tp_overlap} dp_overlap={o.dp_overlap} offload={offload} tiles={ir.tp_tiles}",
+             f"  options: tp_overlap={o.tp_overlap} dp_overlap={o.dp_overlap} offload={offload} tiles={ir.tp_tiles}"
+             + (" expert_overlap=True" if o.expert_overlap else ""),
              f"  schedule: {_fields(ir.schedule)}",
              "  queues: " + ", ".join(q.name + (f" ({'+'.join(q.dimensions)})" if q.dimensions else "")
                                       for q in ir.queues),

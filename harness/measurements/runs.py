@@ -14,7 +14,8 @@ Rules (each one an entry of the table):
   no change here when its name is the agreed one; a new row value needs one entry of its translation.
 - **Refusals**: a value no case field can hold (a partial rotary embedding without the fused kernel, recompute
   of whole submodules) makes the row ``unsupported`` naming the field, never approximated.
-- **Display only**: ``id``, ``model.name``, ``source``, ``software``, ``notes``, ``extra``,
+- **Display only**: ``id``, ``model.name``, ``source``, ``software``, ``notes``, ``extra`` (but the recipe facts
+  below),
   ``consistency``, ``measured`` (compared with, after estimating), ``batch.gradient_accumulation`` (checked
   by the schema) and ``model.truncated_from`` (the run ran ``layers`` blocks) never
   reach the case.
@@ -30,6 +31,8 @@ Rules (each one an entry of the table):
   Whether it runs Transformer Engine's fused rotary kernel: a partial rotary embedding
   (``rope (50% of head dim)``) is then ``position: rope`` (the kernel copies the unrotated part, so it moves
   the whole of Q and K; only its arithmetic is on the rotated part, see :data:`FUSED_PARTIAL_ROPE`).
+- **Recipe facts of** ``extra``: ``extra.moe_a2a_overlap: true`` on a MoE row is ``execution.expert_overlap``
+  (:data:`EXPERT_OVERLAP_FACT`); every other key of ``extra`` is display only.
 - **Placement** (:func:`network_tiers`): Megatron-Core's rank order puts TP fastest, then CP, then DP,
   then PP (``tp-cp-ep-dp-pp``); a group whose span (the ranks from its first to its last member) fits
   in one NVLink domain (``system.gpus_per_nvlink_domain``) is on tier 0, else on tier 1. The TP group
@@ -175,6 +178,12 @@ RECIPES = {
     "run_pretrain_deepseekv2.sh": Recipe(0.0, "SimuMax@4dcaae5 run_pretrain_deepseekv2.sh: --attention-dropout 0.0 "
                                               "(line 181)"),
 }
+
+#: The recipe fact of ``extra`` (the facts found beside the table) that a MoE row's recipe overlaps its expert
+#: all-to-alls with compute (Megatron-Bridge's ``moe_a2a_overlap``: overlap_moe_expert_parallel_comm with
+#: delay_wgrad_compute): ``true`` sets ``execution.expert_overlap`` (refused where it is not modelled yet, e.g.
+#: with PP > 1 without virtual stages); absent or anything else states nothing and sets nothing.
+EXPERT_OVERLAP_FACT = "moe_a2a_overlap"
 
 #: Row ``model.position_embedding`` values of a partial rotary embedding that the case prices as ``rope``
 #: where the recipe runs the fused kernel (:attr:`Recipe.fused_rope`): its memory traffic is the whole of Q and
@@ -592,6 +601,8 @@ def run_case(run: MeasuredRun, system: str, source: str = "<runs>") -> RunCase:
                   and optimizer, "stack.dp_overlap")
         if stack.moe_unfitted is not None and run.model.moe is not None:
             draft.leave_out_of_fit("stack.moe_execution", stack.moe_unfitted)
+    if run.model.moe is not None and run.extra.get(EXPERT_OVERLAP_FACT) is True:
+        draft.set("execution.expert_overlap", True, f"extra.{EXPERT_OVERLAP_FACT}")
     recipe = RECIPES.get(recipe_file(run) or "")
     if recipe is None:
         draft.refuse("model.attention_dropout", f"not stated by the row, and no recipe fact for {recipe_file(run)!r} "

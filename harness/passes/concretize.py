@@ -217,13 +217,14 @@ class TransformerConcretize(ModulePass[PortablePlanIR, ConcretePlanIR], _TierOpt
     offload_weights: bool = False
     offload_activations: bool = False
     offload_optimizer: bool = False
+    expert_overlap: bool = False
 
     @classmethod
     def for_layout(cls, e: ExecutionLayout) -> "TransformerConcretize":
         """The pass with the options a layout asks for."""
         return cls(tp_overlap=e.tp_overlap, dp_overlap=e.dp_overlap, offload_weights=e.offload.weights,
                    offload_activations=e.offload.activations, offload_optimizer=e.offload.optimizer,
-                   **{f"{d}_tier": mesh.tier(e, d) for d in PARALLEL_DIMENSIONS})
+                   expert_overlap=bool(e.expert_overlap), **{f"{d}_tier": mesh.tier(e, d) for d in PARALLEL_DIMENSIONS})
 
     def tiers(self) -> dict[str, int]:
         """The network tier of each parallel dimension (the ``<dimension>_tier`` options)."""
@@ -240,11 +241,15 @@ class TransformerConcretize(ModulePass[PortablePlanIR, ConcretePlanIR], _TierOpt
             raise self.fail("DP overlap needs training with DP > 1")
         if self.offload_optimizer and not ir.schedule.training:
             raise self.fail("optimizer offload needs training")
+        if self.expert_overlap and not (ir.schedule.training and
+                                        sum(t.primitive == "expert_all_to_all" for t in ir.tasks) >= 2):
+            raise self.fail("expert overlap needs training with the expert all-to-alls of a MoE block")
 
     def apply(self, plan: PortablePlanIR) -> ConcretePlanIR:
         offload = Offload.trusted(weights=self.offload_weights, activations=self.offload_activations,
                                   optimizer=self.offload_optimizer)
-        options = ConcreteOptions.trusted(tp_overlap=self.tp_overlap, dp_overlap=self.dp_overlap, offload=offload)
+        options = ConcreteOptions.trusted(tp_overlap=self.tp_overlap, dp_overlap=self.dp_overlap, offload=offload,
+                                          expert_overlap=True if self.expert_overlap else None)
         tiers = self.tiers()
         sizes = {use.dimension: use.group_size for use in plan.network_use}
         used: dict[int, list[str]] = {}

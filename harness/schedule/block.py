@@ -107,6 +107,113 @@ def fsdp_exposure(gather_s, regather_s, scatter_s, forward_s, backward_s):
     return _positive(gather_s - forward_s), _positive(regather_s + scatter_s - backward_s)
 
 
+#: The primitive whose two tasks in a MoE block (dispatch, then combine) split it into the expert overlap's nodes.
+EXPERT_ALL_TO_ALL = "expert_all_to_all"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ExpertNodes:
+    """One MoE block's four nodes in Megatron-Core's expert-overlap schedule (``TransformerLayerSchedulePlan``:
+    attn, moe_dispatch, mlp, moe_combine), seconds per microbatch. The block's forward tasks are split by its two
+    expert all-to-alls in plan order: before the dispatch, the attention node (attention, the pre-MLP norm, the
+    router and the permutation); between them the experts node; the combine's node holds the combine and the
+    tasks after it (unpermutation, dropout, residual), which run on the communication stream. A node's time is
+    its tasks' pass times summed as the block sums count them (a TP collective's link time whole)."""
+
+    attention_forward_s: float
+    attention_backward_s: float  # activation gradient
+    attention_weight_grad_s: float
+    dispatch_forward_s: float
+    dispatch_backward_s: float
+    experts_forward_s: float
+    experts_backward_s: float  # activation gradient
+    experts_weight_grad_s: float
+    combine_forward_s: float  # the combine and the tasks after it
+    combine_backward_s: float  # their activation and weight gradients
+    exchange_forward_s: float  # the two all-to-alls' own forward time (exposed TP collective time)
+    exchange_backward_s: float  # the same, activation-gradient pass
+
+    @property
+    def serial_s(self) -> float:
+        """A forward and a backward of the block, one after another."""
+        return (self.attention_forward_s + self.attention_backward_s + self.attention_weight_grad_s
+                + self.dispatch_forward_s + self.dispatch_backward_s
+                + self.experts_forward_s + self.experts_backward_s + self.experts_weight_grad_s
+                + self.combine_forward_s + self.combine_backward_s)
+
+
+def expert_nodes(forward_tasks, pass_s) -> ExpertNodes | None:
+    """The nodes of a block whose forward tasks (in plan order) hold exactly two expert all-to-alls; None for
+    any other block (a dense block). ``pass_s(task)``: the task's (forward, activation-gradient, weight-gradient)
+    times as its block sums count them."""
+    split = [i for i, t in enumerate(forward_tasks) if t.primitive == EXPERT_ALL_TO_ALL]
+    if len(split) != 2:
+        return None
+    dispatch, combine = split
+    times = [pass_s(t) for t in forward_tasks]
+
+    def node(lo: int, hi: int, k: int) -> float:
+        return sum(t[k] for t in times[lo:hi])
+    end = len(times)
+    return ExpertNodes(
+        node(0, dispatch, 0), node(0, dispatch, 1), node(0, dispatch, 2),
+        times[dispatch][0], times[dispatch][1] + times[dispatch][2],
+        node(dispatch + 1, combine, 0), node(dispatch + 1, combine, 1), node(dispatch + 1, combine, 2),
+        node(combine, end, 0), node(combine, end, 1) + node(combine, end, 2),
+        times[dispatch][0] + times[combine][0], times[dispatch][1] + times[combine][1])
+
+
+def merged_layers_s(n: ExpertNodes, layers: int) -> float:
+    """Time of ``layers`` merged layer pairs (one microbatch's forward of a block with another's backward of a
+    block), per pair: Megatron-Core's ``TransformerLayerSchedulePlan.run`` order on two in-order streams,
+    compute (attention forward, experts backward, experts weight gradient, experts forward, attention backward,
+    attention weight gradient) and communication (combine backward, dispatch forward, dispatch backward, combine
+    forward), each node starting when its stream is free and its inputs are ready: the experts' backward after
+    the combine's backward, the dispatch after the attention forward, the dispatch's backward after the experts'
+    backward, the experts' forward after the dispatch, the combine after the experts' forward, the attention's
+    backward after the dispatch's backward; the next pair's forward after this combine, its backward after
+    this attention backward."""
+    compute = comm = forward_ready = backward_ready = 0.0
+    for _ in range(layers):
+        combine_backward = max(comm, backward_ready) + n.combine_backward_s
+        attention = max(compute, forward_ready) + n.attention_forward_s
+        experts_backward = max(attention, combine_backward) + n.experts_backward_s
+        dispatch = max(combine_backward, attention) + n.dispatch_forward_s
+        experts_weight_grad = experts_backward + n.experts_weight_grad_s
+        dispatch_backward = max(dispatch, experts_backward) + n.dispatch_backward_s
+        experts = max(experts_weight_grad, dispatch) + n.experts_forward_s
+        comm = max(dispatch_backward, experts) + n.combine_forward_s
+        attention_backward = max(experts, dispatch_backward) + n.attention_backward_s
+        compute = attention_backward + n.attention_weight_grad_s
+        forward_ready, backward_ready = comm, attention_backward
+    return max(compute, comm) / layers
+
+
+def merged_steps(microbatches: int, chunks: int, stages: int) -> tuple[int, int]:
+    """(merged, all) steps of the first pipeline stage under the expert overlap: a step is one chunk's forward or
+    backward of one microbatch, ``microbatches x chunks`` of each; Megatron-Core's interleaved schedule runs
+    ``2 (PP - 1) + (chunks - 1) PP`` warm-up forwards on the first stage (its microbatch groups of PP), one more
+    with the overlap, the same number of cool-down backwards alone, and merges every other forward with a
+    backward; without pipelining (PP 1, one chunk) that is the first forward alone, then ``microbatches - 1``
+    merged steps, then the last backward alone."""
+    steps = microbatches * chunks
+    warmup = min(steps, 2 * (stages - 1) + (chunks - 1) * stages + 1)
+    return steps - warmup, steps
+
+
+def expert_overlap_hidden_s(n: ExpertNodes, layers: int, merged: int, steps: int) -> tuple[float, float]:
+    """(forward, backward) all-to-all time per block and step that the expert overlap hides, ``layers`` MoE
+    blocks to a chunk: ``merged`` of the ``steps`` (:func:`merged_steps`) hide ``serial - merged`` per block
+    (:func:`merged_layers_s`), at most the all-to-alls' own time (what the block sums expose of them); split
+    between the passes as their all-to-all times are."""
+    forward, backward = n.exchange_forward_s, n.exchange_backward_s
+    if merged <= 0 or forward + backward <= 0:
+        return 0.0, 0.0
+    hidden = min(n.serial_s - merged_layers_s(n, layers), forward + backward)
+    hidden = max(0.0, hidden) * merged / steps
+    return hidden * forward / (forward + backward), hidden * backward / (forward + backward)
+
+
 def block_times(plan: PortablePlanIR, costs: tuple[TaskCost, ...], pricer: Pricer) -> BlockTimes:
     forward_s = recompute_s = activation_grad_s = weight_grad_s = optimizer_s = 0.0
     tp_forward_base_s = tp_forward_edge_s = tp_backward_base_s = tp_backward_edge_s = 0.0

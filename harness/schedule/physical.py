@@ -54,6 +54,7 @@ from collections import deque
 
 from harness import session
 from harness.cost.views import Pricer
+from harness.errors import UnsupportedFeatureError
 from harness.ir.concrete import ConcretePlanIR
 from harness.schedule.projection import Projection, calculon_projection
 from harness.schedule.queues import COMPUTE, Job, JobRun, program_jobs, run_jobs, sync_jobs
@@ -445,10 +446,15 @@ class _Stage:
 
 
 def physical_schedule(c: ConcretePlanIR, pricer: Pricer, *, record_microbatches: int = 0,
-                      assume: Assumptions = PHYSICAL) -> PhysicalSchedule:
+                      assume: Assumptions = PHYSICAL, source: str = "<plan>") -> PhysicalSchedule:
     """The physical projection of ``c`` (see the module rules); the first stage's intervals are recorded for the
     operations of its first ``record_microbatches`` microbatches and its step. ``assume``: closed-form
-    assumptions to share (:class:`Assumptions`; default none)."""
+    assumptions to share (:class:`Assumptions`; default none). A plan with the expert overlap is refused
+    (``source`` names the input): its block programs run every node on one stream."""
+    if c.options.expert_overlap:
+        raise UnsupportedFeatureError(source, "execution.expert_overlap", (
+            "the physical projection (trace, explain) does not schedule the expert all-to-all overlap yet; "
+            "estimate prices it"))
     x = _Context(c, pricer, assume)
     s = x.s
     pp, chunks = s.pipeline_parallel, s.chunks_per_stage

@@ -51,7 +51,7 @@ from harness.ir.concrete import ConcretePlanIR
 from harness.ir.portable import Message
 from harness.passes.rules import reduction_operations
 from harness.schedule import calculon_forms as forms
-from harness.schedule.block import hidden_tasks, ring_exposure
+from harness.schedule.block import expert_nodes, expert_overlap_hidden_s, hidden_tasks, merged_steps, ring_exposure
 from harness.schedule.memory import BlockMemory, block_memory
 
 
@@ -220,9 +220,46 @@ def _collective_pass(cost: PassCost) -> tuple[float, float, float, float, float,
 
 
 def concrete_block_sums(c: ConcretePlanIR, pricer: Pricer) -> BlockSums:
-    """Per-block sums in plan order (Calculon's _compute_block_stats)."""
-    return block_sums(c.tasks, c.schedule.training, c.bytes_per_element, tier_of(c.queue_of["tensor"]), c.tp_tiles,
-                      c.options.tp_overlap == "pipe", pricer)
+    """Per-block sums in plan order (Calculon's _compute_block_stats), less what the expert overlap hides
+    (:func:`hide_expert_exchanges`)."""
+    k = block_sums(c.tasks, c.schedule.training, c.bytes_per_element, tier_of(c.queue_of["tensor"]), c.tp_tiles,
+                   c.options.tp_overlap == "pipe", pricer)
+    if c.options.expert_overlap:
+        hide_expert_exchanges(k, c, pricer)
+    return k
+
+
+def _expert_pass_s(pricer: Pricer):
+    """A task's (forward, activation-gradient, weight-gradient) times as :func:`block_sums` counts them without
+    TP overlap: a compute task's processing times, a collective's link time (message plus local work, base
+    block) whole."""
+    def pass_s(task) -> tuple[float, float, float]:
+        passes = pricer.task(task).passes
+        fw, act_grad, wg = passes["forward"], passes["activation_grad"], passes["weight_grad"]
+        if task.exchange == "collective":
+            return (fw.network_base_s + fw.processing_s, act_grad.network_base_s + act_grad.processing_s, 0.0)
+        return fw.processing_s, act_grad.processing_s, wg.processing_s
+    return pass_s
+
+
+def hide_expert_exchanges(k: BlockSums, c: ConcretePlanIR, pricer: Pricer) -> None:
+    """The expert overlap (``options.expert_overlap``): the all-to-all time a MoE block hides behind another
+    microbatch's compute (:func:`harness.schedule.block.expert_overlap_hidden_s`, averaged over the first stage's
+    steps, :func:`~harness.schedule.block.merged_steps`) taken off its exposed TP collective time, forward and
+    activation gradient, base and edge block alike (a block's all-to-alls are the same in both); a block without
+    the two all-to-alls (a dense one) hides nothing. The pipeline bubble's chunk times are these averaged blocks'
+    (its warm-up and cool-down steps are the unmerged ones: the bubble is that much short)."""
+    forward = [t for t in c.tasks if t.phase == "forward"]
+    nodes = expert_nodes(forward, _expert_pass_s(pricer))
+    if nodes is None:
+        return
+    s = c.schedule
+    hidden_forward, hidden_backward = expert_overlap_hidden_s(
+        nodes, s.blocks_per_chunk, *merged_steps(s.microbatches, s.chunks_per_stage, s.pipeline_parallel))
+    k.forward_tp_exposed_base_s -= hidden_forward
+    k.forward_tp_exposed_edge_s -= hidden_forward
+    k.activation_grad_tp_exposed_base_s -= hidden_backward
+    k.activation_grad_tp_exposed_edge_s -= hidden_backward
 
 
 def block_sums(tasks: tuple, training: bool, b: int, tp_tier: int, tp_tiles: int, pipe: bool,

@@ -93,7 +93,7 @@ def build_queue_trace(concrete: ConcretePlanIR, profile: EvidenceProfile, view: 
     check_queue_trace_size(concrete, source, task_microbatches=task_microbatches, max_operations=max_operations,
                            max_events=max_events)
     pricer = pricer_for(profile, view, concrete.datatype)
-    schedule = physical_schedule(concrete, pricer, record_microbatches=task_microbatches)
+    schedule = physical_schedule(concrete, pricer, record_microbatches=task_microbatches, source=source)
     calculon = calculon_projection(concrete, pricer)
     physical = schedule.projection
     events = queue_events(concrete, schedule)
