@@ -533,6 +533,10 @@ LAYOUTS = [
     ("recompute-blocks-huge", _layout(recompute_blocks=2**70), "error"),
     ("recompute-blocks-offload", _layout(recompute_blocks=2, offload="{activations: true}"), "error"),
     ("recompute-blocks-some", _layout(recompute_blocks=12), "any"),
+    # expert_overlap (Megatron-Core's overlap_moe_expert_parallel_comm): a dense case has no all-to-all
+    ("expert-overlap-dense", _layout(expert_overlap="true"), "error"),
+    ("expert-overlap-string", _layout(expert_overlap="'true'"), "error"),
+    ("expert-overlap-false", _layout(expert_overlap="false"), "any"),
     ("microbatch-gt-batch", _layout(microbatch=8), "error"),
     ("batch-not-multiple", _layout(global_batch=5, microbatch=2), "error"),
     ("interleave-too-deep", _layout(pipeline_parallel=2, pipeline_interleaving=48, data_parallel=1), "any"),
