@@ -169,7 +169,7 @@ def test_the_overlap_leaves_the_digests_of_plans_without_it():
     ({}, dict(moe_dispatcher="allgather"), "needs moe_dispatcher: alltoall"),
     ({}, dict(training=False, dp_overlap=False, optimizer_sharding=False), "needs training: true"),
     ({}, dict(pipeline_parallel=2, data_parallel=4), "with pipeline_parallel > 1 without pipeline_interleaving"),
-    ({}, dict(recompute="full"), "with recompute is not modelled yet"),
+    ({}, dict(recompute="full"), "with recompute: full is not modelled yet"),
 ])
 def test_the_overlap_is_refused_where_it_means_nothing_or_is_not_modelled(model, execution, words):
     data = EstimateInput.model_validate({"model": {**QWEN3_30B_A3B, **model},
@@ -245,3 +245,25 @@ def test_the_interleaved_schedule_hides_the_merged_steps_share():
     assert plain.tensor_parallel - overlapped.tensor_parallel == pytest.approx(24 * 16 * hidden, rel=1e-9)
     assert overlapped.forward == plain.forward and overlapped.backward == plain.backward
     assert overlapped.pipeline_bubble <= plain.pipeline_bubble
+
+
+def test_a_recomputed_task_is_redone_inside_its_nodes_backward():
+    """Selective recomputation (moe_act: the experts' activation) with the overlap: the clone's forward time is
+    in the experts node's backward, so the merged step holds it where Megatron-Core recomputes it, and the
+    recompute component itself is unchanged."""
+    selective = dict(recompute="selective", recompute_modules=["moe_act"])
+    concrete = lower(case(expert_overlap=True, **selective)).concrete()
+    pricer = pricer_for(load_profile("gb200_measured"), COST_VIEWS["system_evidence"], concrete.datatype)
+    forward = [t for t in concrete.tasks if t.phase == "forward"]
+    clones = [t for t in concrete.tasks if t.phase == "recompute"]
+    assert [t.clone_of for t in clones] == ["mlp.experts_swiglu"]
+    redo = pricer.task(clones[0]).passes["forward"].processing_s
+    with_redo = expert_nodes(forward, _expert_pass_s(pricer, concrete.tasks))
+    without = expert_nodes(forward, _expert_pass_s(pricer))
+    assert with_redo.experts_backward_s - without.experts_backward_s == pytest.approx(redo, rel=1e-12)
+    assert with_redo.attention_backward_s == without.attention_backward_s
+    plain = estimate(case(**selective)).views["system_evidence"].components_s
+    overlapped = estimate(case(expert_overlap=True, **selective)).views["system_evidence"].components_s
+    assert overlapped.recompute == plain.recompute > 0
+    hidden = sum(expert_overlap_hidden_s(with_redo, 48, 15, 16))
+    assert plain.tensor_parallel - overlapped.tensor_parallel == pytest.approx(48 * 16 * hidden, rel=1e-9)

@@ -127,9 +127,9 @@ def expert_overlap_problems(s: TransformerShape, e: ExecutionLayout) -> list[Pro
     """The expert all-to-all overlap's rules (``execution.expert_overlap``, Megatron-Core's
     overlap_moe_expert_parallel_comm): a MoE model whose all-to-alls exist (EP > 1, the alltoall dispatcher),
     in training (a forward overlaps another microbatch's backward). Priced without pipelining or with the
-    interleaved schedule, without recomputation, TP overlap, context parallelism or offload, in the
-    ConcretePlanIR's projection (:func:`harness.schedule.block.expert_overlap_hidden_s`); the rest is not
-    modelled yet."""
+    interleaved schedule, with selective recomputation or none, without TP overlap, context parallelism or
+    offload, in the ConcretePlanIR's projection (:func:`harness.schedule.block.expert_overlap_hidden_s`); the
+    rest is not modelled yet."""
     if not e.expert_overlap:
         return []
     field = "execution.expert_overlap"
@@ -145,7 +145,7 @@ def expert_overlap_problems(s: TransformerShape, e: ExecutionLayout) -> list[Pro
         problems.append((field, "needs training: true (a microbatch's forward overlaps another's backward)"))
     unmodelled = (("pipeline_parallel > 1 without pipeline_interleaving (Megatron-Core merges the steps of its "
                    "interleaved schedule)", e.pipeline_parallel > 1 and e.pipeline_interleaving == 1),
-                  ("recompute", e.recompute != "none"),
+                  ("recompute: full", e.recompute == "full"),
                   ("tp_overlap", e.tp_overlap != "none"), ("context_parallel > 1", e.context_degree > 1),
                   ("offload", e.offload.weights or e.offload.activations or e.offload.optimizer),
                   ("model.mtp_layers", s.mtp_layers is not None))

@@ -121,12 +121,12 @@ class ExpertNodes:
     its tasks' pass times summed as the block sums count them (a TP collective's link time whole)."""
 
     attention_forward_s: float
-    attention_backward_s: float  # activation gradient
+    attention_backward_s: float  # activation gradient (with the recomputation of the node's recomputed tasks)
     attention_weight_grad_s: float
     dispatch_forward_s: float
     dispatch_backward_s: float
     experts_forward_s: float
-    experts_backward_s: float  # activation gradient
+    experts_backward_s: float  # activation gradient (with the recomputation of the node's recomputed tasks)
     experts_weight_grad_s: float
     combine_forward_s: float  # the combine and the tasks after it
     combine_backward_s: float  # their activation and weight gradients

@@ -229,16 +229,21 @@ def concrete_block_sums(c: ConcretePlanIR, pricer: Pricer) -> BlockSums:
     return k
 
 
-def _expert_pass_s(pricer: Pricer):
+def _expert_pass_s(pricer: Pricer, tasks: tuple = ()):
     """A task's (forward, activation-gradient, weight-gradient) times as :func:`block_sums` counts them without
     TP overlap: a compute task's processing times, a collective's link time (message plus local work, base
-    block) whole."""
+    block) whole; a task that ``tasks`` recompute (selective recomputation) has its recompute clone's forward
+    time in its activation gradient, as its node recomputes its checkpointed modules before their backward."""
+    redo = {t.clone_of: t for t in tasks if t.phase == "recompute"}
+
     def pass_s(task) -> tuple[float, float, float]:
         passes = pricer.task(task).passes
         fw, act_grad, wg = passes["forward"], passes["activation_grad"], passes["weight_grad"]
         if task.exchange == "collective":
             return (fw.network_base_s + fw.processing_s, act_grad.network_base_s + act_grad.processing_s, 0.0)
-        return fw.processing_s, act_grad.processing_s, wg.processing_s
+        clone = redo.get(task.name)
+        again = 0.0 if clone is None else pricer.task(clone).passes["forward"].processing_s
+        return fw.processing_s, act_grad.processing_s + again, wg.processing_s
     return pass_s
 
 
@@ -250,7 +255,7 @@ def hide_expert_exchanges(k: BlockSums, c: ConcretePlanIR, pricer: Pricer) -> No
     the two all-to-alls (a dense one) hides nothing. The pipeline bubble's chunk times are these averaged blocks'
     (its warm-up and cool-down steps are the unmerged ones: the bubble is that much short)."""
     forward = [t for t in c.tasks if t.phase == "forward"]
-    nodes = expert_nodes(forward, _expert_pass_s(pricer))
+    nodes = expert_nodes(forward, _expert_pass_s(pricer, c.tasks))
     if nodes is None:
         return
     s = c.schedule
