@@ -24,11 +24,14 @@ from harness.schedule.block import (ExpertNodes, expert_nodes, expert_overlap_hi
 from harness.schedule.physical import physical_schedule
 from harness.schedule.projection import _expert_pass_s
 
+def nodes(attention: tuple, dispatch: tuple, experts: tuple, combine: tuple, exchange: tuple) -> ExpertNodes:
+    """Nodes from (forward, backward[, weight gradient]) times; ``exchange``: the all-to-alls' own (forward,
+    backward)."""
+    return ExpertNodes(*map(float, (*attention, *dispatch, *experts, *combine, *exchange)))
+
+
 # attention forward 2, backward 3, weight gradient 1; dispatch 4 / 4; experts 2 / 2 / 1; combine 3 / 3
-NODES = ExpertNodes(attention_forward_s=2.0, attention_backward_s=3.0, attention_weight_grad_s=1.0,
-                    dispatch_forward_s=4.0, dispatch_backward_s=4.0, experts_forward_s=2.0, experts_backward_s=2.0,
-                    experts_weight_grad_s=1.0, combine_forward_s=3.0, combine_backward_s=3.0,
-                    exchange_forward_s=6.0, exchange_backward_s=6.0)
+NODES = nodes((2, 3, 1), (4, 4), (2, 2, 1), (3, 3), (6, 6))
 
 
 def test_one_merged_layer_pair_follows_megatrons_two_streams():
@@ -56,10 +59,7 @@ def test_a_long_dispatch_and_a_long_attention_backward_hold_the_streams_back():
     # Second pair: combine backward waits for that attention backward: 16-19; attention 17-18; experts backward
     # 19-20; dispatch 19-25; weight gradient 20-21; dispatch backward 25-26; experts 25-27; combine 27-28;
     # attention backward 27-32; weight gradient 32-33.
-    slow = ExpertNodes(attention_forward_s=1.0, attention_backward_s=5.0, attention_weight_grad_s=1.0,
-                       dispatch_forward_s=6.0, dispatch_backward_s=1.0, experts_forward_s=2.0, experts_backward_s=1.0,
-                       experts_weight_grad_s=1.0, combine_forward_s=1.0, combine_backward_s=3.0,
-                       exchange_forward_s=7.0, exchange_backward_s=4.0)
+    slow = nodes((1, 5, 1), (6, 1), (2, 1, 1), (1, 3), (7, 4))
     assert merged_layers_s(slow, 1) == 17.0
     assert merged_layers_s(slow, 2) == 16.5
 
@@ -68,10 +68,7 @@ def test_a_long_combine_ends_the_pair_on_the_communication_stream():
     # attention 1 / 1 / 0, dispatch 1 / 1, experts 4 / 1 / 0, combine 5 / 1: combine backward 0-1, attention
     # 0-1, experts backward 1-2, dispatch 1-2, dispatch backward 2-3, experts forward 2-6, the combine waits for
     # it: 6-11, attention backward 6-7. The compute stream is done at 7, the pair at 11.
-    long = ExpertNodes(attention_forward_s=1.0, attention_backward_s=1.0, attention_weight_grad_s=0.0,
-                       dispatch_forward_s=1.0, dispatch_backward_s=1.0, experts_forward_s=4.0, experts_backward_s=1.0,
-                       experts_weight_grad_s=0.0, combine_forward_s=5.0, combine_backward_s=1.0,
-                       exchange_forward_s=6.0, exchange_backward_s=2.0)
+    long = nodes((1, 1, 0), (1, 1), (4, 1, 0), (5, 1), (6, 2))
     assert merged_layers_s(long, 1) == 11.0
 
 
