@@ -22,7 +22,7 @@ from harness.evidence.profile import load_profile
 from harness.schedule.block import (ExpertNodes, expert_nodes, expert_overlap_hidden_s, merged_layers_s,
                                     merged_steps)
 from harness.schedule.physical import physical_schedule
-from harness.schedule.projection import _expert_pass_s
+from harness.schedule.projection import _expert_pass_s, _recompute_s
 
 def nodes(attention: tuple, dispatch: tuple, experts: tuple, combine: tuple, exchange: tuple) -> ExpertNodes:
     """Nodes from (forward, backward[, weight gradient]) times; ``exchange``: the all-to-alls' own (forward,
@@ -72,14 +72,38 @@ def test_a_long_combine_ends_the_pair_on_the_communication_stream():
     assert merged_layers_s(long, 1) == 11.0
 
 
+def test_the_next_forward_waits_for_the_combine_it_follows():
+    # attention 5 / 1, dispatch 1 / 1, experts 1 / 1, combine 8 / 1. First pair: combine backward 0-1, attention
+    # 0-5, experts backward 5-6, dispatch 5-6, dispatch backward 6-7, experts 6-7, combine 7-15, attention
+    # backward 7-8. Second pair: combine backward 15-16, the attention forward waits for the combine (15), not
+    # for its stream (8): 15-20; experts backward 20-21, dispatch 20-21, dispatch backward 21-22, experts 21-22,
+    # combine 22-30, attention backward 22-23: two pairs in 30.
+    assert merged_layers_s(nodes((5, 1, 0), (1, 1), (1, 1, 0), (8, 1), (9, 2)), 2) == 15.0
+
+
+def test_the_combine_waits_for_the_dispatch_backward_on_its_stream():
+    # attention 1 / 1, dispatch 1 / 5, experts 1 / 1, combine 5 / 1: combine backward 0-1, attention 0-1, experts
+    # backward 1-2, dispatch 1-2, dispatch backward 2-7, experts 2-3; the combine follows the dispatch backward
+    # on the communication stream: 7-12 (not 3-8); attention backward 7-8.
+    assert merged_layers_s(nodes((1, 1, 0), (1, 5), (1, 1, 0), (5, 1), (6, 6)), 1) == 12.0
+
+
+def test_the_dispatch_backward_does_not_wait_for_the_delayed_weight_gradient():
+    # attention 1 / 1, dispatch 1 / 4, experts 1 / 1 / 5, combine 1 / 1: combine backward 0-1, attention 0-1,
+    # experts backward 1-2, dispatch 1-2; the dispatch backward needs the experts' activation gradient only
+    # (delay_wgrad_compute): 2-6 while the weight gradient runs 2-7; experts 7-8, combine 8-9, attention
+    # backward 8-9.
+    assert merged_layers_s(nodes((1, 1, 0), (1, 4), (1, 1, 5), (1, 1), (2, 5)), 1) == 9.0
+
+
 def test_the_hidden_time_is_the_merged_steps_saving_capped_by_the_all_to_alls():
     # 3 of 4 steps merged; each hides 25 - 15 = 10, under the all-to-alls' 12
-    assert expert_overlap_hidden_s(NODES, 1, 3, 4) == (3.75, 3.75)
-    # all-to-alls of 3 (forward) and 1 (backward): the saving is capped at 4 and split 3 : 1
+    assert expert_overlap_hidden_s(NODES, 1, 3, 4) == 7.5
+    # all-to-alls of 3 (forward) and 1 (backward): the saving is capped at 4
     capped = dataclasses.replace(NODES, exchange_forward_s=3.0, exchange_backward_s=1.0)
-    assert expert_overlap_hidden_s(capped, 1, 3, 4) == (2.25, 0.75)
+    assert expert_overlap_hidden_s(capped, 1, 3, 4) == 3.0
     # no merged step: nothing hidden
-    assert expert_overlap_hidden_s(NODES, 1, 0, 1) == (0.0, 0.0)
+    assert expert_overlap_hidden_s(NODES, 1, 0, 1) == 0.0
 
 
 @pytest.mark.parametrize("microbatches, chunks, stages, merged, steps", [
@@ -97,7 +121,7 @@ def test_without_communication_nothing_is_hidden():
     quiet = dataclasses.replace(NODES, dispatch_forward_s=0.0, dispatch_backward_s=0.0, combine_forward_s=0.0,
                                 combine_backward_s=0.0, exchange_forward_s=0.0, exchange_backward_s=0.0)
     assert merged_layers_s(quiet, 3) == 11.0  # the compute stream's own work: 2 + 3 + 1 + 2 + 2 + 1
-    assert expert_overlap_hidden_s(quiet, 3, 7, 8) == (0.0, 0.0)
+    assert expert_overlap_hidden_s(quiet, 3, 7, 8) == 0.0
 
 
 # --- a MoE case ----------------------------------------------------------------------------------------------------
@@ -116,28 +140,64 @@ def case(**execution) -> EstimateInput:
                                          "system": "gb200_measured"})
 
 
-def test_the_nodes_split_a_moe_block_at_its_two_all_to_alls():
-    plan = lower(case(expert_overlap=True)).concrete()
-    forward = [t for t in plan.tasks if t.phase == "forward"]
+def _names_by_node(forward, **recomputed) -> dict[str, set[str]]:
+    """Which node holds each task: every task's forward time a distinct power of two, so a node's sum names its
+    tasks; a recomputed task's recomputation (``recomputed``: name -> True) likewise in the backward."""
     names = [t.name for t in forward]
-    dispatch, combine = names.index("mlp.dispatch"), names.index("mlp.combine")
-    # each task's times are its position's number, so a node's sum names the tasks it holds
-    nodes = expert_nodes(forward, lambda t: (names.index(t.name) + 1.0, 100.0, 0.0))
-    assert nodes.attention_forward_s == sum(range(1, dispatch + 1))
-    assert nodes.dispatch_forward_s == dispatch + 1
-    assert nodes.experts_forward_s == sum(range(dispatch + 2, combine + 1))
-    assert nodes.combine_forward_s == sum(range(combine + 1, len(names) + 1))
-    assert nodes.exchange_forward_s == dispatch + 1 + combine + 1
-    assert nodes.attention_backward_s == 100.0 * dispatch
+    weight = {n: 2.0 ** i for i, n in enumerate(names)}
+    found = expert_nodes(forward, lambda t: (weight[t.name], 0.0, 0.0),
+                         lambda t: weight[t.name] if recomputed.get(t.name) else 0.0)
+
+    def decode(total: float) -> set[str]:
+        return {n for n in names if int(total) & int(weight[n])}
+    return {"attention": decode(found.attention_forward_s), "dispatch": decode(found.dispatch_forward_s),
+            "experts": decode(found.experts_forward_s), "combine": decode(found.combine_forward_s),
+            "attention redo": decode(found.attention_backward_s), "experts redo": decode(found.experts_backward_s)}
+
+
+def test_the_nodes_split_a_moe_block_as_megatron_core_does():
+    """The tasks of the GB200 Qwen3 block, by node: Megatron-Core's attn node runs attention, the pre-MLP norm, the
+    router and the permutation (build_transformer_layer_callables); the combine node the unpermutation and the
+    residual after the combine."""
+    forward = [t for t in lower(case(expert_overlap=True)).concrete().tasks if t.phase == "forward"]
+    by_node = _names_by_node(forward)
+    assert {"attn.flash", "attn.out_proj", "mlp.layer_norm", "mlp.router", "mlp.top_k", "mlp.permute"} <= \
+        by_node["attention"]
+    assert by_node["dispatch"] == {"mlp.dispatch"}
+    assert by_node["experts"] == {"mlp.experts_fc1.quantize", "mlp.experts_fc1", "mlp.experts_swiglu",
+                                  "mlp.experts_fc2.quantize", "mlp.experts_fc2"}
+    assert by_node["combine"] == {"mlp.combine", "mlp.unpermute", "mlp.dropout", "mlp.residual"}
     assert expert_nodes([t for t in forward if t.name != "mlp.combine"], lambda t: (1.0, 1.0, 1.0)) is None
+
+
+def test_the_shared_experts_run_in_the_attention_node():
+    """Review: the plan puts the shared experts after the combine; Megatron-Core computes them before the
+    dispatch, on the compute stream, in the attention node (the overlap needs moe_shared_expert_overlap off)."""
+    shared = {**QWEN3_30B_A3B, "moe": {**QWEN3_30B_A3B["moe"], "shared_experts": 1, "shared_expert_ffn": 1024}}
+    data = EstimateInput.model_validate({"model": shared, "execution": {**LAYOUT, "expert_overlap": True},
+                                         "system": "gb200_measured"})
+    forward = [t for t in lower(data).concrete().tasks if t.phase == "forward"]
+    by_node = _names_by_node(forward)
+    assert {"mlp.shared_fc1", "mlp.shared_swiglu", "mlp.shared_fc2"} <= by_node["attention"]
+    assert not any(n.startswith("mlp.shared_") for n in by_node["combine"] | by_node["experts"])
+
+
+def test_a_recomputed_task_is_redone_where_megatron_core_hooks_its_recomputation():
+    """Review: the pre-MLP norm sits in the attention node, but Megatron-Core hooks its recomputation on the MoE
+    output, so it is redone at the start of the experts node's backward; the experts' activation there too; the
+    attention sub-block's tasks in the attention node's."""
+    forward = [t for t in lower(case(expert_overlap=True)).concrete().tasks if t.phase == "forward"]
+    by_node = _names_by_node(forward, **{"mlp.layer_norm": True, "mlp.experts_swiglu": True, "attn.flash": True})
+    assert by_node["experts redo"] == {"mlp.layer_norm", "mlp.experts_swiglu"}
+    assert by_node["attention redo"] == {"attn.flash"}
 
 
 def test_the_overlap_takes_hidden_all_to_all_time_off_the_exposed_collectives_only():
     plain = estimate(case()).views["system_evidence"].components_s
     overlapped = estimate(case(expert_overlap=True)).views["system_evidence"].components_s
-    for name in ("forward", "backward", "optimizer", "recompute", "pipeline_bubble"):
+    # the DP sync overlaps the last backward, which runs alone: its windows are an unmerged step's (review)
+    for name in ("forward", "backward", "optimizer", "recompute", "pipeline_bubble", "data_parallel"):
         assert getattr(overlapped, name) == getattr(plain, name)
-    # (the DP sync's overlap windows are the blocks' times, so its exposed part may grow as they shrink)
     saved = plain.tensor_parallel - overlapped.tensor_parallel
     # TP = 1: the exposed collectives are the two all-to-alls, forward and backward; 15 of the 16 microbatches
     # merge, and a merged step hides at most the all-to-alls it holds
@@ -148,8 +208,7 @@ def test_the_overlap_takes_hidden_all_to_all_time_off_the_exposed_collectives_on
     concrete = lowering.concrete()
     pricer = pricer_for(load_profile("gb200_measured"), COST_VIEWS["system_evidence"], concrete.datatype)
     nodes = expert_nodes([t for t in concrete.tasks if t.phase == "forward"], _expert_pass_s(pricer))
-    hidden = sum(expert_overlap_hidden_s(nodes, 48, 15, 16))
-    assert saved == pytest.approx(48 * 16 * hidden, rel=1e-9)
+    assert saved == pytest.approx(48 * 16 * expert_overlap_hidden_s(nodes, 48, 15, 16), rel=1e-9)
 
 
 def test_the_overlap_leaves_the_digests_of_plans_without_it():
@@ -165,8 +224,15 @@ def test_the_overlap_leaves_the_digests_of_plans_without_it():
     ({}, dict(expert_parallel=1), "needs expert_parallel > 1"),
     ({}, dict(moe_dispatcher="allgather"), "needs moe_dispatcher: alltoall"),
     ({}, dict(training=False, dp_overlap=False, optimizer_sharding=False), "needs training: true"),
-    ({}, dict(pipeline_parallel=2, data_parallel=4), "with pipeline_parallel > 1 without pipeline_interleaving"),
+    ({}, dict(pipeline_parallel=2, data_parallel=4), "needs pipeline_interleaving > 1 with pipeline_parallel > 1"),
     ({}, dict(recompute="full"), "with recompute: full is not modelled yet"),
+    ({}, dict(tp_overlap="ring", tensor_parallel=2, tp_communication="rs_ag", data_parallel=4,
+              network_tiers=dict(tensor=0, pipeline=0, data=0, expert=0)), "with tp_overlap is not modelled yet"),
+    ({}, dict(context_parallel=2, data_parallel=4, network_tiers=dict(tensor=0, pipeline=0, data=0, expert=0,
+                                                                     context=0)),
+     "with context_parallel > 1 is not modelled yet"),
+    ({}, dict(offload=dict(activations=True)), "with offload is not modelled yet"),
+    ({"mtp_layers": 1}, {}, "with model.mtp_layers is not modelled yet"),
 ])
 def test_the_overlap_is_refused_where_it_means_nothing_or_is_not_modelled(model, execution, words):
     data = EstimateInput.model_validate({"model": {**QWEN3_30B_A3B, **model},
@@ -199,10 +265,9 @@ def test_a_row_whose_recipe_overlaps_the_all_to_alls_states_it_in_its_case():
     for extra in ({}, {"moe_a2a_overlap": False}, {"moe_a2a_overlap": "yes"}):
         assert run_case(_row(extra), "gb200_measured").input.execution.expert_overlap is None
     refused = run_case(_row({"moe_a2a_overlap": True}, pp=2), "gb200_measured")
-    assert refused.input is None
-    assert refused.unsupported[0][0] == "extra.moe_a2a_overlap"
-    assert "pipeline_parallel > 1 without pipeline_interleaving" in refused.unsupported[0][1]
-    assert "not modelled yet" in refused.unsupported[0][1]
+    assert refused.input is None and refused.unsupported == ()
+    assert refused.invalid is not None and refused.invalid[0] == "extra.moe_a2a_overlap"
+    assert "needs pipeline_interleaving > 1" in refused.invalid[1]
 
 
 def test_the_physical_projection_refuses_the_overlap_naming_the_field():
@@ -225,7 +290,14 @@ def test_a_model_with_dense_blocks_hides_only_its_moe_blocks_all_to_alls():
     plain = estimate(mixed()).views["system_evidence"].components_s
     overlapped = estimate(mixed(expert_overlap=True)).views["system_evidence"].components_s
     assert overlapped.forward == pytest.approx(plain.forward, rel=1e-12)
-    assert 0 < overlapped.tensor_parallel < plain.tensor_parallel
+    # the stage's 46 MoE blocks hide the rule's time in each of the 16 microbatches, its 2 dense blocks nothing
+    uniform = EstimateInput.model_validate({"model": QWEN3_30B_A3B, "system": "gb200_measured",
+                                            "execution": {**LAYOUT, "dp_overlap": False, "expert_overlap": True}})
+    concrete = lower(uniform).concrete()
+    pricer = pricer_for(load_profile("gb200_measured"), COST_VIEWS["system_evidence"], concrete.datatype)
+    nodes = expert_nodes([t for t in concrete.tasks if t.phase == "forward"], _expert_pass_s(pricer))
+    saved = plain.tensor_parallel - overlapped.tensor_parallel
+    assert saved == pytest.approx(46 * 16 * expert_overlap_hidden_s(nodes, 48, 15, 16), rel=1e-9)
 
 
 def test_the_interleaved_schedule_hides_the_merged_steps_share():
@@ -238,10 +310,11 @@ def test_the_interleaved_schedule_hides_the_merged_steps_share():
     assert (concrete.schedule.microbatches, concrete.schedule.blocks_per_chunk) == (16, 12)
     pricer = pricer_for(load_profile("gb200_measured"), COST_VIEWS["system_evidence"], concrete.datatype)
     nodes = expert_nodes([t for t in concrete.tasks if t.phase == "forward"], _expert_pass_s(pricer))
-    hidden = sum(expert_overlap_hidden_s(nodes, 12, 27, 32))
+    hidden = expert_overlap_hidden_s(nodes, 12, 27, 32)
     assert plain.tensor_parallel - overlapped.tensor_parallel == pytest.approx(24 * 16 * hidden, rel=1e-9)
-    assert overlapped.forward == plain.forward and overlapped.backward == plain.backward
-    assert overlapped.pipeline_bubble <= plain.pipeline_bubble
+    # the bubble is the warm-up and cool-down steps, unmerged (review)
+    for name in ("forward", "backward", "pipeline_bubble", "pipeline_parallel", "data_parallel"):
+        assert getattr(overlapped, name) == getattr(plain, name)
 
 
 def test_a_recomputed_task_is_redone_inside_its_nodes_backward():
@@ -255,12 +328,26 @@ def test_a_recomputed_task_is_redone_inside_its_nodes_backward():
     clones = [t for t in concrete.tasks if t.phase == "recompute"]
     assert [t.clone_of for t in clones] == ["mlp.experts_swiglu"]
     redo = pricer.task(clones[0]).passes["forward"].processing_s
-    with_redo = expert_nodes(forward, _expert_pass_s(pricer, concrete.tasks))
+    with_redo = expert_nodes(forward, _expert_pass_s(pricer), _recompute_s(pricer, concrete.tasks))
     without = expert_nodes(forward, _expert_pass_s(pricer))
     assert with_redo.experts_backward_s - without.experts_backward_s == pytest.approx(redo, rel=1e-12)
     assert with_redo.attention_backward_s == without.attention_backward_s
     plain = estimate(case(**selective)).views["system_evidence"].components_s
     overlapped = estimate(case(expert_overlap=True, **selective)).views["system_evidence"].components_s
     assert overlapped.recompute == plain.recompute > 0
-    hidden = sum(expert_overlap_hidden_s(with_redo, 48, 15, 16))
+    hidden = expert_overlap_hidden_s(with_redo, 48, 15, 16)
     assert plain.tensor_parallel - overlapped.tensor_parallel == pytest.approx(48 * 16 * hidden, rel=1e-9)
+
+
+@pytest.mark.parametrize("mode, field, words", [
+    ("gap", "execution.expert_overlap", "the physical projection (trace, explain) does not schedule"),
+    ("by_task", "--by-task", "the expert overlap makes block times less than sums over tasks"),
+])
+def test_explain_refuses_the_overlap_in_either_mode(mode, field, words):
+    """Review: --by-task sent a case whose only concurrency is the overlap to plain explain, which refuses it."""
+    from harness.errors import InputError
+    from harness.explain import explain_input
+
+    with pytest.raises(InputError) as error:
+        explain_input(case(expert_overlap=True, dp_overlap=False), mode=mode, source="c.yaml")
+    assert error.value.field == field and words in error.value.message

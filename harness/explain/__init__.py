@@ -69,6 +69,10 @@ def explain_input(data: EstimateInput, views: tuple[CostView, ...] = DEFAULT_VIE
     lowering = lower(data, source)
     if mode == "by_task":
         if lowering.concurrent:
+            if lowering.model.execution.expert_overlap:
+                raise InputError(source, "--by-task", "the expert overlap makes block times less than sums over "
+                                                      "tasks, and the per-queue split does not schedule it yet: "
+                                                      "estimate prices it")
             raise InputError(source, "--by-task", "TP/DP overlap and offload make block times more than sums over "
                                                   "tasks; explain without --by-task splits each component per queue "
                                                   "instead")

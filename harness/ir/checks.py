@@ -126,8 +126,8 @@ def fsdp_problems(s: TransformerShape, e: ExecutionLayout) -> list[Problem]:
 def expert_overlap_problems(s: TransformerShape, e: ExecutionLayout) -> list[Problem]:
     """The expert all-to-all overlap's rules (``execution.expert_overlap``, Megatron-Core's
     overlap_moe_expert_parallel_comm): a MoE model whose all-to-alls exist (EP > 1, the alltoall dispatcher),
-    in training (a forward overlaps another microbatch's backward). Priced without pipelining or with the
-    interleaved schedule, with selective recomputation or none, without TP overlap, context parallelism or
+    in training (a forward overlaps another microbatch's backward), with virtual stages when pipelined
+    (Megatron-Core's TransformerConfig asserts it). Priced with selective recomputation or none, without TP overlap, context parallelism or
     offload, in the ConcretePlanIR's projection (:func:`harness.schedule.block.expert_overlap_hidden_s`); the
     rest is not modelled yet."""
     if not e.expert_overlap:
@@ -143,9 +143,10 @@ def expert_overlap_problems(s: TransformerShape, e: ExecutionLayout) -> list[Pro
                                 "exchanges)"))
     if not e.training:
         problems.append((field, "needs training: true (a microbatch's forward overlaps another's backward)"))
-    unmodelled = (("pipeline_parallel > 1 without pipeline_interleaving (Megatron-Core merges the steps of its "
-                   "interleaved schedule)", e.pipeline_parallel > 1 and e.pipeline_interleaving == 1),
-                  ("recompute: full", e.recompute == "full"),
+    if e.pipeline_parallel > 1 and e.pipeline_interleaving == 1:
+        problems.append((field, "needs pipeline_interleaving > 1 with pipeline_parallel > 1 (Megatron-Core asserts "
+                                "it: the overlap merges the steps of its interleaved schedule)"))
+    unmodelled = (("recompute: full", e.recompute == "full"),
                   ("tp_overlap", e.tp_overlap != "none"), ("context_parallel > 1", e.context_degree > 1),
                   ("offload", e.offload.weights or e.offload.activations or e.offload.optimizer),
                   ("model.mtp_layers", s.mtp_layers is not None))

@@ -342,10 +342,9 @@ class ExecutionLayout(StrictInput):
     expert_overlap: bool | None = Field(None, description=(
         "The expert all-to-alls of one microbatch overlapped with another microbatch's compute (Megatron-Core's "
         "overlap_moe_expert_parallel_comm with delay_wgrad_compute; needs model.moe, expert_parallel > 1, the "
-        "alltoall dispatcher and training): each MoE block's forward of microbatch i + 1 runs with its backward "
-        "of microbatch i on a compute and a communication stream (harness.schedule.block.expert_overlap_hidden_s); "
-        "priced without pipelining or with virtual stages (pipeline_interleaving > 1). Absent or false: every "
-        "all-to-all exposed."))
+        "alltoall dispatcher, training and, with pipeline_parallel > 1, pipeline_interleaving > 1): a MoE block's "
+        "forward of one microbatch runs with a block's backward of another on a compute and a communication "
+        "stream (harness.schedule.block.expert_overlap_hidden_s). Absent or false: every all-to-all exposed."))
 
     fsdp: bool | None = Field(None, description=(
         "Fully sharded data parallelism (Megatron-FSDP's optim_grads_params, ZeRO-3; needs optimizer_sharding and "

@@ -103,10 +103,10 @@ STACKS = {
         moe_unfitted=(
             "its MoE execution changes by release in ways the case does not state (the token dispatcher backend: "
             "alltoall, DeepEP or HybridEP; dropless dispatch with host-synchronised token counts or token dropping "
-            "padded to capacity; the CUDA-graph scope; the all-to-all overlapped with compute; fp8 attention): the "
+            "padded to capacity; the CUDA-graph scope; fp8 attention; the all-to-all overlap is stated only where "
+            "extra.moe_a2a_overlap says so): the "
             "same Qwen3-30B-A3B layout measures 14.5 s (25.09) and 28.2 s (25.11) on 8 B200 at micro batch 1, "
-            "12.5 s and 24.9 s on 16 H100, 11.0 s (25.11) and 6.4 s (26.06) on 8 GB200, where the case is the "
-            "same (docs/modern-evidence.md)"),
+            "12.5 s and 24.9 s on 16 H100, where the case is the same (docs/modern-evidence.md)"),
         # scripts/performance/utils/overrides.py set_recompute_overrides: recompute_num_layers sets method block
         recompute_layers_method="block"),
     # no shared row: the stack of NeMo's own performance tables, read in its code
@@ -181,8 +181,8 @@ RECIPES = {
 
 #: The recipe fact of ``extra`` (the facts found beside the table) that a MoE row's recipe overlaps its expert
 #: all-to-alls with compute (Megatron-Bridge's ``moe_a2a_overlap``: overlap_moe_expert_parallel_comm with
-#: delay_wgrad_compute): ``true`` sets ``execution.expert_overlap`` (refused where it is not modelled yet, e.g.
-#: with PP > 1 without virtual stages); absent or anything else states nothing and sets nothing.
+#: delay_wgrad_compute): ``true`` sets ``execution.expert_overlap`` (refused where the case's rules refuse it, e.g.
+#: full recomputation: not modelled yet); absent or anything else states nothing and sets nothing.
 EXPERT_OVERLAP_FACT = "moe_a2a_overlap"
 
 #: Row ``model.position_embedding`` values of a partial rotary embedding that the case prices as ``rope``

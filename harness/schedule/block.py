@@ -109,24 +109,27 @@ def fsdp_exposure(gather_s, regather_s, scatter_s, forward_s, backward_s):
 
 #: The primitive whose two tasks in a MoE block (dispatch, then combine) split it into the expert overlap's nodes.
 EXPERT_ALL_TO_ALL = "expert_all_to_all"
+#: The task-name prefix of the MoE block's shared experts (:class:`harness.passes.patterns.MixtureOfExpertsMLP`).
+SHARED_EXPERTS = "mlp.shared_"
+#: The task-name prefix of the MLP sub-block (``CorePattern.prefix``), whose recomputed tasks the experts node
+#: recomputes.
+MLP_SUB_BLOCK = "mlp."
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class ExpertNodes:
     """One MoE block's four nodes in Megatron-Core's expert-overlap schedule (``TransformerLayerSchedulePlan``:
-    attn, moe_dispatch, mlp, moe_combine), seconds per microbatch. The block's forward tasks are split by its two
-    expert all-to-alls in plan order: before the dispatch, the attention node (attention, the pre-MLP norm, the
-    router and the permutation); between them the experts node; the combine's node holds the combine and the
-    tasks after it (unpermutation, dropout, residual), which run on the communication stream. A node's time is
-    its tasks' pass times summed as the block sums count them (a TP collective's link time whole)."""
+    attn, moe_dispatch, mlp, moe_combine), seconds per microbatch (:func:`expert_nodes` says which task is where).
+    A node's time is its tasks' pass times summed as the block sums count them (a TP collective's link time
+    whole)."""
 
     attention_forward_s: float
-    attention_backward_s: float  # activation gradient (with the recomputation of the node's recomputed tasks)
+    attention_backward_s: float  # activation gradient, with the recomputation the node does
     attention_weight_grad_s: float
     dispatch_forward_s: float
     dispatch_backward_s: float
     experts_forward_s: float
-    experts_backward_s: float  # activation gradient (with the recomputation of the node's recomputed tasks)
+    experts_backward_s: float  # activation gradient, with the recomputation the node does
     experts_weight_grad_s: float
     combine_forward_s: float  # the combine and the tasks after it
     combine_backward_s: float  # their activation and weight gradients
@@ -142,25 +145,37 @@ class ExpertNodes:
                 + self.combine_forward_s + self.combine_backward_s)
 
 
-def expert_nodes(forward_tasks, pass_s) -> ExpertNodes | None:
+def expert_nodes(forward_tasks, pass_s, recompute_s=lambda task: 0.0) -> ExpertNodes | None:
     """The nodes of a block whose forward tasks (in plan order) hold exactly two expert all-to-alls; None for
     any other block (a dense block). ``pass_s(task)``: the task's (forward, activation-gradient, weight-gradient)
-    times as its block sums count them."""
+    times as its block sums count them; ``recompute_s(task)``: its recomputation's time (0 if not recomputed).
+
+    Rules (Megatron-Core's ``build_transformer_layer_callables`` with the shared experts not overlapped, which
+    the overlap requires): the tasks before the dispatch are the attention node (attention, the pre-MLP norm,
+    the router, the permutation), and so are the shared experts (:data:`SHARED_EXPERTS`: computed before the
+    dispatch, their weight gradient in that node's delayed pass) wherever the plan puts them; the tasks between
+    the all-to-alls are the experts node; the combine and the tasks after it (unpermutation, dropout, residual)
+    are the combine's node, on the communication stream. A recomputed task of the MLP sub-block
+    (:data:`MLP_SUB_BLOCK`, e.g. the pre-MLP norm and the experts' activation) is redone at the start of the
+    experts node's backward (its recomputation hooked on the MoE output), one of the attention sub-block in the
+    attention node's."""
     split = [i for i, t in enumerate(forward_tasks) if t.primitive == EXPERT_ALL_TO_ALL]
     if len(split) != 2:
         return None
     dispatch, combine = split
-    times = [pass_s(t) for t in forward_tasks]
-
-    def node(lo: int, hi: int, k: int) -> float:
-        return sum(t[k] for t in times[lo:hi])
-    end = len(times)
-    return ExpertNodes(
-        node(0, dispatch, 0), node(0, dispatch, 1), node(0, dispatch, 2),
-        times[dispatch][0], times[dispatch][1] + times[dispatch][2],
-        node(dispatch + 1, combine, 0), node(dispatch + 1, combine, 1), node(dispatch + 1, combine, 2),
-        node(combine, end, 0), node(combine, end, 1) + node(combine, end, 2),
-        times[dispatch][0] + times[combine][0], times[dispatch][1] + times[combine][1])
+    sums = [[0.0, 0.0, 0.0] for _ in range(4)]  # attention, dispatch, experts, combine: forward, backward, dW
+    for i, task in enumerate(forward_tasks):
+        node = 0 if i < dispatch or task.name.startswith(SHARED_EXPERTS) else (
+            1 if i == dispatch else 2 if i < combine else 3)
+        for k, value in enumerate(pass_s(task)):
+            sums[node][k] += value
+        redo = recompute_s(task)
+        if redo:
+            sums[2 if task.name.startswith(MLP_SUB_BLOCK) else 0][1] += redo
+    (af, ab, aw), (df, db, dw), (ef, eb, ew), (cf, cb, cw) = sums
+    exchange = pass_s(forward_tasks[dispatch]), pass_s(forward_tasks[combine])
+    return ExpertNodes(af, ab, aw, df, db + dw, ef, eb, ew, cf, cb + cw,
+                       exchange[0][0] + exchange[1][0], exchange[0][1] + exchange[1][1])
 
 
 def merged_layers_s(n: ExpertNodes, layers: int) -> float:
@@ -201,17 +216,14 @@ def merged_steps(microbatches: int, chunks: int, stages: int) -> tuple[int, int]
     return steps - warmup, steps
 
 
-def expert_overlap_hidden_s(n: ExpertNodes, layers: int, merged: int, steps: int) -> tuple[float, float]:
-    """(forward, backward) all-to-all time per block and step that the expert overlap hides, ``layers`` MoE
-    blocks to a chunk: ``merged`` of the ``steps`` (:func:`merged_steps`) hide ``serial - merged`` per block
-    (:func:`merged_layers_s`), at most the all-to-alls' own time (what the block sums expose of them); split
-    between the passes as their all-to-all times are."""
-    forward, backward = n.exchange_forward_s, n.exchange_backward_s
-    if merged <= 0 or forward + backward <= 0:
-        return 0.0, 0.0
-    hidden = min(n.serial_s - merged_layers_s(n, layers), forward + backward)
-    hidden = max(0.0, hidden) * merged / steps
-    return hidden * forward / (forward + backward), hidden * backward / (forward + backward)
+def expert_overlap_hidden_s(n: ExpertNodes, layers: int, merged: int, steps: int) -> float:
+    """All-to-all time per block and step that the expert overlap hides, ``layers`` MoE blocks to a chunk:
+    ``merged`` of the ``steps`` (:func:`merged_steps`) hide ``serial - merged`` per block
+    (:func:`merged_layers_s`), at most the all-to-alls' own time (what the block sums expose of them)."""
+    exchange = n.exchange_forward_s + n.exchange_backward_s
+    if merged <= 0 or exchange <= 0:
+        return 0.0
+    return max(0.0, min(n.serial_s - merged_layers_s(n, layers), exchange)) * merged / steps
 
 
 def block_times(plan: PortablePlanIR, costs: tuple[TaskCost, ...], pricer: Pricer) -> BlockTimes:

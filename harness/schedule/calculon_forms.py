@@ -198,6 +198,8 @@ def iteration(s, k, *, fw_pp: Value, bw_pp: Value, fw_off_s: Value, bw_off_s: Va
     tp_exposed = compat.tensor_parallel_s(per_chunk, nbase, nedge, k.forward_tp_exposed_base_s,
                                           k.forward_tp_exposed_edge_s, k.activation_grad_tp_exposed_base_s,
                                           k.activation_grad_tp_exposed_edge_s)
+    # what the expert overlap's merged steps hide (0.0 without it: subtracting an exact zero changes no bit)
+    tp_exposed = tp_exposed - chunk_sum(k.expert_exchange_hidden_s, k.expert_exchange_hidden_s)
     recomm_exposed = chunk_sum(k.recommunication_exposed_base_s, k.recommunication_exposed_edge_s) if training else 0
     if pp > 1:
         pp_exposed = compat.pipeline_parallel_s(microbatches, chunks, fw_pp, chunks if training else 0, bw_pp)

@@ -132,6 +132,9 @@ class BlockSums:
     optimizer_memory_s: float = 0.0  # optimizer-step memory-traffic time
     optimizer_s: float = 0.0  # optimizer-step processing time
     tp_required_bytes_per_s: float = 0.0  # the TP link bandwidth the overlapped GEMMs need to hide their messages
+    # the expert all-to-all time a block hides per step under the expert overlap (averaged over the stage's steps,
+    # forward and backward together; hide_expert_exchanges): taken off the exposed TP component only
+    expert_exchange_hidden_s: float = 0.0
 
 
 class _Tiles:
@@ -229,42 +232,43 @@ def concrete_block_sums(c: ConcretePlanIR, pricer: Pricer) -> BlockSums:
     return k
 
 
-def _expert_pass_s(pricer: Pricer, tasks: tuple = ()):
+def _expert_pass_s(pricer: Pricer):
     """A task's (forward, activation-gradient, weight-gradient) times as :func:`block_sums` counts them without
     TP overlap: a compute task's processing times, a collective's link time (message plus local work, base
-    block) whole; a task that ``tasks`` recompute (selective recomputation) has its recompute clone's forward
-    time in its activation gradient, as its node recomputes its checkpointed modules before their backward."""
-    redo = {t.clone_of: t for t in tasks if t.phase == "recompute"}
-
+    block) whole."""
     def pass_s(task) -> tuple[float, float, float]:
         passes = pricer.task(task).passes
         fw, act_grad, wg = passes["forward"], passes["activation_grad"], passes["weight_grad"]
         if task.exchange == "collective":
             return (fw.network_base_s + fw.processing_s, act_grad.network_base_s + act_grad.processing_s, 0.0)
-        clone = redo.get(task.name)
-        again = 0.0 if clone is None else pricer.task(clone).passes["forward"].processing_s
-        return fw.processing_s, act_grad.processing_s + again, wg.processing_s
+        return fw.processing_s, act_grad.processing_s, wg.processing_s
     return pass_s
+
+
+def _recompute_s(pricer: Pricer, tasks: tuple):
+    """A forward task's recomputation time: its recompute clone's forward processing time (0 if none)."""
+    clones = {t.clone_of: t for t in tasks if t.phase == "recompute"}
+
+    def redo_s(task) -> float:
+        clone = clones.get(task.name)
+        return 0.0 if clone is None else pricer.task(clone).passes["forward"].processing_s
+    return redo_s
 
 
 def hide_expert_exchanges(k: BlockSums, c: ConcretePlanIR, pricer: Pricer) -> None:
     """The expert overlap (``options.expert_overlap``): the all-to-all time a MoE block hides behind another
-    microbatch's compute (:func:`harness.schedule.block.expert_overlap_hidden_s`, averaged over the first stage's
-    steps, :func:`~harness.schedule.block.merged_steps`) taken off its exposed TP collective time, forward and
-    activation gradient, base and edge block alike (a block's all-to-alls are the same in both); a block without
-    the two all-to-alls (a dense one) hides nothing. The pipeline bubble's chunk times are these averaged blocks'
-    (its warm-up and cool-down steps are the unmerged ones: the bubble is that much short)."""
+    microbatch's compute in a merged step (:func:`harness.schedule.block.expert_overlap_hidden_s`, averaged over
+    the first stage's steps, :func:`~harness.schedule.block.merged_steps`), as ``expert_exchange_hidden_s``: the
+    closed forms take it off the exposed TP component only. The block sums themselves stay those of an unmerged
+    step, which the pipeline bubble (the warm-up and cool-down steps) and the DP overlap windows (the last
+    backward, alone) read. A block without the two all-to-alls (a dense one) hides nothing."""
     forward = [t for t in c.tasks if t.phase == "forward"]
-    nodes = expert_nodes(forward, _expert_pass_s(pricer, c.tasks))
+    nodes = expert_nodes(forward, _expert_pass_s(pricer), _recompute_s(pricer, c.tasks))
     if nodes is None:
         return
     s = c.schedule
-    hidden_forward, hidden_backward = expert_overlap_hidden_s(
+    k.expert_exchange_hidden_s = expert_overlap_hidden_s(
         nodes, s.blocks_per_chunk, *merged_steps(s.microbatches, s.chunks_per_stage, s.pipeline_parallel))
-    k.forward_tp_exposed_base_s -= hidden_forward
-    k.forward_tp_exposed_edge_s -= hidden_forward
-    k.activation_grad_tp_exposed_base_s -= hidden_backward
-    k.activation_grad_tp_exposed_edge_s -= hidden_backward
 
 
 def block_sums(tasks: tuple, training: bool, b: int, tp_tier: int, tp_tiles: int, pipe: bool,
