@@ -242,7 +242,7 @@ def test_the_overlap_is_refused_where_it_means_nothing_or_is_not_modelled(model,
     assert any(words in m for m in problems), problems
 
 
-def _row(extra: dict, pp: int = 1) -> MeasuredRun:
+def _row(extra: dict, pp: int = 1, recompute: str = "none") -> MeasuredRun:
     model = dict(name="Qwen3-30B-A3B", layers=48, hidden=2048, ffn_hidden=6144, heads=32, kv_heads=4, head_dim=128,
                  vocab=151936, seq_len=4096, mlp="swiglu", norm="rmsnorm", attention="gqa", sliding_window=None,
                  tied_embeddings=False, position_embedding="rope", mla=None, mtp_layers=None, truncated_from=None,
@@ -254,7 +254,7 @@ def _row(extra: dict, pp: int = 1) -> MeasuredRun:
         parallel=dict(tp=1, pp=pp, vp=None, cp=1, ep=8 // pp, etp=1, dp=8 // pp, fsdp=False, sequence_parallel=False,
                       distributed_optimizer=True, tp_comm_overlap=False),
         batch=dict(global_batch=512, micro_batch=4, gradient_accumulation=16 * pp), precision="mxfp8",
-        recompute=dict(granularity="none", modules=None, layers=None),
+        recompute=dict(granularity=recompute, modules=None, layers=None),
         measured=dict(iteration_s=6.5, derived_from="step_time", as_reported={}), consistency=[], notes="",
         extra={"model_cite": "NVIDIA-NeMo/Megatron-Bridge@0 src/megatron/bridge/models/qwen/qwen_provider.py", **extra}))
 
@@ -351,3 +351,15 @@ def test_explain_refuses_the_overlap_in_either_mode(mode, field, words):
     with pytest.raises(InputError) as error:
         explain_input(case(expert_overlap=True, dp_overlap=False), mode=mode, source="c.yaml")
     assert error.value.field == field and words in error.value.message
+
+
+def test_a_stated_overlap_the_case_cannot_price_yet_is_priced_exposed_and_said_so():
+    """With full recomputation the overlap is not modelled yet: the row is estimated with its all-to-alls
+    exposed (an upper bound: the overlap only hides time), never fitted, the reason naming the fact."""
+    row = _row({"moe_a2a_overlap": True}, recompute="full")
+    stated = run_case(row, "gb200_measured")
+    assert stated.input is not None and stated.input.execution.expert_overlap is None
+    assert stated.input.execution.recompute == "full"
+    (field, why), = [(f, w) for f, w in stated.unfitted if f == "extra.moe_a2a_overlap"]
+    assert "an upper bound" in why and "recompute: full is not modelled yet" in why
+    assert stated.input == run_case(_row({}, recompute="full"), "gb200_measured").input

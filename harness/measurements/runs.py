@@ -32,7 +32,8 @@ Rules (each one an entry of the table):
   (``rope (50% of head dim)``) is then ``position: rope`` (the kernel copies the unrotated part, so it moves
   the whole of Q and K; only its arithmetic is on the rotated part, see :data:`FUSED_PARTIAL_ROPE`).
 - **Recipe facts of** ``extra``: ``extra.moe_a2a_overlap: true`` on a MoE row is ``execution.expert_overlap``
-  (:data:`EXPERT_OVERLAP_FACT`); every other key of ``extra`` is display only.
+  (:data:`EXPERT_OVERLAP_FACT`; where it is not modelled yet with the row's layout, the row is priced without
+  it, an upper bound, and says so); every other key of ``extra`` is display only.
 - **Placement** (:func:`network_tiers`): Megatron-Core's rank order puts TP fastest, then CP, then DP,
   then PP (``tp-cp-ep-dp-pp``); a group whose span (the ranks from its first to its last member) fits
   in one NVLink domain (``system.gpus_per_nvlink_domain``) is on tier 0, else on tier 1. The TP group
@@ -181,8 +182,10 @@ RECIPES = {
 
 #: The recipe fact of ``extra`` (the facts found beside the table) that a MoE row's recipe overlaps its expert
 #: all-to-alls with compute (Megatron-Bridge's ``moe_a2a_overlap``: overlap_moe_expert_parallel_comm with
-#: delay_wgrad_compute): ``true`` sets ``execution.expert_overlap`` (refused where the case's rules refuse it, e.g.
-#: full recomputation: not modelled yet); absent or anything else states nothing and sets nothing.
+#: delay_wgrad_compute): ``true`` sets ``execution.expert_overlap``; where the case's rules say it is not modelled
+#: yet with the row's layout (full recomputation, TP overlap, CP, offload, MTP), the row is priced with its
+#: all-to-alls exposed, an upper bound, and said so (never fitted, :attr:`RunCase.unfitted`); a layout Megatron-Core
+#: itself refuses with it (PP > 1 without virtual stages) is invalid. Absent or anything else sets nothing.
 EXPERT_OVERLAP_FACT = "moe_a2a_overlap"
 
 #: Row ``model.position_embedding`` values of a partial rotary embedding that the case prices as ``rope``
@@ -617,6 +620,19 @@ def run_case(run: MeasuredRun, system: str, source: str = "<runs>") -> RunCase:
             draft.features.add(f"execution.network_tiers.{dim}")
     if draft.unsupported:
         return RunCase(None, tuple(draft.unsupported))
+    result = _validated(draft, system, source)
+    stated = f"extra.{EXPERT_OVERLAP_FACT}"
+    if result.input is None and result.unsupported[:1] and result.unsupported[0][0] == stated:
+        # the recipe overlaps its all-to-alls, but not in a way the case prices yet: priced exposed, said so
+        del draft.case["execution"]["expert_overlap"]
+        draft.leave_out_of_fit(stated, f"priced with its all-to-alls exposed, an upper bound ({result.unsupported[0][1]})")
+        result = _validated(draft, system, source)
+    return result
+
+
+def _validated(draft: Draft, system: str, source: str) -> RunCase:
+    """The draft's case on ``system``, validated as a case file is: the case, or why it is unsupported or
+    invalid (a rule's "not modelled yet" is unsupported, any other refusal invalid)."""
     data = {**draft.case, "system": system}
     try:
         case = EstimateInput.model_validate(data)
