@@ -27,6 +27,13 @@ counted in the pass it stalls: ``forward_s`` (and ``recompute_s`` when the
 hidden tasks are recomputed, which redoes the ring) and ``activation_grad_s``
 (the backward ring: K/V with their gradients). Context parallelism has no
 timing component of its own yet.
+
+The expert overlap's rule (:func:`expert_nodes`, :func:`merged_layers_s`,
+:func:`merged_steps`, :func:`expert_overlap_hidden_s`: Megatron-Core's
+two-stream schedule of a MoE layer's nodes) is here beside the other exposure
+rules, but only the ConcretePlanIR projection applies it
+(:func:`harness.schedule.projection.hide_expert_exchanges`): it is
+concurrency, which the portable plan does not have.
 """
 
 from __future__ import annotations
