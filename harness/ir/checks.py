@@ -127,9 +127,9 @@ def expert_overlap_problems(s: TransformerShape, e: ExecutionLayout) -> list[Pro
     """The expert all-to-all overlap's rules (``execution.expert_overlap``, Megatron-Core's
     overlap_moe_expert_parallel_comm): a MoE model whose all-to-alls exist (EP > 1, the alltoall dispatcher),
     in training (a forward overlaps another microbatch's backward), with virtual stages when pipelined
-    (Megatron-Core's TransformerConfig asserts it). Priced with selective recomputation or none, without TP overlap, context parallelism or
-    offload, in the ConcretePlanIR's projection (:func:`harness.schedule.block.expert_overlap_hidden_s`); the
-    rest is not modelled yet."""
+    (Megatron-Core's TransformerConfig asserts it). Priced with selective recomputation or none, in the
+    ConcretePlanIR's projection (:func:`harness.schedule.block.expert_overlap_hidden_s`); with full
+    recomputation, TP overlap, context parallelism, offload or MTP it is not modelled yet."""
     if not e.expert_overlap:
         return []
     field = "execution.expert_overlap"

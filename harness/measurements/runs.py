@@ -184,8 +184,9 @@ RECIPES = {
 #: all-to-alls with compute (Megatron-Bridge's ``moe_a2a_overlap``: overlap_moe_expert_parallel_comm with
 #: delay_wgrad_compute): ``true`` sets ``execution.expert_overlap``; where the case's rules say it is not modelled
 #: yet with the row's layout (full recomputation, TP overlap, CP, offload, MTP), the row is priced with its
-#: all-to-alls exposed, an upper bound, and said so (never fitted, :attr:`RunCase.unfitted`); a layout Megatron-Core
-#: itself refuses with it (PP > 1 without virtual stages) is invalid. Absent or anything else sets nothing.
+#: all-to-alls exposed, an upper bound, and said so (never fitted, :attr:`RunCase.unfitted`; the reason names the
+#: first such rule); a layout the overlap is invalid for (EP 1, the allgather dispatcher, PP > 1 without virtual
+#: stages, which Megatron-Core refuses) makes the row invalid. Absent or anything else sets nothing.
 EXPERT_OVERLAP_FACT = "moe_a2a_overlap"
 
 #: Row ``model.position_embedding`` values of a partial rotary embedding that the case prices as ``rope``
