@@ -232,7 +232,6 @@ def test_the_overlap_leaves_the_digests_of_plans_without_it():
                                                                      context=0)),
      "with context_parallel > 1 is not modelled yet"),
     ({}, dict(offload=dict(activations=True)), "with offload is not modelled yet"),
-    ({"mtp_layers": 1}, {}, "with model.mtp_layers is not modelled yet"),
 ])
 def test_the_overlap_is_refused_where_it_means_nothing_or_is_not_modelled(model, execution, words):
     data = EstimateInput.model_validate({"model": {**QWEN3_30B_A3B, **model},
@@ -363,3 +362,23 @@ def test_a_stated_overlap_the_case_cannot_price_yet_is_priced_exposed_and_said_s
     (field, why), = [(f, w) for f, w in stated.unfitted if f == "extra.moe_a2a_overlap"]
     assert "an upper bound" in why and "recompute: full is not modelled yet" in why
     assert stated.input == run_case(_row({}, recompute="full"), "gb200_measured").input
+
+
+def test_an_mtp_layers_block_hides_its_all_to_alls_like_the_others():
+    """Megatron-Core's schedule plan holds the MTP layers with the decoder's (TransformerModelChunkSchedulePlan):
+    the stage's 48 + 1 MoE blocks, counted as 48 at 49/48 of a block each, hide the rule's time in each of the 16
+    microbatches; the MTP head outside the blocks is unchanged."""
+    with_mtp = {**QWEN3_30B_A3B, "mtp_layers": 1}
+
+    def mtp(**execution) -> EstimateInput:
+        return EstimateInput.model_validate({"model": with_mtp, "execution": {**LAYOUT, **execution},
+                                             "system": "gb200_measured"})
+    plain = estimate(mtp()).views["system_evidence"].components_s
+    overlapped = estimate(mtp(expert_overlap=True)).views["system_evidence"].components_s
+    for name in ("forward", "backward", "optimizer", "pipeline_bubble", "data_parallel"):
+        assert getattr(overlapped, name) == getattr(plain, name)
+    concrete = lower(case(expert_overlap=True)).concrete()
+    pricer = pricer_for(load_profile("gb200_measured"), COST_VIEWS["system_evidence"], concrete.datatype)
+    nodes = expert_nodes([t for t in concrete.tasks if t.phase == "forward"], _expert_pass_s(pricer))
+    saved = plain.tensor_parallel - overlapped.tensor_parallel
+    assert saved == pytest.approx(49 * 16 * expert_overlap_hidden_s(nodes, 48, 15, 16), rel=1e-9)

@@ -129,7 +129,9 @@ def expert_overlap_problems(s: TransformerShape, e: ExecutionLayout) -> list[Pro
     in training (a forward overlaps another microbatch's backward), with virtual stages when pipelined
     (Megatron-Core's TransformerConfig asserts it). Priced with selective recomputation or none, in the
     ConcretePlanIR's projection (:func:`harness.schedule.block.expert_overlap_hidden_s`); with full
-    recomputation, TP overlap, context parallelism, offload or MTP it is not modelled yet."""
+    recomputation, TP overlap, context parallelism or offload it is not modelled yet. An MTP layer's block is a
+    MoE block of the last stage like the others (Megatron-Core schedules it in the same plan); its head stays
+    outside the merged steps."""
     if not e.expert_overlap:
         return []
     field = "execution.expert_overlap"
@@ -148,8 +150,7 @@ def expert_overlap_problems(s: TransformerShape, e: ExecutionLayout) -> list[Pro
                                 "it: the overlap merges the steps of its interleaved schedule)"))
     unmodelled = (("recompute: full", e.recompute == "full"),
                   ("tp_overlap", e.tp_overlap != "none"), ("context_parallel > 1", e.context_degree > 1),
-                  ("offload", e.offload.weights or e.offload.activations or e.offload.optimizer),
-                  ("model.mtp_layers", s.mtp_layers is not None))
+                  ("offload", e.offload.weights or e.offload.activations or e.offload.optimizer))
     problems += [(field, f"expert_overlap with {what} is not modelled yet") for what, on in unmodelled if on]
     return problems
 

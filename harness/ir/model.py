@@ -344,8 +344,8 @@ class ExecutionLayout(StrictInput):
         "overlap_moe_expert_parallel_comm with delay_wgrad_compute; needs model.moe, expert_parallel > 1, the "
         "alltoall dispatcher, training and, with pipeline_parallel > 1, pipeline_interleaving > 1): a MoE block's "
         "forward of one microbatch runs with a block's backward of another on a compute and a communication "
-        "stream (harness.schedule.block.expert_overlap_hidden_s); with full recomputation, TP overlap, CP, offload "
-        "or MTP it is not modelled yet (refused). Absent or false: every all-to-all exposed."))
+        "stream (harness.schedule.block.expert_overlap_hidden_s); with full recomputation, TP overlap, CP or "
+        "offload it is not modelled yet (refused). Absent or false: every all-to-all exposed."))
 
     fsdp: bool | None = Field(None, description=(
         "Fully sharded data parallelism (Megatron-FSDP's optim_grads_params, ZeRO-3; needs optimizer_sharding and "

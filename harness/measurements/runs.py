@@ -183,7 +183,7 @@ RECIPES = {
 #: The recipe fact of ``extra`` (the facts found beside the table) that a MoE row's recipe overlaps its expert
 #: all-to-alls with compute (Megatron-Bridge's ``moe_a2a_overlap``: overlap_moe_expert_parallel_comm with
 #: delay_wgrad_compute): ``true`` sets ``execution.expert_overlap``; where the case's rules say it is not modelled
-#: yet with the row's layout (full recomputation, TP overlap, CP, offload, MTP), the row is priced with its
+#: yet with the row's layout (full recomputation, TP overlap, CP, offload), the row is priced with its
 #: all-to-alls exposed, an upper bound, and said so (never fitted, :attr:`RunCase.unfitted`; the reason names the
 #: first such rule); a layout the overlap is invalid for (EP 1, the allgather dispatcher, PP > 1 without virtual
 #: stages, which Megatron-Core refuses) makes the row invalid. Absent or anything else sets nothing.
