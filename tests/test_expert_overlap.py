@@ -248,14 +248,16 @@ def _row(extra: dict, pp: int = 1, recompute: str = "none") -> MeasuredRun:
                  moe=dict(experts=128, top_k=8, expert_ffn_hidden=768, shared_experts=0, shared_expert_ffn_hidden=0,
                           dense_layers=0, layer_freq=1, capacity_factor=None, token_dropping=False))
     return MeasuredRun.model_validate(dict(
-        id="t/qwen3", source=dict(where="NVIDIA-NeMo/Megatron-Bridge@0 docs/performance-summary.md", row="|", quality="ok"),
+        id="t/qwen3",
+        source=dict(where="NVIDIA-NeMo/Megatron-Bridge@0 docs/performance-summary.md", row="|", quality="ok"),
         software=None, system=dict(gpu="gb200", num_gpus=8, gpus_per_nvlink_domain=72), model=model,
         parallel=dict(tp=1, pp=pp, vp=None, cp=1, ep=8 // pp, etp=1, dp=8 // pp, fsdp=False, sequence_parallel=False,
                       distributed_optimizer=True, tp_comm_overlap=False),
         batch=dict(global_batch=512, micro_batch=4, gradient_accumulation=16 * pp), precision="mxfp8",
         recompute=dict(granularity=recompute, modules=None, layers=None),
         measured=dict(iteration_s=6.5, derived_from="step_time", as_reported={}), consistency=[], notes="",
-        extra={"model_cite": "NVIDIA-NeMo/Megatron-Bridge@0 src/megatron/bridge/models/qwen/qwen_provider.py", **extra}))
+        extra={"model_cite": "NVIDIA-NeMo/Megatron-Bridge@0 src/megatron/bridge/models/qwen/qwen_provider.py",
+               **extra}))
 
 
 def test_a_row_whose_recipe_overlaps_the_all_to_alls_states_it_in_its_case():

@@ -626,7 +626,8 @@ def run_case(run: MeasuredRun, system: str, source: str = "<runs>") -> RunCase:
     if result.input is None and result.unsupported[:1] and result.unsupported[0][0] == stated:
         # the recipe overlaps its all-to-alls, but not in a way the case prices yet: priced exposed, said so
         del draft.case["execution"]["expert_overlap"]
-        draft.leave_out_of_fit(stated, f"priced with its all-to-alls exposed, an upper bound ({result.unsupported[0][1]})")
+        why = result.unsupported[0][1]
+        draft.leave_out_of_fit(stated, f"priced with its all-to-alls exposed, an upper bound ({why})")
         result = _validated(draft, system, source)
     return result
 

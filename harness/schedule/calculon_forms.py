@@ -32,7 +32,10 @@ Rules (what makes the one definition serve both, bit for bit):
 
 The rule names of :mod:`harness.calculon_compat` are in comments where they
 apply; every rule is read through that module, so switching one off changes
-both callers alike.
+both callers alike. One term is not Calculon's: the expert overlap's hidden
+all-to-all time (``BlockSums.expert_exchange_hidden_s``, per block and step),
+taken off the exposed TP component only; it is an exact 0.0 for every plan
+without the overlap (the search's included), and subtracting it changes no bit.
 """
 
 from __future__ import annotations

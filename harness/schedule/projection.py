@@ -223,7 +223,7 @@ def _collective_pass(cost: PassCost) -> tuple[float, float, float, float, float,
 
 
 def concrete_block_sums(c: ConcretePlanIR, pricer: Pricer) -> BlockSums:
-    """Per-block sums in plan order (Calculon's _compute_block_stats), less what the expert overlap hides
+    """Per-block sums in plan order (Calculon's _compute_block_stats), with what the expert overlap hides
     (:func:`hide_expert_exchanges`)."""
     k = block_sums(c.tasks, c.schedule.training, c.bytes_per_element, tier_of(c.queue_of["tensor"]), c.tp_tiles,
                    c.options.tp_overlap == "pipe", pricer)
