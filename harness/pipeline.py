@@ -86,11 +86,8 @@ class Lowering:
 
     @property
     def concurrent(self) -> bool:
-        """The layout asks for TP/DP overlap or offload."""
-        e = self.model.execution
-        o = e.offload
-        return (e.tp_overlap != "none" or e.dp_overlap or o.weights or o.activations or o.optimizer
-                or bool(e.expert_overlap))
+        """The layout asks for TP/DP overlap, offload or the expert overlap (``ExecutionLayout.concurrent``)."""
+        return self.model.execution.concurrent
 
     def concrete(self) -> ConcretePlanIR:
         """``transformer-concretize`` of the plan with the layout's options, requires and ensures checked

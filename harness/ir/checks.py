@@ -114,7 +114,7 @@ def fsdp_problems(s: TransformerShape, e: ExecutionLayout) -> list[Problem]:
         problems.append(("execution.fsdp", "fully sharded data parallelism needs optimizer_sharding: true and "
                                            "data_parallel x context_parallel > 1"))
     for name, on in (("tp_overlap", e.tp_overlap != "none"), ("dp_overlap", e.dp_overlap),
-                     ("offload", e.offload.weights or e.offload.activations or e.offload.optimizer)):
+                     ("offload", e.offload.any_offloaded)):
         if on:
             problems.append((f"execution.{name}", f"{name} with fsdp is not modelled yet (FSDP's own prefetch "
                                                   "overlaps its gathers with the blocks' compute)"))

@@ -119,8 +119,7 @@ class ConcreteOptions(Frozen):
 
     @property
     def concurrent(self) -> bool:
-        o = self.offload
-        return (self.tp_overlap != "none" or self.dp_overlap or o.weights or o.activations or o.optimizer
+        return (self.tp_overlap != "none" or self.dp_overlap or self.offload.any_offloaded
                 or bool(self.expert_overlap))
 
 

@@ -374,6 +374,10 @@ class ExpertAllToAllShape(_ExpertCollective):
     kind: Literal["expert_all_to_all"] = "expert_all_to_all"
 
 
+#: The primitive kind of :class:`ExpertAllToAllShape` (a MoE block's dispatch and combine).
+EXPERT_ALL_TO_ALL = ExpertAllToAllShape.model_fields["kind"].default
+
+
 class ContextAllToAllShape(_ExpertCollective):
     """An all-to-all of Ulysses context parallelism (``cp_comm: a2a``) over the context group: before the
     attention, this rank's Q, K and V (its sequence / CP positions, every local head) become the whole sequence's

@@ -270,6 +270,11 @@ class Offload(StrictInput):
     activations: bool = Field(False, description="Offload activations to memory tier 2.")
     optimizer: bool = Field(False, description="Offload optimizer state to memory tier 2.")
 
+    @property
+    def any_offloaded(self) -> bool:
+        """Something lives in memory tier 2."""
+        return self.weights or self.activations or self.optimizer
+
 
 class ExecutionLayout(StrictInput):
     """Parallel layout and training options of one iteration."""
@@ -359,6 +364,13 @@ class ExecutionLayout(StrictInput):
                                                          "precision", "expert_parallel", "expert_tensor_parallel",
                                                          "moe_dispatcher", "fsdp", "recompute_modules",
                                                          "recompute_blocks", "expert_overlap"})
+
+    @property
+    def concurrent(self) -> bool:
+        """The layout asks for concurrency the portable plan does not have: TP/DP overlap, offload or the expert
+        overlap (priced through the ConcretePlanIR, whose options say the same: ``ConcreteOptions.concurrent``)."""
+        return (self.tp_overlap != "none" or self.dp_overlap or self.offload.any_offloaded
+                or bool(self.expert_overlap))
 
     @property
     def context_degree(self) -> int:

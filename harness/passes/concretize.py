@@ -49,6 +49,7 @@ from typing import Callable, Literal
 
 from harness.ir import mesh
 from harness.ir.concrete import Buffer, Command, ConcreteOptions, ConcretePlanIR, Program, Queue
+from harness.ir.distributed import EXPERT_ALL_TO_ALL
 from harness.ir.model import ExecutionLayout, Offload
 from harness.ir.portable import NO_CAPACITY, Message, PlanTask, PortablePlanIR, Work
 from harness.passes.base import ModulePass
@@ -242,7 +243,7 @@ class TransformerConcretize(ModulePass[PortablePlanIR, ConcretePlanIR], _TierOpt
         if self.offload_optimizer and not ir.schedule.training:
             raise self.fail("optimizer offload needs training")
         if self.expert_overlap and not (ir.schedule.training and
-                                        sum(t.primitive == "expert_all_to_all" for t in ir.tasks) >= 2):
+                                        sum(t.primitive == EXPERT_ALL_TO_ALL for t in ir.tasks) >= 2):
             raise self.fail("expert overlap needs training with the expert all-to-alls of a MoE block")
 
     def apply(self, plan: PortablePlanIR) -> ConcretePlanIR:

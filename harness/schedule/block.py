@@ -42,7 +42,7 @@ import dataclasses
 
 from harness.arrays import is_array
 from harness.cost.views import Pricer, TaskCost
-from harness.ir.distributed import exchange
+from harness.ir.distributed import EXPERT_ALL_TO_ALL, exchange
 from harness.ir.portable import PortablePlanIR, TaskMessages
 
 
@@ -114,8 +114,6 @@ def fsdp_exposure(gather_s, regather_s, scatter_s, forward_s, backward_s):
     return _positive(gather_s - forward_s), _positive(regather_s + scatter_s - backward_s)
 
 
-#: The primitive whose two tasks in a MoE block (dispatch, then combine) split it into the expert overlap's nodes.
-EXPERT_ALL_TO_ALL = "expert_all_to_all"
 #: The task-name prefix of the MoE block's shared experts (:class:`harness.passes.patterns.MixtureOfExpertsMLP`).
 SHARED_EXPERTS = "mlp.shared_"
 #: The task-name prefix of the MLP sub-block (``CorePattern.prefix``), whose recomputed tasks the experts node
@@ -170,19 +168,19 @@ def expert_nodes(forward_tasks, pass_s, recompute_s=lambda task: 0.0) -> ExpertN
     if len(split) != 2:
         return None
     dispatch, combine = split
+    times = [pass_s(task) for task in forward_tasks]
     sums = [[0.0, 0.0, 0.0] for _ in range(4)]  # attention, dispatch, experts, combine: forward, backward, dW
-    for i, task in enumerate(forward_tasks):
+    for i, (task, passes) in enumerate(zip(forward_tasks, times)):
         node = 0 if i < dispatch or task.name.startswith(SHARED_EXPERTS) else (
             1 if i == dispatch else 2 if i < combine else 3)
-        for k, value in enumerate(pass_s(task)):
+        for k, value in enumerate(passes):
             sums[node][k] += value
         redo = recompute_s(task)
         if redo:
             sums[2 if task.name.startswith(MLP_SUB_BLOCK) else 0][1] += redo
     (af, ab, aw), (df, db, dw), (ef, eb, ew), (cf, cb, cw) = sums
-    exchange = pass_s(forward_tasks[dispatch]), pass_s(forward_tasks[combine])
     return ExpertNodes(af, ab, aw, df, db + dw, ef, eb, ew, cf, cb + cw,
-                       exchange[0][0] + exchange[1][0], exchange[0][1] + exchange[1][1])
+                       times[dispatch][0] + times[combine][0], times[dispatch][1] + times[combine][1])
 
 
 def merged_layers_s(n: ExpertNodes, layers: int) -> float:

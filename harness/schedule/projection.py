@@ -239,8 +239,8 @@ def _expert_pass_s(pricer: Pricer):
     def pass_s(task) -> tuple[float, float, float]:
         passes = pricer.task(task).passes
         fw, act_grad, wg = passes["forward"], passes["activation_grad"], passes["weight_grad"]
-        if task.exchange == "collective":
-            return (fw.network_base_s + fw.processing_s, act_grad.network_base_s + act_grad.processing_s, 0.0)
+        if task.exchange == "collective":  # the link time _collective_pass exposes, base block
+            return _collective_pass(fw)[4], _collective_pass(act_grad)[4], 0.0
         return fw.processing_s, act_grad.processing_s, wg.processing_s
     return pass_s
 
